@@ -1,0 +1,24 @@
+package distsync
+
+import "github.com/distsync/distsync/internal/core"
+
+// The sentinel errors of every primitive. Errors returned by a primitive wrap one or more of
+// them together with the primitive's kind and name, so test them with [errors.Is].
+var (
+	// ErrNotAcquired: a blocking acquire ended, because its context did, before it acquired.
+	// The error also matches the context's error (context.Canceled or DeadlineExceeded).
+	ErrNotAcquired = core.ErrNotAcquired
+	// ErrNotHeld: a release of something the caller does not hold (never acquired, already
+	// released, or lost; a loss also matches ErrLost).
+	ErrNotHeld = core.ErrNotHeld
+	// ErrLost: the claim ended without being released: its key expired, was deleted or taken
+	// by another owner, or Redis was unreachable until the lease's local deadline.
+	ErrLost = core.ErrLost
+	// ErrReleased is the cause a [Lease] ends with when its holder released it.
+	ErrReleased = core.ErrReleased
+	// ErrInvalid: a bad argument (an empty name, a non-positive duration). Nothing was sent
+	// to Redis.
+	ErrInvalid = core.ErrInvalid
+	// ErrClosed: the Handle was closed.
+	ErrClosed = core.ErrClosed
+)

@@ -1,0 +1,132 @@
+package distsync
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/keys"
+)
+
+// Defaults of a Handle. Each can be changed with the option of the same name.
+const (
+	// DefaultKeyPrefix starts every key and channel distsync writes, so that its keyspace
+	// can be told apart and scanned.
+	DefaultKeyPrefix = "distsync:"
+
+	// DefaultLeaseTTL is the lease of a claim: Redis frees it this long after its holder
+	// stops renewing it. The holder renews it every third of that (3.3 s), so it keeps its
+	// claim through about 6 s of pauses or unreachable Redis, while a crashed holder is
+	// replaced after 10 s. Longer leases make a crash cost more; shorter ones make a pause
+	// (GC, a slow network) lose the lock more often. A waiter's idle backstop re-check also
+	// follows it: at most one command per lease.
+	DefaultLeaseTTL = 10 * time.Second
+
+	// DefaultFenceRetention is how long the last fencing token of a name is kept after its
+	// last acquisition. Tokens follow the server's clock in microseconds, so once the counter
+	// has expired the next token is still larger unless the server clock stepped back by
+	// more than this; without an expiry, every lock name ever used would leave a key behind.
+	DefaultFenceRetention = 7 * 24 * time.Hour
+
+	// DefaultHandoffWindow is how long a released lock stays reserved for the next waiting
+	// process. A live waiter claims it within a round trip or two; the window bounds what a
+	// waiter that died while queued can cost: one pause of this length, after which every
+	// other waiter re-checks.
+	DefaultHandoffWindow = 500 * time.Millisecond
+)
+
+// Handle is the shared machinery of the primitives made from one rueidis client: key layout,
+// defaults, the pub/sub notifier (one subscription connection per Redis node), the renewal
+// loop of every held lease, and background work. Make one per client and share it.
+type Handle struct {
+	c *core.Handle
+}
+
+// Option configures a Handle.
+type Option func(*core.Config)
+
+// WithKeyPrefix sets the prefix of every key and channel. It must not contain '{' or '}'.
+// The default is [DefaultKeyPrefix].
+func WithKeyPrefix(prefix string) Option { return func(c *core.Config) { c.Prefix = prefix } }
+
+// WithLeaseTTL sets the default lease of every primitive made from the Handle (a primitive's
+// own option overrides it). It must be positive. The default is [DefaultLeaseTTL].
+func WithLeaseTTL(ttl time.Duration) Option { return func(c *core.Config) { c.LeaseTTL = ttl } }
+
+// WithFenceRetention sets how long a name's last fencing token is kept after its last
+// acquisition. It must be positive. The default is [DefaultFenceRetention].
+func WithFenceRetention(d time.Duration) Option { return func(c *core.Config) { c.FenceTTL = d } }
+
+// WithHandoffWindow sets how long a released lock stays reserved for the next waiting
+// process. It must be positive. The default is [DefaultHandoffWindow].
+func WithHandoffWindow(d time.Duration) Option {
+	return func(c *core.Config) { c.HandoffWindow = d }
+}
+
+// WithLogger sets where the Handle reports what it cannot return as an error (a renewal
+// that failed and will be retried, a subscription that is being re-established). The default
+// discards everything.
+func WithLogger(l *slog.Logger) Option { return func(c *core.Config) { c.Logger = l } }
+
+// New wraps client in a Handle. It sends nothing to Redis; it returns an error matching
+// [ErrInvalid] for a nil client or a bad option.
+//
+// For the embedded miniredis, build the client with DisableCache, AlwaysRESP2 and
+// ForceSingleClient set: miniredis has no client-side caching and no commands on a RESP3
+// subscribed connection, and it answers CLUSTER SLOTS, so rueidis would otherwise take it for
+// a Redis Cluster (on which distsync uses sharded pub/sub, which miniredis lacks).
+func New(client rueidis.Client, opts ...Option) (*Handle, error) {
+	if client == nil {
+		return nil, fmt.Errorf("distsync: %w: nil client", ErrInvalid)
+	}
+	cfg := core.Config{
+		Prefix:        DefaultKeyPrefix,
+		LeaseTTL:      DefaultLeaseTTL,
+		FenceTTL:      DefaultFenceRetention,
+		HandoffWindow: DefaultHandoffWindow,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := keys.CheckPrefix(cfg.Prefix); err != nil {
+		return nil, fmt.Errorf("distsync: %w: %v", ErrInvalid, err)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"lease TTL", cfg.LeaseTTL}, {"fence retention", cfg.FenceTTL}, {"hand-off window", cfg.HandoffWindow}} {
+		if d.v < time.Millisecond {
+			return nil, fmt.Errorf("distsync: %w: %s must be at least 1ms, got %v", ErrInvalid, d.name, d.v)
+		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Handle{c: core.NewHandle(client, cfg)}, nil
+}
+
+// Client returns the rueidis client the Handle wraps.
+func (h *Handle) Client() rueidis.Client { return h.c.Client }
+
+// Close releases every claim the Handle still holds, so that waiters elsewhere get them at
+// once instead of after their leases, then unsubscribes and stops the Handle's goroutines.
+// ctx bounds how long it waits for Redis; claims it could not release expire with their
+// leases. Blocked calls on the Handle's primitives return [ErrClosed]. Close does not close
+// the rueidis client. Calling Close again does nothing and returns nil.
+func (h *Handle) Close(ctx context.Context) error { return h.c.Close(ctx) }
+
+func init() {
+	core.Bridge(
+		func(h any) *core.Handle {
+			if hh, _ := h.(*Handle); hh != nil {
+				return hh.c
+			}
+			return nil
+		},
+		func(l *core.Lease) any { return &Lease{l: l} },
+	)
+}

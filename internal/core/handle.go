@@ -1,0 +1,151 @@
+// Package core is the machinery every distsync primitive shares: the handle (client, key
+// layout, defaults, notifier, renewal loop, background work) and the lease of a held claim.
+// Package distsync wraps it for users; primitive packages use it directly.
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync/internal/keys"
+	"github.com/distsync/distsync/internal/pubsub"
+)
+
+// Config holds a handle's settings; package distsync documents and validates them.
+type Config struct {
+	Prefix        string
+	LeaseTTL      time.Duration
+	FenceTTL      time.Duration
+	HandoffWindow time.Duration
+	Logger        *slog.Logger
+}
+
+// Handle is the shared state behind a distsync.Handle.
+type Handle struct {
+	Client   rueidis.Client
+	Config   Config
+	Notifier *pubsub.Notifier
+	// Pub is the publish command scripts use: SPUBLISH on Cluster (sharded), else PUBLISH.
+	Pub string
+
+	id  string
+	seq atomic.Uint64
+
+	ren *renewer
+
+	ctx    context.Context // ends when the handle closes
+	cancel context.CancelFunc
+	bg     sync.WaitGroup
+	closed atomic.Bool
+}
+
+// NewHandle starts a handle on client. cfg must be valid.
+func NewHandle(client rueidis.Client, cfg Config) *Handle {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &Handle{
+		Client:   client,
+		Config:   cfg,
+		Notifier: pubsub.New(client, cfg.Logger),
+		id:       base64.RawURLEncoding.EncodeToString(b[:]),
+		ctx:      ctx,
+		cancel:   cancel,
+	}
+	h.Pub = "PUBLISH"
+	if h.Notifier.Sharded() {
+		h.Pub = "SPUBLISH"
+	}
+	h.ren = newRenewer(h)
+	h.bg.Add(1)
+	go func() {
+		defer h.bg.Done()
+		h.ren.run(ctx)
+	}()
+	return h
+}
+
+// Log returns the handle's logger.
+func (h *Handle) Log() *slog.Logger { return h.Config.Logger }
+
+// NewID returns an identifier unique across every handle of every process: the handle's random
+// id and a counter. It names owner values and waiter queues.
+func (h *Handle) NewID() string {
+	return h.id + ":" + strconv.FormatUint(h.seq.Add(1), 36)
+}
+
+// Keys returns the key space of a primitive of kind named name.
+func (h *Handle) Keys(kind, name string) (keys.Space, error) {
+	s, err := keys.New(h.Config.Prefix, kind, name)
+	if err != nil {
+		return s, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return s, nil
+}
+
+// Done is closed when the handle is closed.
+func (h *Handle) Done() <-chan struct{} { return h.ctx.Done() }
+
+// Closed reports whether Close has been called.
+func (h *Handle) Closed() bool { return h.closed.Load() }
+
+// Go runs f in the background. Close waits for it; f's ctx ends at Close.
+func (h *Handle) Go(f func(ctx context.Context)) {
+	h.bg.Add(1)
+	go func() {
+		defer h.bg.Done()
+		f(h.ctx)
+	}()
+}
+
+// Background runs f in the background with its own context, which ends after timeout or
+// at Close, and logs its error: for work a caller must not wait for, such as cleaning up
+// after a cancelled wait or finishing an unconfirmed release.
+func (h *Handle) Background(what string, timeout time.Duration, f func(ctx context.Context) error) {
+	if h.closed.Load() {
+		return
+	}
+	h.Go(func(hctx context.Context) {
+		ctx, cancel := context.WithTimeout(hctx, timeout)
+		defer cancel()
+		if err := f(ctx); err != nil {
+			h.Log().Warn("distsync: "+what+" failed", "err", err)
+		}
+	})
+}
+
+// Detached returns a context for a command that must not be cut short by the caller's
+// context (a release, a cleanup): it ends after timeout or when the handle is closed.
+func (h *Handle) Detached(timeout time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(h.ctx, timeout)
+}
+
+// Close releases every lease the handle still holds (waiting at most until ctx ends), stops
+// the renewal loop and the notifier, and waits for background work.
+func (h *Handle) Close(ctx context.Context) error {
+	if h.closed.Swap(true) {
+		return nil
+	}
+	err := h.ren.closeAll(ctx)
+	h.Notifier.Close(ctx)
+	h.cancel()
+	done := make(chan struct{})
+	go func() { h.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		if err == nil {
+			err = ctx.Err()
+		}
+	}
+	return err
+}

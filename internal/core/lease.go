@@ -1,0 +1,289 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync/internal/scripts"
+)
+
+// RenewDivisor sets the renewal period of a renewed lease: TTL / RenewDivisor. At a third of
+// the TTL a holder survives two consecutive failed renewals before its lease runs out.
+const RenewDivisor = 3
+
+// LeaseSpec describes a claim that was just acquired.
+type LeaseSpec struct {
+	Key   string        // key that carries the claim
+	Owner string        // owner value the claim is checked against
+	Kind  string        // how extend.lua checks it: "s" (string value == owner)
+	TTL   time.Duration // lease length
+	Renew bool          // renew at TTL/RenewDivisor until stopped; false: a fixed lease
+	Token int64         // fencing token of the acquisition
+	// Sent is when the acquire command was sent. The local deadline counts from it, so the
+	// holder stops believing in its claim no later than Redis expires it.
+	Sent time.Time
+	// Release gives the claim back; Handle.Close calls it for leases still held.
+	Release func(ctx context.Context, l *Lease) error
+}
+
+// Lease is one held claim: renewed by the handle's loop, and ended (Done closed, Err set) when
+// it is released, lost, or the handle closes.
+type Lease struct {
+	h    *Handle
+	spec LeaseSpec
+	ctx  context.Context // done when the lease ends; its cause is Err
+	end  context.CancelCauseFunc
+
+	// Public is the distsync.Lease that wraps this lease.
+	Public any
+
+	// Guarded by the renewer's mutex.
+	deadline time.Time // local validity: past it, the claim may be gone from Redis
+	next     time.Time // next renewal
+	inflight bool
+}
+
+// Hold starts tracking a claim acquired per spec and returns its lease.
+func (h *Handle) Hold(spec LeaseSpec) *Lease {
+	l := &Lease{h: h, spec: spec}
+	l.ctx, l.end = context.WithCancelCause(context.Background())
+	if wrapLease != nil {
+		l.Public = wrapLease(l)
+	}
+	l.deadline = spec.Sent.Add(spec.TTL - drift(spec.TTL))
+	l.next = spec.Sent.Add(spec.TTL / RenewDivisor)
+	if !h.ren.add(l) {
+		l.End(ErrClosed)
+	}
+	return l
+}
+
+// drift is the margin taken off a lease's local validity for clock rate differences between
+// client and server and for scheduling: 1% of the TTL plus 2 ms (as Redlock does).
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// Token returns the fencing token of the acquisition.
+func (l *Lease) Token() int64 { return l.spec.Token }
+
+// Owner returns the owner value the claim is checked against.
+func (l *Lease) Owner() string { return l.spec.Owner }
+
+// TTL returns the lease length.
+func (l *Lease) TTL() time.Duration { return l.spec.TTL }
+
+// Done is closed when the lease ends.
+func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Context returns a context that ends, with cause Err, when the lease ends.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Err returns nil while the lease is held, then why it ended.
+func (l *Lease) Err() error {
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(l.ctx)
+}
+
+// End ends the lease with err (the first call wins) and closes Done.
+func (l *Lease) End(err error) { l.end(err) }
+
+// Stop takes the lease off the renewal loop before the caller releases the claim, so that no
+// renewal reply that arrives later can report a deliberate release as a loss. It returns the
+// lease's error if the lease had already ended (lost, or the handle closed), else nil.
+func (l *Lease) Stop() error {
+	l.h.ren.remove(l)
+	return l.Err()
+}
+
+func lost(reason string) error { return fmt.Errorf("%w: %s", ErrLost, reason) }
+
+// renewer is the handle's renewal loop: one goroutine and one timer for every lease, renewals
+// batched per tick into one pipeline per node, and local deadlines enforced even when Redis
+// cannot be reached.
+type renewer struct {
+	h      *Handle
+	mu     sync.Mutex
+	leases map[*Lease]struct{}
+	closed bool
+	kick   chan struct{}
+}
+
+func newRenewer(h *Handle) *renewer {
+	return &renewer{h: h, leases: make(map[*Lease]struct{}), kick: make(chan struct{}, 1)}
+}
+
+func (r *renewer) add(l *Lease) bool {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return false
+	}
+	r.leases[l] = struct{}{}
+	r.mu.Unlock()
+	r.wake()
+	return true
+}
+
+func (r *renewer) remove(l *Lease) {
+	r.mu.Lock()
+	delete(r.leases, l)
+	r.mu.Unlock()
+}
+
+func (r *renewer) wake() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Count returns the number of leases the loop tracks.
+func (h *Handle) Leases() int {
+	h.ren.mu.Lock()
+	defer h.ren.mu.Unlock()
+	return len(h.ren.leases)
+}
+
+func (r *renewer) run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		wake := now.Add(time.Hour)
+		var batch, expired []*Lease
+
+		r.mu.Lock()
+		for l := range r.leases {
+			if !now.Before(l.deadline) {
+				delete(r.leases, l)
+				expired = append(expired, l)
+				continue
+			}
+			at := l.deadline
+			if l.spec.Renew && !l.inflight {
+				period := l.spec.TTL / RenewDivisor
+				// Renew everything due within the next eighth of its period now, so that
+				// leases taken at nearly the same time share one pipeline.
+				if !now.Before(l.next.Add(-period / 8)) {
+					l.inflight = true
+					batch = append(batch, l)
+				} else if l.next.Before(at) {
+					at = l.next
+				}
+			}
+			if at.Before(wake) {
+				wake = at
+			}
+		}
+		r.mu.Unlock()
+
+		for _, l := range expired {
+			l.End(lost("its deadline passed before a renewal succeeded"))
+		}
+		if len(batch) > 0 {
+			r.h.bg.Add(1)
+			go func() {
+				defer r.h.bg.Done()
+				r.renew(ctx, batch)
+			}()
+		}
+
+		timer.Reset(time.Until(wake))
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+// renew extends every lease of batch in one DoMulti (rueidis sends one pipeline per node).
+func (r *renewer) renew(ctx context.Context, batch []*Lease) {
+	calls := make([]scripts.Call, len(batch))
+	limit := batch[0].deadline
+	for i, l := range batch {
+		calls[i] = scripts.Call{
+			Script: scripts.Extend,
+			Keys:   []string{l.spec.Key},
+			Args:   []string{l.spec.Kind, l.spec.Owner, strconv.FormatInt(l.spec.TTL.Milliseconds(), 10)},
+		}
+		if l.deadline.Before(limit) {
+			limit = l.deadline
+		}
+	}
+	sent := time.Now()
+	// No renewal reply is worth waiting for past the first deadline of the batch: the loop
+	// ends that lease then anyway, and the others are retried.
+	cctx, cancel := context.WithDeadline(ctx, limit)
+	res := scripts.DoMulti(cctx, r.h.Client, calls)
+	cancel()
+
+	now := time.Now()
+	var gone []*Lease
+	var reasons []string
+	r.mu.Lock()
+	for i, l := range batch {
+		l.inflight = false
+		if _, ok := r.leases[l]; !ok {
+			continue // released or ended while the renewal was in flight: not ours to judge
+		}
+		ok, err := res[i].AsInt64()
+		period := l.spec.TTL / RenewDivisor
+		switch {
+		case err == nil && ok == 1:
+			l.next = sent.Add(period)
+			l.deadline = sent.Add(l.spec.TTL - drift(l.spec.TTL))
+		case err == nil || isWrongType(err):
+			delete(r.leases, l)
+			gone = append(gone, l)
+			reasons = append(reasons, "the claim was gone or held by another owner when it was renewed")
+		default:
+			// Unreachable, or a transient Redis error (LOADING, READONLY during a failover):
+			// try again soon; the deadline ends the lease if nothing gets through.
+			l.next = now.Add(min(max(period/6, 10*time.Millisecond), time.Second))
+			r.h.Log().Debug("distsync: renewal failed, will retry", "key", l.spec.Key, "err", err)
+		}
+	}
+	r.mu.Unlock()
+	for i, l := range gone {
+		l.End(lost(reasons[i]))
+	}
+	r.wake()
+}
+
+func isWrongType(err error) bool {
+	var re *rueidis.RedisError
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
+}
+
+// closeAll ends every lease with ErrClosed, releasing each claim in Redis first.
+func (r *renewer) closeAll(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	held := make([]*Lease, 0, len(r.leases))
+	for l := range r.leases {
+		held = append(held, l)
+	}
+	r.leases = map[*Lease]struct{}{}
+	r.mu.Unlock()
+
+	var errs []error
+	for _, l := range held {
+		l.End(ErrClosed) // first: the release below must not record the end as a release
+		if l.spec.Release != nil {
+			if err := l.spec.Release(ctx, l); err != nil && !errors.Is(err, ErrLost) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

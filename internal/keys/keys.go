@@ -1,0 +1,73 @@
+// Package keys lays out the Redis keys and pub/sub channels of a primitive.
+//
+// Every key of one primitive shares one hash tag, so multi-key scripts stay in one slot on
+// Redis Cluster:
+//
+//	<prefix>{<name>}:<kind>[:<part>]
+//
+// The name is escaped so that no name can move the hash tag: '%', '{' and '}' become %25, %7B
+// and %7D. Escaping is injective, so two different names never share keys, and an escaped
+// name never contains a brace, so the tag is always exactly the escaped name.
+package keys
+
+import (
+	"errors"
+	"strings"
+)
+
+// Space is the key space of one primitive: a prefix, an escaped name and the primitive's kind.
+type Space struct {
+	base string // <prefix>{<escaped name>}:<kind>
+}
+
+// New returns the key space of the primitive kind named name under prefix. It reports an
+// error for an empty name and for a prefix holding a brace (which would move the hash tag).
+func New(prefix, kind, name string) (Space, error) {
+	if name == "" {
+		return Space{}, errors.New("empty name")
+	}
+	if err := CheckPrefix(prefix); err != nil {
+		return Space{}, err
+	}
+	return Space{base: prefix + "{" + Escape(name) + "}:" + kind}, nil
+}
+
+// CheckPrefix reports whether prefix can start keys: it must not hold '{' or '}'.
+func CheckPrefix(prefix string) error {
+	if strings.ContainsAny(prefix, "{}") {
+		return errors.New("key prefix must not contain '{' or '}'")
+	}
+	return nil
+}
+
+// Key returns the primitive's main key.
+func (s Space) Key() string { return s.base }
+
+// Part returns the key of one part of the primitive, such as "fence" or "q".
+func (s Space) Part(part string) string { return s.base + ":" + part }
+
+// Channel returns the pub/sub channel that wakes the primitive's waiters. It carries the same
+// hash tag as the keys, so a sharded publish from a script stays in the script's slot.
+func (s Space) Channel() string { return s.base + ":ch" }
+
+// Escape returns name with '%', '{' and '}' percent-encoded.
+func Escape(name string) string {
+	if !strings.ContainsAny(name, "%{}") {
+		return name
+	}
+	var b strings.Builder
+	b.Grow(len(name) + 8)
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case '{':
+			b.WriteString("%7B")
+		case '}':
+			b.WriteString("%7D")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,343 @@
+// Package pubsub is the notifier of a distsync handle: one subscription connection per Redis
+// node (rueidis multiplexes every Receive of a node onto it), reference-counted channels, and
+// sharded pub/sub (SSUBSCRIBE) on Redis Cluster so that a wake-up touches one shard.
+//
+// Pub/sub is lossy: a PUBLISH sent while the subscription connection is down reaches nobody,
+// and rueidis re-subscribes silently after it reconnects. The notifier therefore watches every
+// subscription confirmation and, from the second one on, tells every listener of the channel
+// to re-check (Listener.Resubscribed): a lost message must never mean a lost wake-up.
+package pubsub
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// DefaultLinger is how long a channel stays subscribed after its last listener left. A waiter
+// that comes back within it (a goroutine that locks again and again, say) needs no new
+// SUBSCRIBE round trip; after it, the channel is unsubscribed, so idle names cost nothing.
+const DefaultLinger = time.Second
+
+// Listener receives the events of one channel. Its methods are called from the goroutine that
+// reads the subscription and must return at once (set a flag, signal a buffered channel).
+type Listener interface {
+	// Message is called with the payload of each message published on the channel.
+	Message(payload string)
+	// Resubscribed is called when the channel's subscription was confirmed again after a
+	// gap (a reconnect, or an unsubscribe that raced with a new listener): messages may have
+	// been lost, so the listener must re-check the state it waits for.
+	Resubscribed()
+}
+
+// Notifier multiplexes the pub/sub channels of one handle.
+type Notifier struct {
+	client  rueidis.Client
+	sharded bool
+	linger  time.Duration
+	log     *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	chans  map[string]*channel
+	closed bool
+}
+
+type channel struct {
+	name      string
+	listeners map[*Subscription]Listener
+	refs      int
+	confirmed chan struct{} // closed while the current subscription is confirmed
+	isConfirmed,
+	everConfirmed bool
+	linger *time.Timer
+}
+
+// Subscription is one listener's registration on a channel.
+type Subscription struct {
+	n    *Notifier
+	c    *channel
+	once sync.Once
+}
+
+// New returns a notifier on client. On a Redis Cluster client it uses sharded pub/sub.
+func New(client rueidis.Client, log *slog.Logger) *Notifier {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Notifier{
+		client:  client,
+		sharded: client.Mode() == rueidis.ClientModeCluster,
+		linger:  DefaultLinger,
+		log:     log,
+		ctx:     ctx,
+		cancel:  cancel,
+		chans:   make(map[string]*channel),
+	}
+}
+
+// SetLinger changes how long an unused channel stays subscribed (tests use 0).
+func (n *Notifier) SetLinger(d time.Duration) {
+	n.mu.Lock()
+	n.linger = d
+	n.mu.Unlock()
+}
+
+// Sharded reports whether the notifier uses sharded pub/sub; scripts must then publish with
+// SPUBLISH.
+func (n *Notifier) Sharded() bool { return n.sharded }
+
+// ErrClosed is returned by Subscribe after Close.
+var ErrClosed = errors.New("pubsub: notifier closed")
+
+// Subscribe registers l on channel name and returns once Redis has confirmed the channel's
+// subscription, so that every message published after Subscribe returns reaches l (unless the
+// connection drops, in which case l.Resubscribed follows). It returns ctx's error, having
+// registered nothing, if ctx ends first.
+func (n *Notifier) Subscribe(ctx context.Context, name string, l Listener) (*Subscription, error) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil, ErrClosed
+	}
+	c := n.chans[name]
+	if c == nil {
+		c = &channel{name: name, listeners: make(map[*Subscription]Listener), confirmed: make(chan struct{})}
+		n.chans[name] = c
+		n.wg.Add(1)
+		go n.run(c)
+	}
+	if c.linger != nil {
+		c.linger.Stop()
+		c.linger = nil
+	}
+	s := &Subscription{n: n, c: c}
+	c.listeners[s] = l
+	c.refs++
+	confirmed := c.confirmed
+	n.mu.Unlock()
+
+	select {
+	case <-confirmed:
+		return s, nil
+	case <-ctx.Done():
+		s.Close()
+		return nil, ctx.Err()
+	case <-n.ctx.Done():
+		s.Close()
+		return nil, ErrClosed
+	}
+}
+
+// Attach registers l on channel name only if the channel is subscribed and confirmed right
+// now, without waiting and without a round trip; it returns nil otherwise. A waiter that
+// attaches before its first attempt needs no second attempt to cover the window between a
+// failed check and its subscription.
+func (n *Notifier) Attach(name string, l Listener) *Subscription {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := n.chans[name]
+	if n.closed || c == nil || !c.isConfirmed {
+		return nil
+	}
+	if c.linger != nil {
+		c.linger.Stop()
+		c.linger = nil
+	}
+	s := &Subscription{n: n, c: c}
+	c.listeners[s] = l
+	c.refs++
+	return s
+}
+
+// Close removes the listener. The channel is unsubscribed once no listener is left for the
+// linger period. Close is idempotent.
+func (s *Subscription) Close() {
+	s.once.Do(func() {
+		n, c := s.n, s.c
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		delete(c.listeners, s)
+		c.refs--
+		if c.refs > 0 || n.closed {
+			return
+		}
+		if n.linger <= 0 {
+			n.unsubscribe(c)
+			return
+		}
+		c.linger = time.AfterFunc(n.linger, func() {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			if n.chans[c.name] == c && c.refs == 0 && !n.closed {
+				c.linger = nil
+				n.unsubscribe(c)
+			}
+		})
+	})
+}
+
+// Channels returns the number of channels the notifier holds (subscribed or lingering).
+func (n *Notifier) Channels() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.chans)
+}
+
+// unsubscribe sends (S)UNSUBSCRIBE; the channel's Receive then returns and run decides
+// whether to end or, if a listener came back meanwhile, to subscribe again. Called with n.mu.
+func (n *Notifier) unsubscribe(c *channel) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
+		defer cancel()
+		if err := n.client.Do(ctx, n.unsubscribeCmd(c.name)).Error(); err != nil && n.ctx.Err() == nil {
+			// The connection is gone; with it the subscription. If rueidis re-subscribes,
+			// confirm() sees no listener and tries again.
+			n.log.Debug("distsync: unsubscribe failed", "channel", c.name, "err", err)
+		}
+	}()
+}
+
+func (n *Notifier) subscribeCmd(name string) rueidis.Completed {
+	if n.sharded {
+		return n.client.B().Ssubscribe().Channel(name).Build()
+	}
+	return n.client.B().Subscribe().Channel(name).Build()
+}
+
+func (n *Notifier) unsubscribeCmd(name string) rueidis.Completed {
+	if n.sharded {
+		return n.client.B().Sunsubscribe().Channel(name).Build()
+	}
+	return n.client.B().Unsubscribe().Channel(name).Build()
+}
+
+// run keeps channel c subscribed while it has listeners. rueidis' Receive returns when the
+// channel is unsubscribed, the client closes, or a non-retryable error occurs; it re-subscribes
+// by itself after an ordinary reconnect (the hook sees that).
+func (n *Notifier) run(c *channel) {
+	defer n.wg.Done()
+	backoff := 10 * time.Millisecond
+	for {
+		ctx := rueidis.WithOnSubscriptionHook(n.ctx, func(s rueidis.PubSubSubscription) { n.confirm(c, s) })
+		err := n.client.Receive(ctx, n.subscribeCmd(c.name), func(m rueidis.PubSubMessage) { n.dispatch(c, m.Message) })
+
+		n.mu.Lock()
+		if n.closed || c.refs == 0 || errors.Is(err, rueidis.ErrClosing) {
+			if n.chans[c.name] == c {
+				delete(n.chans, c.name)
+			}
+			if c.linger != nil {
+				c.linger.Stop()
+			}
+			if err != nil && !n.closed && c.refs > 0 {
+				// The client is closing: wake the listeners so that they re-check, meet the
+				// same error on their next command and return it.
+				n.log.Warn("distsync: subscription ended", "channel", c.name, "err", err)
+				for _, l := range c.listeners {
+					l.Resubscribed()
+				}
+			}
+			n.mu.Unlock()
+			return
+		}
+		// Still wanted: the subscription ended under us. New listeners wait for the next
+		// confirmation; current ones hear Resubscribed when it comes.
+		if c.isConfirmed {
+			c.isConfirmed = false
+			c.confirmed = make(chan struct{})
+		}
+		n.mu.Unlock()
+
+		if err == nil {
+			backoff = 10 * time.Millisecond
+			continue
+		}
+		n.log.Debug("distsync: subscription interrupted, retrying", "channel", c.name, "err", err, "in", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-n.ctx.Done():
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// confirm handles the subscription hook. It runs in rueidis' reader goroutine.
+func (n *Notifier) confirm(c *channel, s rueidis.PubSubSubscription) {
+	if s.Channel != c.name || (s.Kind != "subscribe" && s.Kind != "ssubscribe") {
+		return
+	}
+	n.mu.Lock()
+	if !c.isConfirmed {
+		c.isConfirmed = true
+		close(c.confirmed)
+	}
+	again := c.everConfirmed
+	c.everConfirmed = true
+	if c.refs == 0 && !n.closed && c.linger == nil {
+		// Re-subscribed (by rueidis, after a reconnect) although nobody listens any more.
+		n.unsubscribe(c)
+	}
+	if again {
+		for _, l := range c.listeners {
+			l.Resubscribed()
+		}
+	}
+	n.mu.Unlock()
+}
+
+func (n *Notifier) dispatch(c *channel, payload string) {
+	n.mu.Lock()
+	for _, l := range c.listeners {
+		l.Message(payload)
+	}
+	n.mu.Unlock()
+}
+
+// Close unsubscribes every channel and stops the notifier's goroutines, waiting at most until
+// ctx ends. Listeners hear nothing more.
+func (n *Notifier) Close(ctx context.Context) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.closed = true
+	names := make([]string, 0, len(n.chans))
+	for name, c := range n.chans {
+		if c.linger != nil {
+			c.linger.Stop()
+		}
+		names = append(names, name)
+	}
+	n.mu.Unlock()
+
+	// Unsubscribe for real (cancelling Receive alone would leave the server-side subscription
+	// on the user's connection), then stop whatever is still running.
+	if len(names) > 0 {
+		cmds := make(rueidis.Commands, len(names))
+		for i, name := range names {
+			cmds[i] = n.unsubscribeCmd(name)
+		}
+		for _, cmd := range cmds {
+			_ = n.client.Do(ctx, cmd).Error()
+		}
+	}
+	n.cancel()
+	done := make(chan struct{})
+	go func() { n.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}

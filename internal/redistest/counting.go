@@ -1,0 +1,89 @@
+package redistest
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Counting is a rueidis.Client that counts the commands sent through it, by name. rueidis'
+// own health-check PINGs do not go through it, so they are not counted (DESIGN.md: a PING is
+// the client's, not the library's).
+type Counting struct {
+	rueidis.Client
+	mu     sync.Mutex
+	counts map[string]int
+	log    []Sent
+}
+
+// Sent is one counted command.
+type Sent struct {
+	At   time.Time
+	Name string
+}
+
+// NewCounting wraps c.
+func NewCounting(c rueidis.Client) *Counting {
+	return &Counting{Client: c, counts: make(map[string]int)}
+}
+
+func (c *Counting) count(cmd rueidis.Completed) {
+	name := cmd.Commands()[0]
+	c.mu.Lock()
+	c.counts[name]++
+	c.log = append(c.log, Sent{At: time.Now(), Name: name})
+	c.mu.Unlock()
+}
+
+// Total returns the number of commands counted so far.
+func (c *Counting) Total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.log)
+}
+
+// Since returns the commands counted at or after t.
+func (c *Counting) Since(t time.Time) []Sent {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Sent
+	for _, s := range c.log {
+		if !s.At.Before(t) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Counts returns a copy of the counts by command name.
+func (c *Counting) Counts() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.counts))
+	for k, v := range c.counts {
+		out[k] = v
+	}
+	return out
+}
+
+// Do implements rueidis.Client.
+func (c *Counting) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	c.count(cmd)
+	return c.Client.Do(ctx, cmd)
+}
+
+// DoMulti implements rueidis.Client.
+func (c *Counting) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	for _, cmd := range multi {
+		c.count(cmd)
+	}
+	return c.Client.DoMulti(ctx, multi...)
+}
+
+// Receive implements rueidis.Client.
+func (c *Counting) Receive(ctx context.Context, subscribe rueidis.Completed, fn func(msg rueidis.PubSubMessage)) error {
+	c.count(subscribe)
+	return c.Client.Receive(ctx, subscribe, fn)
+}

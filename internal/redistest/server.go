@@ -1,0 +1,272 @@
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Server is one redis-server process started by the harness.
+type Server struct {
+	Port int
+	Dir  string
+	cmd  *exec.Cmd
+	once sync.Once
+}
+
+// Addr returns the server's address.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
+
+// Stop kills the server by its PID and removes its directory.
+func (s *Server) Stop() {
+	s.once.Do(func() {
+		if s.cmd != nil && s.cmd.Process != nil {
+			_ = s.cmd.Process.Kill()
+			_ = s.cmd.Wait()
+		}
+		if s.Dir != "" {
+			_ = os.RemoveAll(s.Dir)
+		}
+	})
+}
+
+// Signal sends sig to the server process (SIGSTOP / SIGCONT for pauses).
+func (s *Server) Signal(sig syscall.Signal) error { return s.cmd.Process.Signal(sig) }
+
+// Port range for test servers: below the kernel's ephemeral range (32768+ here), with the
+// Cluster bus port (port + 10000) below it too, so that an outgoing connection can never hold
+// a port a node needs.
+const (
+	portLow  = 10000
+	portHigh = 22000
+)
+
+// freePort returns a port p in [portLow, portHigh) such that p and, if bus, p+10000 can be
+// bound on 127.0.0.1 right now.
+func freePort(bus bool) (int, error) {
+	for range 200 {
+		p := portLow + rand.IntN(portHigh-portLow)
+		if !canBind(p) || (bus && !canBind(p+10000)) {
+			continue
+		}
+		return p, nil
+	}
+	return 0, errors.New("redistest: no free port found")
+}
+
+func canBind(p int) bool {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+	if err != nil {
+		return false
+	}
+	_ = l.Close()
+	return true
+}
+
+// startServer starts redis-server with extra config lines, on a free port, and waits until it
+// answers PING. It retries on another port if the chosen one was taken in the meantime.
+func startServer(cluster bool, extra ...string) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for range 5 {
+		port, err := freePort(cluster)
+		if err != nil {
+			return nil, err
+		}
+		dir, err := os.MkdirTemp("", "distsync-redis-")
+		if err != nil {
+			return nil, err
+		}
+		conf := []string{
+			"port " + strconv.Itoa(port),
+			"bind 127.0.0.1",
+			"save \"\"",
+			"appendonly no",
+			"dir " + dir,
+			"enable-debug-command local",
+			"loglevel warning",
+			"logfile " + filepath.Join(dir, "redis.log"),
+		}
+		if cluster {
+			conf = append(conf,
+				"cluster-enabled yes",
+				"cluster-config-file "+filepath.Join(dir, "nodes.conf"),
+				"cluster-node-timeout 2000",
+				"cluster-port "+strconv.Itoa(port+10000),
+			)
+		}
+		conf = append(conf, extra...)
+		cfgPath := filepath.Join(dir, "redis.conf")
+		if err := os.WriteFile(cfgPath, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(bin, cfgPath)
+		// If the test binary dies (a timeout panic), the server dies with it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		s := &Server{Port: port, Dir: dir, cmd: cmd}
+		if err := waitPing(s.Addr(), 10*time.Second); err != nil {
+			lastErr = fmt.Errorf("redis-server on %d: %w (log: %s)", port, err, tail(filepath.Join(dir, "redis.log")))
+			s.Stop()
+			continue
+		}
+		return s, nil
+	}
+	return nil, lastErr
+}
+
+func waitPing(addr string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			_ = c.SetDeadline(time.Now().Add(time.Second))
+			_, err = c.Write([]byte("PING\r\n"))
+			if err == nil {
+				var line string
+				line, err = bufio.NewReader(c).ReadString('\n')
+				if err == nil && !strings.HasPrefix(line, "+PONG") {
+					err = fmt.Errorf("unexpected reply %q", line)
+				}
+			}
+			_ = c.Close()
+			if err == nil {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// Cluster is a Redis Cluster of three masters started by the harness.
+type Cluster struct {
+	Nodes []*Server
+}
+
+// Addrs returns the node addresses.
+func (c *Cluster) Addrs() []string {
+	a := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		a[i] = n.Addr()
+	}
+	return a
+}
+
+// Stop kills every node.
+func (c *Cluster) Stop() {
+	for _, n := range c.Nodes {
+		n.Stop()
+	}
+}
+
+func startCluster() (*Cluster, error) {
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{}
+	for range 3 {
+		s, err := startServer(true)
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, s)
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("redis-cli --cluster create: %w: %s", err, out)
+	}
+	if err := c.waitOK(30 * time.Second); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// waitOK waits until every node reports cluster_state:ok and a client can write to every
+// node's slots.
+func (c *Cluster) waitOK(limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for _, n := range c.Nodes {
+		cl, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{n.Addr()}, ForceSingleClient: true, DisableCache: true})
+		if err != nil {
+			return err
+		}
+		for {
+			info, err := cl.Do(context.Background(), cl.B().ClusterInfo().Build()).ToString()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				cl.Close()
+				return fmt.Errorf("cluster node %s not ready: %v %q", n.Addr(), err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		cl.Close()
+	}
+	cl, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs(), DisableCache: true})
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for i := 0; ; i++ {
+		err := writeEverySlotOwner(cl)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster not writable: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// writeEverySlotOwner writes one key to each node (keys chosen by hash tag across the slot
+// range) to prove the cluster takes writes.
+func writeEverySlotOwner(cl rueidis.Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, tag := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		k := "{" + tag + "}:distsync-ready"
+		if err := cl.Do(ctx, cl.B().Set().Key(k).Value("1").Px(time.Second).Build()).Error(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,15 @@
+-- lib/clock.lua: the server's clock. Every deadline in distsync is computed here, from TIME,
+-- never from a client's clock.
+
+-- now() returns the server time in whole milliseconds and in microseconds.
+local function now()
+  local t = redis.call('TIME')
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+end
+
+-- int() formats a number as an integer string. Lua 5.1 prints large numbers in exponent form
+-- (1.7e+15), which would lose digits when written back to Redis.
+local function int(n)
+  return string.format('%.0f', n)
+end

@@ -1,0 +1,118 @@
+// Package scripts holds every Lua script distsync runs, one embedded .lua file each.
+//
+// Each file starts with a header giving its KEYS, ARGV and reply. A line of the form
+// "-- #include lib/x.lua" is replaced by that file when the script is loaded, so helpers
+// shared by several scripts (the server clock, the waiter queue) are written once.
+// Scripts run through rueidis' EVALSHA with an EVAL fallback on NOSCRIPT.
+package scripts
+
+import (
+	"context"
+	"crypto/sha1"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+//go:embed *.lua lib/*.lua
+var files embed.FS
+
+// The scripts. Their contracts are in the headers of the .lua files.
+var (
+	Extend       = load("extend.lua")
+	MutexAcquire = load("mutex_acquire.lua")
+	MutexRelease = load("mutex_release.lua")
+	MutexLeave   = load("mutex_leave.lua")
+)
+
+// Script is one loaded Lua script.
+type Script struct {
+	name string
+	src  string
+	sha  string
+	lua  *rueidis.Lua
+}
+
+func load(name string) *Script {
+	src := expand(name, 0)
+	sum := sha1.Sum([]byte(src))
+	return &Script{name: name, src: src, sha: hex.EncodeToString(sum[:]), lua: rueidis.NewLuaScript(src)}
+}
+
+const includeMark = "-- #include "
+
+func expand(name string, depth int) string {
+	if depth > 4 {
+		panic("scripts: include nesting too deep at " + name)
+	}
+	b, err := files.ReadFile(name)
+	if err != nil {
+		panic("scripts: " + err.Error())
+	}
+	var out strings.Builder
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		if inc, ok := strings.CutPrefix(line, includeMark); ok {
+			out.WriteString(expand(strings.TrimSpace(inc), depth+1))
+			continue
+		}
+		out.WriteString(line)
+	}
+	return out.String()
+}
+
+// Name returns the script's file name.
+func (s *Script) Name() string { return s.name }
+
+// Source returns the script as sent to Redis, includes expanded.
+func (s *Script) Source() string { return s.src }
+
+// Exec runs the script once (EVALSHA, then EVAL if the server does not know it yet).
+// rueidis does not retry it: a script that changes state must not run twice.
+func (s *Script) Exec(ctx context.Context, c rueidis.Client, keys, args []string) rueidis.RedisResult {
+	return s.lua.Exec(ctx, c, keys, args)
+}
+
+// Call is one script invocation in a batch.
+type Call struct {
+	Script *Script
+	Keys   []string
+	Args   []string
+}
+
+// DoMulti runs calls in one pipeline per Redis node (rueidis groups them by slot). Calls that
+// find the script missing (NOSCRIPT) are sent again with EVAL, in a second pipeline. Unlike
+// rueidis.Lua.ExecMulti it does not SCRIPT LOAD on every node first, which would cost one
+// more round trip on every renewal tick.
+func DoMulti(ctx context.Context, c rueidis.Client, calls []Call) []rueidis.RedisResult {
+	if len(calls) == 0 {
+		return nil
+	}
+	cmds := make(rueidis.Commands, len(calls))
+	for i, k := range calls {
+		cmds[i] = c.B().Evalsha().Sha1(k.Script.sha).Numkeys(int64(len(k.Keys))).Key(k.Keys...).Arg(k.Args...).Build()
+	}
+	res := c.DoMulti(ctx, cmds...)
+	var again []int
+	for i, r := range res {
+		if e, ok := rueidis.IsRedisErr(r.Error()); ok && e.IsNoScript() {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		cmds = cmds[:0]
+		for _, i := range again {
+			k := calls[i]
+			cmds = append(cmds, c.B().Eval().Script(k.Script.src).Numkeys(int64(len(k.Keys))).Key(k.Keys...).Arg(k.Args...).Build())
+		}
+		for j, r := range c.DoMulti(ctx, cmds...) {
+			res[again[j]] = r
+		}
+	}
+	return res
+}
+
+// String implements fmt.Stringer.
+func (s *Script) String() string { return fmt.Sprintf("script %s (%s)", s.name, s.sha[:8]) }

@@ -1,0 +1,321 @@
+// Package mutex is sync.Mutex across processes: one owner at a time for a name, on Redis.
+//
+// A Mutex is held by at most one goroutine in all processes that share its name and Redis.
+// Lock waits, without polling, until it gets the lock or its context ends; Unlock hands the
+// lock to the next waiting process inside Redis. Each hold is a [distsync.Lease] with a
+// fencing token and a loss signal: the Handle renews it, and if it is lost (expired, deleted,
+// taken, or Redis was unreachable until its deadline) its Done channel closes and Unlock
+// reports the loss.
+//
+// Fairness: waiting processes are served in the order they first waited, one hold each, and
+// the goroutines of one process in the order they called Lock. A Lock that finds the mutex
+// free takes it at once, even while others are queued behind a reservation that just expired.
+//
+// A Mutex is not reentrant: a goroutine that locks a Mutex it holds waits for itself until
+// its context ends. Like a sync.Mutex, a locked Mutex is not tied to a goroutine: one may
+// Lock and another Unlock.
+package mutex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/keys"
+	"github.com/distsync/distsync/internal/scripts"
+	"github.com/distsync/distsync/internal/waitq"
+)
+
+// voidTTL is how long an abandoned acquire attempt stays void (see mutex_leave.lua): far
+// longer than a command can stay in flight.
+const voidTTL = time.Minute
+
+// Mutex is a mutual exclusion lock shared by every process that uses the same name on the
+// same Redis. Make it with [New]; it is safe for concurrent use and must not be copied.
+type Mutex struct {
+	c     *core.Handle
+	name  string
+	ttl   time.Duration
+	renew bool
+
+	lock, fence, q, qx, channel string
+	waiter                      string // this Mutex's id in the Redis queue
+	room                        *waitq.Room
+
+	mu    sync.Mutex
+	lease *core.Lease // the current hold, nil when this Mutex is not held
+}
+
+// Option configures a Mutex.
+type Option func(*Mutex)
+
+// WithTTL sets the lease of each hold; the Handle renews it at a third of ttl for as long as
+// the mutex is held. It must be positive. The default is the Handle's lease TTL
+// ([distsync.DefaultLeaseTTL] unless [distsync.WithLeaseTTL] changed it).
+func WithTTL(ttl time.Duration) Option {
+	return func(m *Mutex) { m.ttl, m.renew = ttl, true }
+}
+
+// WithFixedLease makes each hold a lease of ttl that is never renewed: Redis frees the lock
+// ttl after it was acquired, and the hold's lease ends with [distsync.ErrLost] then, whether
+// or not the holder is done. Use it to bound how long any holder can keep the lock.
+func WithFixedLease(ttl time.Duration) Option {
+	return func(m *Mutex) { m.ttl, m.renew = ttl, false }
+}
+
+// New returns the Mutex called name. It sends nothing to Redis. It returns an error
+// matching [distsync.ErrInvalid] for an empty name or a lease shorter than a millisecond.
+// Any name is allowed otherwise; names that differ are different mutexes.
+func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
+	c := core.Of(h)
+	if c == nil {
+		return nil, fmt.Errorf("mutex: %w: nil handle", distsync.ErrInvalid)
+	}
+	m := &Mutex{c: c, name: name, ttl: c.Config.LeaseTTL, renew: true}
+	for _, o := range opts {
+		o(m)
+	}
+	if m.ttl < time.Millisecond {
+		return nil, fmt.Errorf("mutex %q: %w: lease TTL must be at least 1ms, got %v", name, distsync.ErrInvalid, m.ttl)
+	}
+	ks, err := c.Keys("mutex", name)
+	if err != nil {
+		return nil, fmt.Errorf("mutex %q: %w", name, err)
+	}
+	m.setKeys(ks)
+	m.waiter = c.NewID()
+	m.room = waitq.NewRoom(c, m.channel, m.parse)
+	return m, nil
+}
+
+func (m *Mutex) setKeys(ks keys.Space) {
+	m.lock, m.fence, m.q, m.qx, m.channel = ks.Key(), ks.Part("fence"), ks.Part("q"), ks.Part("qx"), ks.Channel()
+}
+
+// Name returns the name the Mutex was made with.
+func (m *Mutex) Name() string { return m.name }
+
+// Lock locks m. If the lock is held, anywhere, Lock waits until it can take it: it is woken
+// by the release, never polls, and re-checks by itself only when the holder's lease would run
+// out. ctx bounds the wait and nothing else: there is no limit on tries or time. On success
+// it returns nil and [Mutex.Lease] describes the hold. If ctx ends first it returns an error
+// matching both [distsync.ErrNotAcquired] and ctx.Err(), and leaves nothing behind in Redis.
+// A Redis error ends the wait and is returned.
+func (m *Mutex) Lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return m.notAcquired(err)
+	}
+	err := m.room.Acquire(ctx, m.attempt, m.abandon)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return m.notAcquired(ctx.Err())
+	case errors.Is(err, core.ErrClosed):
+		return fmt.Errorf("mutex %q: %w", m.name, err)
+	default:
+		return fmt.Errorf("mutex %q: lock: %w", m.name, err)
+	}
+}
+
+// TryLock tries to lock m once, without waiting. It returns true if it took the lock and
+// false, with a nil error, if the lock was held or reserved for a waiting process. ctx bounds
+// the one round trip; if it ends before the reply, TryLock returns ctx's error (matching
+// [distsync.ErrNotAcquired]) and makes sure the attempt takes nothing.
+func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, m.notAcquired(err)
+	}
+	res, owner, err := m.try(ctx, "", false)
+	if err != nil {
+		if owner != "" && !isRedisErr(err) {
+			m.c.Background("cleanup after a cancelled TryLock", voidTTL,
+				func(actx context.Context) error { return m.abandon(actx, owner, false) })
+		}
+		if ctx.Err() != nil {
+			return false, m.notAcquired(ctx.Err())
+		}
+		return false, fmt.Errorf("mutex %q: trylock: %w", m.name, err)
+	}
+	return res.Acquired, nil
+}
+
+// Unlock unlocks m and hands it to the next waiting process, if any. It returns nil if the
+// lock was held and is now released. It returns an error matching [distsync.ErrNotHeld] if m
+// is not locked, and one matching both ErrNotHeld and [distsync.ErrLost] if the hold was lost
+// before Unlock (someone else may have the lock now). ctx bounds the wait for Redis' reply; if
+// it ends first, Unlock returns its error and the Handle finishes the release in the
+// background. Either way m is unlocked locally when Unlock returns.
+func (m *Mutex) Unlock(ctx context.Context) error {
+	m.mu.Lock()
+	l := m.lease
+	m.lease = nil
+	m.mu.Unlock()
+	if l == nil {
+		return fmt.Errorf("mutex %q: unlock of unlocked mutex: %w", m.name, distsync.ErrNotHeld)
+	}
+	if err := l.Stop(); err != nil {
+		return fmt.Errorf("mutex %q: %w: %w", m.name, distsync.ErrNotHeld, err)
+	}
+	err := m.release(ctx, l)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, distsync.ErrLost):
+		return fmt.Errorf("mutex %q: %w: %w", m.name, distsync.ErrNotHeld, err)
+	}
+	// No confirmation (ctx ended, the connection failed, Redis answered with an error):
+	// retry in the background until the lease would have run out anyway.
+	m.c.Background("unlock of mutex "+strconv.Quote(m.name)+" (the lock expires with its lease)", l.TTL(),
+		func(bctx context.Context) error {
+			err := m.release(bctx, l)
+			l.End(distsync.ErrReleased) // if it could not be confirmed, the lease runs out anyway
+			if errors.Is(err, distsync.ErrLost) {
+				return nil
+			}
+			return err
+		})
+	return fmt.Errorf("mutex %q: unlock not confirmed (finishing in the background): %w", m.name, err)
+}
+
+// release runs the release script for l's owner and ends l.
+func (m *Mutex) release(ctx context.Context, l *core.Lease) error {
+	ok, err := scripts.MutexRelease.Exec(ctx, m.c.Client, []string{m.lock, m.q, m.qx},
+		[]string{l.Owner(), ms(m.c.Config.HandoffWindow), m.channel, m.c.Pub}).AsInt64()
+	switch {
+	case err != nil:
+		return err
+	case ok == 0:
+		err := fmt.Errorf("%w: the lock had expired or been taken when it was released", distsync.ErrLost)
+		l.End(err)
+		return err
+	}
+	l.End(distsync.ErrReleased)
+	return nil
+}
+
+// Lease returns the current hold of m, or nil if m is not locked (by this Mutex value; another
+// Mutex with the same name is another holder). The Lease carries the fencing token and the
+// loss signal of the hold.
+func (m *Mutex) Lease() *distsync.Lease {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lease == nil {
+		return nil
+	}
+	return m.lease.Public.(*distsync.Lease)
+}
+
+// Locker returns a [sync.Locker] whose Lock and Unlock call m's with context.Background().
+// Because sync.Locker has no error to return, they panic on any error: a Redis error, or an
+// Unlock of a mutex that is not held or was lost. Use it only where a sync.Locker is required.
+func (m *Mutex) Locker() sync.Locker { return locker{m} }
+
+type locker struct{ m *Mutex }
+
+func (l locker) Lock() {
+	if err := l.m.Lock(context.Background()); err != nil {
+		panic("mutex: Locker.Lock: " + err.Error())
+	}
+}
+
+func (l locker) Unlock() {
+	if err := l.m.Unlock(context.Background()); err != nil {
+		panic("mutex: Locker.Unlock: " + err.Error())
+	}
+}
+
+// attempt is the waitq.Attempt of Lock: it queues this Mutex's waiter id on failure.
+func (m *Mutex) attempt(ctx context.Context, more bool) (waitq.Result, string, error) {
+	return m.try(ctx, m.waiter, more)
+}
+
+// try runs the acquire script once. waiter "" is TryLock: no queueing, no reservation.
+func (m *Mutex) try(ctx context.Context, waiter string, more bool) (waitq.Result, string, error) {
+	owner := m.c.NewID()
+	slack := m.ttl / core.RenewDivisor
+	requeue := "0"
+	if more {
+		requeue = "1"
+	}
+	sent := time.Now()
+	vals, err := scripts.MutexAcquire.Exec(ctx, m.c.Client, []string{m.lock, m.fence, m.q, m.qx},
+		[]string{owner, ms(m.ttl), ms(m.c.Config.FenceTTL), waiter, requeue, ms(2 * slack), m.channel, m.c.Pub}).AsIntSlice()
+	if err != nil {
+		return waitq.Result{}, owner, err
+	}
+	if len(vals) < 2 {
+		return waitq.Result{}, "", fmt.Errorf("unexpected reply %v from %s", vals, scripts.MutexAcquire)
+	}
+	if vals[0] == 1 {
+		l := m.c.Hold(core.LeaseSpec{
+			Key: m.lock, Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: vals[1], Sent: sent,
+			Release: m.release,
+		})
+		if l.Err() != nil { // the handle closed while the attempt was in flight
+			_ = m.release(context.Background(), l)
+			return waitq.Result{}, "", core.ErrClosed
+		}
+		m.mu.Lock()
+		m.lease = l
+		m.mu.Unlock()
+		return waitq.Result{Acquired: true, Queued: waiter != "" && more, Wait: m.ttl + slack}, owner, nil
+	}
+	pttl := time.Duration(vals[1]) * time.Millisecond
+	wait := pttl + slack
+	if len(vals) > 2 && vals[2] == 1 {
+		wait = pttl + 2*time.Millisecond // someone else's reservation: it publishes nothing if it lapses
+	}
+	return waitq.Result{Queued: waiter != "", Wait: wait}, owner, nil
+}
+
+// abandon is the waitq.Abandon of Lock and TryLock.
+func (m *Mutex) abandon(ctx context.Context, owner string, dequeue bool) error {
+	waiter := ""
+	if dequeue {
+		waiter = m.waiter
+	}
+	return scripts.MutexLeave.Exec(ctx, m.c.Client, []string{m.lock, m.q, m.qx},
+		[]string{waiter, owner, ms(m.c.Config.HandoffWindow), m.channel, m.c.Pub, ms(voidTTL)}).Error()
+}
+
+// parse is the waitq.Parse of m's channel: "f" (freed), "c" (a reservation was claimed),
+// "r <waiter> <ms>" (reserved for waiter for ms).
+func (m *Mutex) parse(p string) (waitq.Signal, time.Duration) {
+	switch {
+	case p == "f":
+		return waitq.Recheck, 0
+	case p == "c":
+		return waitq.Claimed, 0
+	case strings.HasPrefix(p, "r "):
+		id, window, _ := strings.Cut(p[2:], " ")
+		if id == m.waiter {
+			return waitq.Recheck, 0
+		}
+		n, err := strconv.ParseInt(window, 10, 64)
+		if err != nil {
+			return waitq.Recheck, 0
+		}
+		return waitq.Reserved, time.Duration(n) * time.Millisecond
+	}
+	return waitq.Ignore, 0
+}
+
+func (m *Mutex) notAcquired(err error) error {
+	return fmt.Errorf("mutex %q: %w: %w", m.name, distsync.ErrNotAcquired, err)
+}
+
+func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+func isRedisErr(err error) bool {
+	_, ok := rueidis.IsRedisErr(err)
+	return ok
+}
