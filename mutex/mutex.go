@@ -165,41 +165,44 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := l.Stop(); err != nil {
 		return fmt.Errorf("mutex %q: %w: %w", m.name, distsync.ErrNotHeld, err)
 	}
-	err := m.release(ctx, l)
+	ok, err := m.release(ctx, l.Owner())
 	switch {
-	case err == nil:
+	case err == nil && ok:
+		l.End(distsync.ErrReleased)
 		return nil
-	case errors.Is(err, distsync.ErrLost):
-		return fmt.Errorf("mutex %q: %w: %w", m.name, distsync.ErrNotHeld, err)
+	case err == nil:
+		lost := fmt.Errorf("%w: the lock had expired or been taken when it was released", distsync.ErrLost)
+		l.End(lost)
+		return fmt.Errorf("mutex %q: %w: %w", m.name, distsync.ErrNotHeld, lost)
 	}
-	// No confirmation (ctx ended, the connection failed, Redis answered with an error):
-	// retry in the background until the lease would have run out anyway.
+	// No confirmation (ctx ended, the connection failed, Redis answered with an error): retry
+	// in the background until the lease would have run out anyway. A retry that finds the
+	// lock gone means the first attempt went through.
 	m.c.Background("unlock of mutex "+strconv.Quote(m.name)+" (the lock expires with its lease)", l.TTL(),
 		func(bctx context.Context) error {
-			err := m.release(bctx, l)
-			l.End(distsync.ErrReleased) // if it could not be confirmed, the lease runs out anyway
-			if errors.Is(err, distsync.ErrLost) {
-				return nil
+			defer l.End(distsync.ErrReleased)
+			backoff := 20 * time.Millisecond
+			for {
+				if _, err := m.release(bctx, l.Owner()); err == nil {
+					return nil
+				}
+				select {
+				case <-time.After(backoff):
+				case <-bctx.Done():
+					return err
+				}
+				backoff = min(2*backoff, time.Second)
 			}
-			return err
 		})
 	return fmt.Errorf("mutex %q: unlock not confirmed (finishing in the background): %w", m.name, err)
 }
 
-// release runs the release script for l's owner and ends l.
-func (m *Mutex) release(ctx context.Context, l *core.Lease) error {
-	ok, err := scripts.MutexRelease.Exec(ctx, m.c.Client, []string{m.lock, m.q, m.qx},
-		[]string{l.Owner(), ms(m.c.Config.HandoffWindow), m.channel, m.c.Pub}).AsInt64()
-	switch {
-	case err != nil:
-		return err
-	case ok == 0:
-		err := fmt.Errorf("%w: the lock had expired or been taken when it was released", distsync.ErrLost)
-		l.End(err)
-		return err
-	}
-	l.End(distsync.ErrReleased)
-	return nil
+// release runs the release script for owner: true if it released the lock, false if the
+// lock was not held by owner.
+func (m *Mutex) release(ctx context.Context, owner string) (bool, error) {
+	n, err := scripts.MutexRelease.Exec(ctx, m.c.Client, []string{m.lock, m.q, m.qx},
+		[]string{owner, ms(m.c.Config.HandoffWindow), m.channel, m.c.Pub}).AsInt64()
+	return n == 1, err
 }
 
 // Lease returns the current hold of m, or nil if m is not locked (by this Mutex value; another
@@ -258,10 +261,15 @@ func (m *Mutex) try(ctx context.Context, waiter string, more bool) (waitq.Result
 	if vals[0] == 1 {
 		l := m.c.Hold(core.LeaseSpec{
 			Key: m.lock, Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: vals[1], Sent: sent,
-			Release: m.release,
+			Release: func(ctx context.Context, l *core.Lease) error {
+				_, err := m.release(ctx, l.Owner())
+				return err
+			},
 		})
 		if l.Err() != nil { // the handle closed while the attempt was in flight
-			_ = m.release(context.Background(), l)
+			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, _ = m.release(rctx, owner)
+			cancel()
 			return waitq.Result{}, "", core.ErrClosed
 		}
 		m.mu.Lock()
@@ -269,8 +277,13 @@ func (m *Mutex) try(ctx context.Context, waiter string, more bool) (waitq.Result
 		m.mu.Unlock()
 		return waitq.Result{Acquired: true, Queued: waiter != "" && more, Wait: m.ttl + slack}, owner, nil
 	}
+	// The backstop: re-check when the lease we wait behind would run out, plus slack, since
+	// an expiring lease publishes nothing. The slack keeps an idle waiter to one command per
+	// lease against a holder that renews (its lease never drops below 2/3 of its TTL, so
+	// pttl + TTL/3 >= TTL), and shrinks for a lease that is about to run out anyway (a fixed
+	// lease, a crashed holder), so that the waiter is there soon after it does.
 	pttl := time.Duration(vals[1]) * time.Millisecond
-	wait := pttl + slack
+	wait := pttl + min(slack, pttl/2) + time.Millisecond
 	if len(vals) > 2 && vals[2] == 1 {
 		wait = pttl + 2*time.Millisecond // someone else's reservation: it publishes nothing if it lapses
 	}

@@ -1,0 +1,122 @@
+package mutex_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/mutex"
+)
+
+// pod is one simulated process: its own rueidis client (counted) and distsync handle.
+type pod struct {
+	raw    rueidis.Client
+	client *redistest.Counting
+	h      *distsync.Handle
+}
+
+func newPod(t *testing.T, b *redistest.Backend, prefix string, opts ...distsync.Option) *pod {
+	t.Helper()
+	raw := b.Client(t)
+	c := redistest.NewCounting(raw)
+	return &pod{raw: raw, client: c, h: b.Handle(t, c, append([]distsync.Option{distsync.WithKeyPrefix(prefix)}, opts...)...)}
+}
+
+// newPodVia is newPod whose connections go through net, for partitions.
+func newPodVia(t *testing.T, b *redistest.Backend, prefix string, net *redistest.Network, opts ...distsync.Option) *pod {
+	t.Helper()
+	raw := b.ClientVia(t, net)
+	c := redistest.NewCounting(raw)
+	return &pod{raw: raw, client: c, h: b.Handle(t, c, append([]distsync.Option{distsync.WithKeyPrefix(prefix)}, opts...)...)}
+}
+
+func (p *pod) mutex(t *testing.T, name string, opts ...mutex.Option) *mutex.Mutex {
+	t.Helper()
+	m, err := mutex.New(p.h, name, opts...)
+	if err != nil {
+		t.Fatalf("mutex.New(%q): %v", name, err)
+	}
+	return m
+}
+
+// keyOf returns the key of a part of the mutex name ("" for the lock itself), for names
+// without braces or '%'.
+func keyOf(prefix, name, part string) string {
+	k := prefix + "{" + name + "}:mutex"
+	if part != "" {
+		k += ":" + part
+	}
+	return k
+}
+
+func lockWithin(t *testing.T, m *mutex.Mutex, limit time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	if err := m.Lock(ctx); err != nil {
+		t.Fatalf("Lock(%s): %v", m.Name(), err)
+	}
+}
+
+func unlock(t *testing.T, m *mutex.Mutex) {
+	t.Helper()
+	if err := m.Unlock(context.Background()); err != nil {
+		t.Fatalf("Unlock(%s): %v", m.Name(), err)
+	}
+}
+
+// lockAsync starts Lock in a goroutine and returns a channel that yields its error and the
+// time it returned.
+type lockResult struct {
+	err error
+	at  time.Time
+}
+
+func lockAsync(ctx context.Context, m *mutex.Mutex) <-chan lockResult {
+	ch := make(chan lockResult, 1)
+	go func() {
+		err := m.Lock(ctx)
+		ch <- lockResult{err, time.Now()}
+	}()
+	return ch
+}
+
+func wait(t *testing.T, ch <-chan lockResult, limit time.Duration) lockResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(limit):
+		t.Fatalf("Lock did not return within %v", limit)
+		return lockResult{}
+	}
+}
+
+// waitQueued waits until the mutex's Redis queue holds n waiting processes.
+func waitQueued(t *testing.T, b *redistest.Backend, prefix, name string, n int64) {
+	t.Helper()
+	var got int64
+	ok := redistest.Eventually(5*time.Second, func() bool {
+		got, _ = b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Zcard().Key(keyOf(prefix, name, "q")).Build()
+		}).AsInt64()
+		return got == n
+	})
+	if !ok {
+		t.Fatalf("queue of %q holds %d waiters, want %d", name, got, n)
+	}
+}
+
+func isBoth(err error, targets ...error) bool {
+	for _, t := range targets {
+		if !errors.Is(err, t) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,681 @@
+package mutex_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/mutex"
+)
+
+// Several pods, several goroutines each, one mutex: never two inside at once, and every
+// acquisition's fencing token is larger than the one before it.
+func TestMutualExclusionAndIncreasingTokens(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const pods, goroutines, rounds = 4, 4, 15
+		prefix := b.Prefix(t)
+		var inside atomic.Int32
+		var mu sync.Mutex
+		var tokens []int64
+		var wg sync.WaitGroup
+		errs := make(chan error, pods*goroutines)
+		for p := range pods {
+			pd := newPod(t, b, prefix)
+			m := pd.mutex(t, "hot")
+			for g := range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					for i := range rounds {
+						if err := m.Lock(ctx); err != nil {
+							errs <- fmt.Errorf("pod %d goroutine %d round %d: %w", p, g, i, err)
+							return
+						}
+						if n := inside.Add(1); n != 1 {
+							errs <- fmt.Errorf("%d holders inside the critical section", n)
+						}
+						mu.Lock()
+						tokens = append(tokens, m.Lease().Token())
+						mu.Unlock()
+						if rand.IntN(4) == 0 {
+							time.Sleep(time.Millisecond)
+						}
+						inside.Add(-1)
+						if err := m.Unlock(ctx); err != nil {
+							errs <- fmt.Errorf("unlock: %w", err)
+							return
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if len(tokens) != pods*goroutines*rounds {
+			t.Fatalf("%d acquisitions, want %d", len(tokens), pods*goroutines*rounds)
+		}
+		for i := 1; i < len(tokens); i++ {
+			if tokens[i] <= tokens[i-1] {
+				t.Fatalf("token %d = %d after %d: fencing tokens must strictly increase", i, tokens[i], tokens[i-1])
+			}
+		}
+	})
+}
+
+// Tokens increase across clients taking turns, and across a lock that expired.
+func TestFencingTokensIncreaseAcrossClients(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		ms := []*mutex.Mutex{
+			newPod(t, b, prefix).mutex(t, "fenced"),
+			newPod(t, b, prefix).mutex(t, "fenced"),
+			newPod(t, b, prefix).mutex(t, "fenced", mutex.WithFixedLease(50*time.Millisecond)),
+		}
+		var last int64
+		for i := range 12 {
+			m := ms[i%len(ms)]
+			lockWithin(t, m, 10*time.Second)
+			tok := m.Lease().Token()
+			if tok <= last {
+				t.Fatalf("acquisition %d: token %d not above %d", i, tok, last)
+			}
+			last = tok
+			if i%len(ms) == 2 {
+				<-m.Lease().Done() // let the fixed lease expire instead of unlocking
+				_ = m.Unlock(context.Background())
+				continue
+			}
+			unlock(t, m)
+		}
+	})
+}
+
+// A waiter sends nothing while the lock is held, apart from one re-check per lease.
+func TestIdleWaiterDoesNotPoll(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = time.Second
+		prefix := b.Prefix(t)
+		holder := newPod(t, b, prefix, distsync.WithLeaseTTL(ttl)).mutex(t, "idle")
+		waiterPod := newPod(t, b, prefix, distsync.WithLeaseTTL(ttl))
+		waiter := waiterPod.mutex(t, "idle")
+
+		lockWithin(t, holder, 5*time.Second)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		res := lockAsync(ctx, waiter)
+		waitQueued(t, b, prefix, "idle", 1)
+		time.Sleep(100 * time.Millisecond) // let the waiter finish its subscribe + re-check
+
+		const window = 3 * time.Second
+		from := time.Now()
+		time.Sleep(window)
+		sent := waiterPod.client.Since(from)
+		if holder.Lease().Err() != nil {
+			t.Fatalf("holder lost its lease while renewing: %v", holder.Lease().Err())
+		}
+		// One backstop re-check per lease TTL at most (+1 for the window's edges).
+		limit := int(window/ttl) + 1
+		if len(sent) > limit {
+			t.Fatalf("idle waiter sent %d commands in %v (lease %v), want at most %d: %v", len(sent), window, ttl, limit, sent)
+		}
+		if len(sent) == 0 {
+			t.Fatalf("idle waiter sent no backstop re-check in %v; the counter may be broken", window)
+		}
+		t.Logf("idle waiter: %d commands in %v with a %v lease", len(sent), window, ttl)
+		unlock(t, holder)
+		if r := wait(t, res, 5*time.Second); r.err != nil {
+			t.Fatal(r.err)
+		}
+		unlock(t, waiter)
+	})
+}
+
+// With a long lease, Unlock wakes the waiter at once: no waiting for the lease to run out.
+func TestWaiterWakesPromptlyOnUnlock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 30 * time.Second
+		prefix := b.Prefix(t)
+		holder := newPod(t, b, prefix).mutex(t, "prompt", mutex.WithTTL(ttl))
+		waiter := newPod(t, b, prefix).mutex(t, "prompt", mutex.WithTTL(ttl))
+		lockWithin(t, holder, 5*time.Second)
+		res := lockAsync(context.Background(), waiter)
+		waitQueued(t, b, prefix, "prompt", 1)
+		time.Sleep(50 * time.Millisecond)
+
+		start := time.Now()
+		unlock(t, holder)
+		r := wait(t, res, ttl)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if d := r.at.Sub(start); d > ttl/10 {
+			t.Fatalf("waiter took %v after Unlock; the lease was %v", d, ttl)
+		} else {
+			t.Logf("hand-off took %v", d)
+		}
+		unlock(t, waiter)
+	})
+}
+
+// A release published while the waiter's subscription connection is down is not lost: the
+// waiter re-checks when its subscription comes back. Two ways down: the server kills the
+// subscription connection (CLIENT KILL TYPE pubsub; on miniredis, a restart), and a partition
+// between the waiter and Redis during which the holder unlocks.
+func TestNoLostWakeUpWhenSubscriptionDrops(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 30 * time.Second
+		for _, how := range []string{"client-kill", "partition"} {
+			t.Run(how, func(t *testing.T) {
+				prefix := b.Prefix(t)
+				net := redistest.NewNetwork()
+				holder := newPod(t, b, prefix).mutex(t, "dropped", mutex.WithTTL(ttl))
+				waiter := newPodVia(t, b, prefix, net).mutex(t, "dropped", mutex.WithTTL(ttl))
+				lockWithin(t, holder, 5*time.Second)
+				res := lockAsync(context.Background(), waiter)
+				waitQueued(t, b, prefix, "dropped", 1)
+				time.Sleep(100 * time.Millisecond)
+
+				var start time.Time
+				if how == "client-kill" {
+					b.KillPubSub(t)
+					start = time.Now()
+					// On miniredis the restart dropped the holder's connection too: its first
+					// command may fail while rueidis reconnects, and Unlock then finishes in the
+					// background.
+					if err := holder.Unlock(context.Background()); err != nil && b.Name != redistest.Mini {
+						t.Fatal(err)
+					}
+				} else {
+					net.Cut()
+					unlock(t, holder) // published while the waiter cannot hear it
+					time.Sleep(300 * time.Millisecond)
+					start = time.Now()
+					net.Restore()
+				}
+				r := wait(t, res, ttl)
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				// Without the re-check on re-subscription, the waiter would sleep until its
+				// backstop, past the 30 s lease.
+				if d := r.at.Sub(start); d > 5*time.Second {
+					t.Fatalf("waiter took %v; the lease was %v: the wake-up was lost", d, ttl)
+				} else {
+					t.Logf("waiter got the lock %v after the connection came back", d)
+				}
+				unlock(t, waiter)
+			})
+		}
+	})
+}
+
+// A holder that cannot reach Redis learns that its claim is lost no later than its lease's
+// deadline, even though it never hears back from Redis.
+func TestLossWhenRedisIsUnreachable(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = time.Second
+		prefix := b.Prefix(t)
+		net := redistest.NewNetwork()
+		m := newPodVia(t, b, prefix, net).mutex(t, "cut-off", mutex.WithTTL(ttl))
+		lockWithin(t, m, 5*time.Second)
+		lease := m.Lease()
+		time.Sleep(ttl / 2)
+		net.Cut()
+		cut := time.Now()
+		select {
+		case <-lease.Done():
+		case <-time.After(2 * ttl):
+			t.Fatalf("lease alive %v after the holder was cut off from Redis (lease %v)", time.Since(cut), ttl)
+		}
+		if d := time.Since(cut); d > ttl+100*time.Millisecond {
+			t.Fatalf("loss signalled %v after the cut, later than the lease (%v) could last", d, ttl)
+		}
+		if !errors.Is(lease.Err(), distsync.ErrLost) {
+			t.Fatalf("lease ended with %v, want ErrLost", lease.Err())
+		}
+		net.Restore()
+		if err := m.Unlock(context.Background()); !isBoth(err, distsync.ErrNotHeld, distsync.ErrLost) {
+			t.Fatalf("Unlock after the loss = %v, want ErrNotHeld and ErrLost", err)
+		}
+	})
+}
+
+// A holder that vanishes without Unlock (its client closed, so no renewal) is replaced once
+// its lease runs out, not before; it learns of the loss itself.
+func TestCrashedHolderIsReplacedAfterTTL(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = time.Second
+		prefix := b.Prefix(t)
+		crashed := newPod(t, b, prefix, distsync.WithLeaseTTL(ttl))
+		holder := crashed.mutex(t, "crash")
+		waiter := newPod(t, b, prefix, distsync.WithLeaseTTL(ttl)).mutex(t, "crash")
+		lockWithin(t, holder, 5*time.Second)
+		lease := holder.Lease()
+		res := lockAsync(context.Background(), waiter)
+		waitQueued(t, b, prefix, "crash", 1)
+
+		crashed.raw.Close()
+		start := time.Now()
+		r := wait(t, res, 10*ttl)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		d := r.at.Sub(start)
+		if d < ttl/2 {
+			t.Fatalf("waiter got the lock %v after the crash, before the holder's lease (%v) could have expired", d, ttl)
+		}
+		if d > 2*ttl+2*time.Second {
+			t.Fatalf("waiter got the lock %v after the crash; lease %v", d, ttl)
+		}
+		t.Logf("replaced %v after the crash (lease %v)", d, ttl)
+		select {
+		case <-lease.Done():
+			if !errors.Is(lease.Err(), distsync.ErrLost) {
+				t.Fatalf("crashed holder's lease ended with %v, want ErrLost", lease.Err())
+			}
+		case <-time.After(2 * ttl):
+			t.Fatal("crashed holder's lease did not end")
+		}
+		unlock(t, waiter)
+	})
+}
+
+// Deleting or overwriting the lock behind the holder's back ends its lease within one renewal
+// period, and its Unlock reports the loss.
+func TestLossIsSignalled(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 900 * time.Millisecond
+		for _, how := range []string{"deleted", "overwritten"} {
+			t.Run(how, func(t *testing.T) {
+				prefix := b.Prefix(t)
+				m := newPod(t, b, prefix).mutex(t, "lost", mutex.WithTTL(ttl))
+				lockWithin(t, m, 5*time.Second)
+				lease := m.Lease()
+				workCtx, cancel := lease.Context(context.Background())
+				defer cancel()
+				key := keyOf(prefix, "lost", "")
+				start := time.Now()
+				b.Do(t, func(c rueidis.Client) rueidis.Completed {
+					if how == "deleted" {
+						return c.B().Del().Key(key).Build()
+					}
+					return c.B().Set().Key(key).Value("someone-else").Build()
+				})
+				select {
+				case <-lease.Done():
+				case <-time.After(ttl):
+					t.Fatalf("lease still alive %v after its key was %s (renewal period %v)", time.Since(start), how, ttl/3)
+				}
+				if d := time.Since(start); d > ttl/3+300*time.Millisecond {
+					t.Fatalf("loss noticed after %v, want within one renewal period (%v)", d, ttl/3)
+				}
+				if !errors.Is(lease.Err(), distsync.ErrLost) {
+					t.Fatalf("lease.Err() = %v, want ErrLost", lease.Err())
+				}
+				<-workCtx.Done()
+				if !errors.Is(context.Cause(workCtx), distsync.ErrLost) {
+					t.Fatalf("work context cause = %v, want ErrLost", context.Cause(workCtx))
+				}
+				err := m.Unlock(context.Background())
+				if !isBoth(err, distsync.ErrNotHeld, distsync.ErrLost) {
+					t.Fatalf("Unlock after loss = %v, want ErrNotHeld and ErrLost", err)
+				}
+				if how == "overwritten" {
+					v, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Get().Key(key).Build() }).ToString()
+					if v != "someone-else" {
+						t.Fatalf("Unlock after loss changed the key to %q", v)
+					}
+				}
+			})
+		}
+	})
+}
+
+// A held lock stays held past many TTLs while the Handle renews it.
+func TestRenewalKeepsTheLock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 600 * time.Millisecond
+		prefix := b.Prefix(t)
+		m := newPod(t, b, prefix).mutex(t, "renewed", mutex.WithTTL(ttl))
+		other := newPod(t, b, prefix).mutex(t, "renewed", mutex.WithTTL(ttl))
+		lockWithin(t, m, 5*time.Second)
+		for deadline := time.Now().Add(4 * ttl); time.Now().Before(deadline); time.Sleep(ttl / 4) {
+			if ok, err := other.TryLock(context.Background()); err != nil || ok {
+				t.Fatalf("TryLock by another pod while held = %v, %v", ok, err)
+			}
+		}
+		if err := m.Lease().Err(); err != nil {
+			t.Fatalf("renewed lease ended: %v", err)
+		}
+		unlock(t, m)
+		if ok, err := other.TryLock(context.Background()); err != nil || !ok {
+			t.Fatalf("TryLock after Unlock = %v, %v", ok, err)
+		}
+		unlock(t, other)
+	})
+}
+
+// A fixed lease is not renewed: it ends (as a loss) when its TTL passes, and Redis frees the
+// lock then.
+func TestFixedLeaseExpires(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 400 * time.Millisecond
+		prefix := b.Prefix(t)
+		m := newPod(t, b, prefix).mutex(t, "fixed", mutex.WithFixedLease(ttl))
+		other := newPod(t, b, prefix).mutex(t, "fixed")
+		start := time.Now()
+		lockWithin(t, m, 5*time.Second)
+		lease := m.Lease()
+		select {
+		case <-lease.Done():
+		case <-time.After(3 * ttl):
+			t.Fatal("fixed lease did not end")
+		}
+		if d := time.Since(start); d > ttl+200*time.Millisecond {
+			t.Fatalf("fixed lease ended after %v, want about %v", d, ttl)
+		}
+		if !errors.Is(lease.Err(), distsync.ErrLost) {
+			t.Fatalf("fixed lease ended with %v, want ErrLost", lease.Err())
+		}
+		lockWithin(t, other, 3*ttl)
+		unlock(t, other)
+	})
+}
+
+// A waiter whose context ends returns at once with an error matching both ErrNotAcquired and
+// the context's error, and leaves no queue entry, no subscription and no goroutine behind.
+func TestCancelledWaiterLeavesNothingBehind(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		holder := newPod(t, b, prefix).mutex(t, "cancel")
+		waiterPod := newPod(t, b, prefix)
+		lockWithin(t, holder, 5*time.Second)
+		baseline := redistest.LibraryGoroutines()
+
+		for _, how := range []string{"deadline", "cancel"} {
+			waiter := waiterPod.mutex(t, "cancel")
+			var ctx context.Context
+			var cancel context.CancelFunc
+			if how == "deadline" {
+				ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+			} else {
+				ctx, cancel = context.WithCancel(context.Background())
+				time.AfterFunc(300*time.Millisecond, cancel)
+			}
+			start := time.Now()
+			err := waiter.Lock(ctx)
+			cancel()
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("%s: Lock returned %v after its context ended", how, d-300*time.Millisecond)
+			}
+			want := context.DeadlineExceeded
+			if how == "cancel" {
+				want = context.Canceled
+			}
+			if !isBoth(err, distsync.ErrNotAcquired, want) {
+				t.Fatalf("%s: Lock = %v, want ErrNotAcquired and %v", how, err, want)
+			}
+			if waiter.Lease() != nil {
+				t.Fatalf("%s: cancelled waiter has a lease", how)
+			}
+		}
+
+		if !redistest.Eventually(5*time.Second, func() bool {
+			n, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+				return c.B().Exists().Key(keyOf(prefix, "cancel", "q")).Build()
+			}).AsInt64()
+			return n == 0
+		}) {
+			t.Fatal("the cancelled waiter's queue entry is still in Redis")
+		}
+		if !redistest.Eventually(5*time.Second, func() bool {
+			return b.Subscribers(t, keyOf(prefix, "cancel", "ch")) == 0
+		}) {
+			t.Fatal("the cancelled waiter's subscription is still there")
+		}
+		redistest.WaitGoroutines(t, baseline, 5*time.Second)
+
+		// Nothing was reserved for the departed waiter: Unlock frees the lock outright.
+		unlock(t, holder)
+		if n, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Exists().Key(keyOf(prefix, "cancel", "")).Build()
+		}).AsInt64(); n != 0 {
+			t.Fatal("Unlock reserved the lock for a waiter that had left")
+		}
+	})
+}
+
+// Waiting processes get the lock in the order they started waiting.
+func TestWaitingProcessesAreServedInOrder(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		holder := newPod(t, b, prefix).mutex(t, "order")
+		lockWithin(t, holder, 5*time.Second)
+		var mu sync.Mutex
+		var order []int
+		var wg sync.WaitGroup
+		for i := range 4 {
+			m := newPod(t, b, prefix).mutex(t, "order")
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				lockWithin(t, m, 20*time.Second)
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+				unlock(t, m)
+			}()
+			waitQueued(t, b, prefix, "order", int64(i+1))
+		}
+		unlock(t, holder)
+		wg.Wait()
+		for i, got := range order {
+			if got != i {
+				t.Fatalf("processes got the lock in order %v, want 0 1 2 3", order)
+			}
+		}
+	})
+}
+
+// Goroutines of one process get the lock in the order they called Lock.
+func TestGoroutinesOfOneProcessAreServedInOrder(t *testing.T) {
+	b := redistest.Open(t, redistest.Mini)
+	prefix := b.Prefix(t)
+	p := newPod(t, b, prefix)
+	m := p.mutex(t, "local")
+	other := newPod(t, b, prefix).mutex(t, "local")
+	lockWithin(t, other, 5*time.Second)
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lockWithin(t, m, 20*time.Second)
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			unlock(t, m)
+		}()
+		time.Sleep(30 * time.Millisecond) // Lock calls in a known order
+	}
+	unlock(t, other)
+	wg.Wait()
+	for i, got := range order {
+		if got != i {
+			t.Fatalf("goroutines got the lock in order %v, want 0..4", order)
+		}
+	}
+}
+
+// Close releases what the Handle holds, so waiters elsewhere get it at once, and ends the
+// waits of its own primitives with ErrClosed.
+func TestHandleCloseReleasesAndEndsWaits(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 30 * time.Second
+		prefix := b.Prefix(t)
+		closing := newPod(t, b, prefix)
+		held := closing.mutex(t, "closing", mutex.WithTTL(ttl))
+		blocked := closing.mutex(t, "closing", mutex.WithTTL(ttl))
+		elsewhere := newPod(t, b, prefix).mutex(t, "closing", mutex.WithTTL(ttl))
+		lockWithin(t, held, 5*time.Second)
+		blockedRes := lockAsync(context.Background(), blocked)
+		elsewhereRes := lockAsync(context.Background(), elsewhere)
+		waitQueued(t, b, prefix, "closing", 2)
+
+		start := time.Now()
+		if err := closing.h.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if r := wait(t, blockedRes, 5*time.Second); !errors.Is(r.err, distsync.ErrClosed) {
+			t.Fatalf("Lock blocked on a closed handle = %v, want ErrClosed", r.err)
+		}
+		if r := wait(t, elsewhereRes, ttl); r.err != nil {
+			t.Fatal(r.err)
+		} else if d := r.at.Sub(start); d > 5*time.Second {
+			t.Fatalf("waiter elsewhere got the lock %v after Close; the lease was %v", d, ttl)
+		}
+		if err := held.Unlock(context.Background()); !isBoth(err, distsync.ErrNotHeld, distsync.ErrClosed) {
+			t.Fatalf("Unlock after Close = %v, want ErrNotHeld and ErrClosed", err)
+		}
+		if err := held.Lock(context.Background()); !errors.Is(err, distsync.ErrClosed) {
+			t.Fatalf("Lock after Close = %v, want ErrClosed", err)
+		}
+		unlock(t, elsewhere)
+	})
+}
+
+func TestTryLock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		m1 := newPod(t, b, prefix).mutex(t, "try")
+		m2 := newPod(t, b, prefix).mutex(t, "try")
+		ctx := context.Background()
+		if ok, err := m1.TryLock(ctx); !ok || err != nil {
+			t.Fatalf("TryLock on a free mutex = %v, %v", ok, err)
+		}
+		if ok, err := m2.TryLock(ctx); ok || err != nil {
+			t.Fatalf("TryLock on a held mutex = %v, %v; want false, nil", ok, err)
+		}
+		if m2.Lease() != nil {
+			t.Fatal("failed TryLock left a lease")
+		}
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		if ok, err := m2.TryLock(cancelled); ok || !isBoth(err, distsync.ErrNotAcquired, context.Canceled) {
+			t.Fatalf("TryLock with a cancelled context = %v, %v", ok, err)
+		}
+		unlock(t, m1)
+		if ok, err := m2.TryLock(ctx); !ok || err != nil {
+			t.Fatalf("TryLock after Unlock = %v, %v", ok, err)
+		}
+		unlock(t, m2)
+	})
+}
+
+// Bad input: a clear error at once, and nothing written to Redis.
+func TestBadInput(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		p := newPod(t, b, prefix)
+		for _, c := range []struct {
+			name string
+			opts []mutex.Option
+		}{
+			{"", nil},
+			{"x", []mutex.Option{mutex.WithTTL(0)}},
+			{"x", []mutex.Option{mutex.WithTTL(-time.Second)}},
+			{"x", []mutex.Option{mutex.WithFixedLease(0)}},
+			{"x", []mutex.Option{mutex.WithTTL(time.Microsecond)}},
+		} {
+			if _, err := mutex.New(p.h, c.name, c.opts...); !errors.Is(err, distsync.ErrInvalid) {
+				t.Errorf("New(%q, %d options) = %v, want ErrInvalid", c.name, len(c.opts), err)
+			}
+		}
+		if _, err := mutex.New(nil, "x"); !errors.Is(err, distsync.ErrInvalid) {
+			t.Errorf("New(nil handle) = %v, want ErrInvalid", err)
+		}
+		for _, opt := range []distsync.Option{
+			distsync.WithKeyPrefix("a{b"), distsync.WithLeaseTTL(0), distsync.WithFenceRetention(-1),
+			distsync.WithHandoffWindow(0),
+		} {
+			if _, err := distsync.New(p.raw, opt); !errors.Is(err, distsync.ErrInvalid) {
+				t.Errorf("distsync.New with a bad option = %v, want ErrInvalid", err)
+			}
+		}
+		if _, err := distsync.New(nil); !errors.Is(err, distsync.ErrInvalid) {
+			t.Errorf("distsync.New(nil) = %v, want ErrInvalid", err)
+		}
+
+		m := p.mutex(t, "misuse")
+		if err := m.Unlock(context.Background()); !errors.Is(err, distsync.ErrNotHeld) {
+			t.Errorf("Unlock without Lock = %v, want ErrNotHeld", err)
+		}
+		if n := p.client.Total(); n != 0 {
+			t.Errorf("bad input sent %d commands to Redis", n)
+		}
+		lockWithin(t, m, 5*time.Second)
+		unlock(t, m)
+		if err := m.Unlock(context.Background()); !errors.Is(err, distsync.ErrNotHeld) {
+			t.Errorf("second Unlock = %v, want ErrNotHeld", err)
+		}
+		if keys := b.Keys(t, prefix); len(keys) != 1 || keys[0] != keyOf(prefix, "misuse", "fence") {
+			t.Errorf("after misuse, keys = %v, want only the fence counter", keys)
+		}
+	})
+}
+
+// The sync.Locker adapter locks and unlocks, and panics where sync.Mutex would be misused.
+func TestLocker(t *testing.T) {
+	b := redistest.Open(t, redistest.Mini)
+	prefix := b.Prefix(t)
+	m := newPod(t, b, prefix).mutex(t, "locker")
+	var l sync.Locker = m.Locker()
+	l.Lock()
+	if m.Lease() == nil {
+		t.Fatal("Locker().Lock did not lock")
+	}
+	l.Unlock()
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Locker().Unlock of an unlocked mutex did not panic")
+		}
+	}()
+	l.Unlock()
+}
+
+// Names with braces, percent signs or binary bytes work on Cluster (every key of a mutex in
+// one slot) and do not collide with each other.
+func TestAnyNameWorks(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		p := newPod(t, b, prefix)
+		names := []string{"}", "{", "}{", "{}", "a}b{c", "{x}", "%7B", "%", "\x00\xff\n", "orders:42", string(make([]byte, 300))}
+		var held []*mutex.Mutex
+		for _, name := range names {
+			m := p.mutex(t, name)
+			if ok, err := m.TryLock(context.Background()); err != nil || !ok {
+				t.Fatalf("TryLock(%q) = %v, %v: names must not collide or cross slots", name, ok, err)
+			}
+			held = append(held, m)
+		}
+		for _, m := range held {
+			unlock(t, m)
+		}
+	})
+}
