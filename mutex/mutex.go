@@ -108,7 +108,9 @@ func (m *Mutex) Name() string { return m.name }
 // out. ctx bounds the wait and nothing else: there is no limit on tries or time. On success
 // it returns nil and [Mutex.Lease] describes the hold. If ctx ends first it returns an error
 // matching both [distsync.ErrNotAcquired] and ctx.Err(), and leaves nothing behind in Redis.
-// A Redis error ends the wait and is returned.
+// Connection errors and the errors of a failover in progress (READONLY, LOADING, CLUSTERDOWN)
+// are retried with backoff while waiting; any other Redis error ends the wait and is returned.
+// If the Handle is closed, Lock returns an error matching [distsync.ErrClosed].
 func (m *Mutex) Lock(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return m.notAcquired(err)
@@ -151,9 +153,12 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 // Unlock unlocks m and hands it to the next waiting process, if any. It returns nil if the
 // lock was held and is now released. It returns an error matching [distsync.ErrNotHeld] if m
 // is not locked, and one matching both ErrNotHeld and [distsync.ErrLost] if the hold was lost
-// before Unlock (someone else may have the lock now). ctx bounds the wait for Redis' reply; if
-// it ends first, Unlock returns its error and the Handle finishes the release in the
-// background. Either way m is unlocked locally when Unlock returns.
+// before Unlock (someone else may have the lock now). A connection error is retried a few
+// times at once; if a retry finds the lock gone after an attempt whose reply was lost, that
+// attempt counts as the release and Unlock returns nil. ctx bounds the wait for Redis; if it
+// ends first, or Redis stays unreachable, Unlock returns the error and the Handle keeps trying
+// in the background until the lease would have run out anyway. Either way m is unlocked
+// locally when Unlock returns.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	m.mu.Lock()
 	l := m.lease
@@ -166,6 +171,21 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		return fmt.Errorf("mutex %q: %w: %w", m.name, distsync.ErrNotHeld, err)
 	}
 	ok, err := m.release(ctx, l.Owner())
+	// A connection error leaves the outcome unknown; try again a few times at once (the
+	// release is a compare-and-delete, safe to repeat). If a retry finds the lock no longer
+	// ours, the most likely reason by far is that the first attempt went through.
+	for i, backoff := 0, 10*time.Millisecond; err != nil && core.Transient(err) && i < 3; i, backoff = i+1, 2*backoff {
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if ok, err = m.release(ctx, l.Owner()); err == nil {
+			ok = true
+		}
+	}
 	switch {
 	case err == nil && ok:
 		l.End(distsync.ErrReleased)
@@ -256,7 +276,7 @@ func (m *Mutex) try(ctx context.Context, waiter string, more bool) (waitq.Result
 		return waitq.Result{}, owner, err
 	}
 	if len(vals) < 2 {
-		return waitq.Result{}, "", fmt.Errorf("unexpected reply %v from %s", vals, scripts.MutexAcquire)
+		return waitq.Result{}, "", core.Permanent(fmt.Errorf("unexpected reply %v from %s", vals, scripts.MutexAcquire))
 	}
 	if vals[0] == 1 {
 		l := m.c.Hold(core.LeaseSpec{

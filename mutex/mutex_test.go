@@ -679,3 +679,98 @@ func TestAnyNameWorks(t *testing.T) {
 		}
 	})
 }
+
+// After contention, a cancelled waiter and a crashed holder, once every client is gone and
+// the leases have run out, the library's keyspace is empty: every key it wrote had a TTL (the
+// fence counter too, after its retention).
+func TestNoLeakedKeys(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 300 * time.Millisecond
+		prefix := b.Prefix(t)
+		opts := []distsync.Option{
+			distsync.WithLeaseTTL(ttl), distsync.WithHandoffWindow(100 * time.Millisecond),
+			distsync.WithFenceRetention(2 * time.Second),
+		}
+		var pods []*pod
+		for range 3 {
+			pods = append(pods, newPod(t, b, prefix, opts...))
+		}
+		var wg sync.WaitGroup
+		for i, p := range pods {
+			m := p.mutex(t, "leak")
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 10 {
+					lockWithin(t, m, 10*time.Second)
+					unlock(t, m)
+				}
+				if i == 0 { // a waiter that gives up
+					lockWithin(t, m, 10*time.Second)
+					other := pods[1].mutex(t, "leak")
+					ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+					_ = other.Lock(ctx)
+					cancel()
+					unlock(t, m)
+				}
+			}()
+		}
+		wg.Wait()
+		crash := pods[2].mutex(t, "leak-crash")
+		lockWithin(t, crash, 5*time.Second)
+		waiter := pods[1].mutex(t, "leak-crash")
+		res := lockAsync(context.Background(), waiter)
+		waitQueued(t, b, prefix, "leak-crash", 1)
+		pods[2].raw.Close()
+		if r := wait(t, res, 10*time.Second); r.err != nil {
+			t.Fatal(r.err)
+		}
+		for _, p := range pods {
+			_ = p.h.Close(context.Background())
+		}
+
+		var left []string
+		if !redistest.Eventually(6*time.Second, func() bool {
+			left = b.Keys(t, prefix)
+			return len(left) == 0
+		}) {
+			t.Fatalf("keys left after every lease and the fence retention passed: %v", left)
+		}
+	})
+}
+
+// Leases held together are renewed together: one pipeline per tick, not one command each.
+func TestRenewalsAreBatched(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl, n = 600 * time.Millisecond, 5
+		prefix := b.Prefix(t)
+		p := newPod(t, b, prefix, distsync.WithLeaseTTL(ttl))
+		var ms []*mutex.Mutex
+		for i := range n {
+			m := p.mutex(t, fmt.Sprint("batch", i))
+			lockWithin(t, m, 5*time.Second)
+			ms = append(ms, m)
+		}
+		before := len(p.client.Pipelines())
+		time.Sleep(2*ttl + ttl/6) // about six renewal periods
+		renewals := p.client.Pipelines()[before:]
+		if len(renewals) < 4 {
+			t.Fatalf("%d renewal pipelines in %v with a %v lease", len(renewals), 2*ttl, ttl)
+		}
+		// Unbatched renewals would be pipelines of one. The leases were taken a few
+		// milliseconds apart, so the first tick may split them; after that they travel together.
+		total := 0
+		for _, size := range renewals {
+			total += size
+		}
+		if total < len(renewals)*(n-1) || renewals[len(renewals)-1] != n {
+			t.Fatalf("renewal pipelines carried %v commands, want nearly all %d leases in each", renewals, n)
+		}
+		for _, m := range ms {
+			if err := m.Lease().Err(); err != nil {
+				t.Fatal(err)
+			}
+			unlock(t, m)
+		}
+	})
+}

@@ -16,6 +16,7 @@ type Counting struct {
 	mu     sync.Mutex
 	counts map[string]int
 	log    []Sent
+	multis []int // sizes of the DoMulti calls (pipelines)
 }
 
 // Sent is one counted command.
@@ -68,6 +69,13 @@ func (c *Counting) Counts() map[string]int {
 	return out
 }
 
+// Pipelines returns the number of commands in each DoMulti call so far.
+func (c *Counting) Pipelines() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int(nil), c.multis...)
+}
+
 // Do implements rueidis.Client.
 func (c *Counting) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	c.count(cmd)
@@ -79,6 +87,9 @@ func (c *Counting) DoMulti(ctx context.Context, multi ...rueidis.Completed) []ru
 	for _, cmd := range multi {
 		c.count(cmd)
 	}
+	c.mu.Lock()
+	c.multis = append(c.multis, len(multi))
+	c.mu.Unlock()
 	return c.Client.DoMulti(ctx, multi...)
 }
 

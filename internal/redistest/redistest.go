@@ -186,7 +186,17 @@ func (b *Backend) Handle(tb testing.TB, client rueidis.Client, opts ...distsync.
 	return h
 }
 
-// nodes returns one single-node client per master, for commands that must reach every node.
+// Nodes returns one single-node client per master, for commands that must reach every node.
+// The test closes them; they are closed at its end too.
+func (b *Backend) Nodes(tb testing.TB) []rueidis.Client {
+	tb.Helper()
+	cs := b.nodes(tb)
+	for _, c := range cs {
+		tb.Cleanup(c.Close)
+	}
+	return cs
+}
+
 func (b *Backend) nodes(tb testing.TB) []rueidis.Client {
 	tb.Helper()
 	var out []rueidis.Client

@@ -132,7 +132,7 @@ func (r *Room) Waiting() int {
 
 // Acquire waits its turn in the Room, then attempts until an attempt acquires, ctx ends or
 // the handle closes. It returns nil on success, ctx's error, core.ErrClosed, or the error of
-// an attempt (a Redis error ends the wait: it is returned, not retried).
+// an attempt that is not core.Transient (a transient error is retried with backoff).
 func (r *Room) Acquire(ctx context.Context, try Attempt, abandon Abandon) error {
 	w := &waiter{turn: make(chan struct{}), wake: make(chan struct{}, 1)}
 	r.mu.Lock()
@@ -149,7 +149,7 @@ func (r *Room) Acquire(ctx context.Context, try Attempt, abandon Abandon) error 
 	var owner string
 	select {
 	case <-w.turn:
-		owner, err = r.contend(ctx, w, try)
+		owner, err = r.contend(ctx, w, try, abandon)
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-r.h.Done():
@@ -161,7 +161,7 @@ func (r *Room) Acquire(ctx context.Context, try Attempt, abandon Abandon) error 
 
 // contend is the head's loop. It returns the owner value of an attempt whose reply it did
 // not get, with the error that ended the loop.
-func (r *Room) contend(ctx context.Context, w *waiter, try Attempt) (string, error) {
+func (r *Room) contend(ctx context.Context, w *waiter, try Attempt, abandon Abandon) (string, error) {
 	r.mu.Lock()
 	if r.sub == nil {
 		r.sub = r.h.Notifier.Attach(r.channel, r)
@@ -176,6 +176,7 @@ func (r *Room) contend(ctx context.Context, w *waiter, try Attempt) (string, err
 			timer.Stop()
 		}
 	}()
+	backoff := minBackoff
 	for {
 		if must {
 			r.mu.Lock()
@@ -188,11 +189,31 @@ func (r *Room) contend(ctx context.Context, w *waiter, try Attempt) (string, err
 				if ctx.Err() != nil {
 					return owner, ctx.Err()
 				}
-				if rueidis.IsRedisNil(err) || isRedisErr(err) {
-					return "", err // the script ran and failed, or never ran: nothing pending
+				if !core.Transient(err) {
+					if isRedisErr(err) {
+						return "", err // the script failed in Redis: nothing pending
+					}
+					return owner, err
 				}
-				return owner, err // a transport error: the attempt may have run
+				// A connection error, or a failover in progress: the wait goes on (only ctx
+				// bounds it). The attempt may have run, so undo it before trying again.
+				r.h.Log().Debug("distsync: attempt failed, retrying", "channel", r.channel, "err", err, "in", backoff)
+				if owner != "" && abandon != nil {
+					actx, cancel := context.WithTimeout(ctx, time.Second)
+					_ = abandon(actx, owner, false)
+					cancel()
+				}
+				select {
+				case <-time.After(backoff):
+				case <-ctx.Done():
+					return "", ctx.Err()
+				case <-r.h.Done():
+					return "", core.ErrClosed
+				}
+				backoff = min(2*backoff, maxBackoff)
+				continue
 			}
+			backoff = minBackoff
 			r.mu.Lock()
 			r.queued = res.Queued
 			r.checkAt = time.Now().Add(res.Wait)
@@ -305,6 +326,13 @@ func (r *Room) leave(w *waiter, failed bool, owner string, abandon Abandon) {
 			func(ctx context.Context) error { return abandon(ctx, owner, dequeue) })
 	}
 }
+
+// The head retries an attempt that failed on a transient error after minBackoff, doubling
+// up to maxBackoff.
+const (
+	minBackoff = 10 * time.Millisecond
+	maxBackoff = time.Second
+)
 
 // cleanupTimeout bounds the background cleanup after a cancelled wait.
 const cleanupTimeout = 10 * time.Second

@@ -1,0 +1,78 @@
+package keys
+
+import (
+	"strings"
+	"testing"
+)
+
+// slot is Redis Cluster's key slot: CRC16 (XMODEM) of the hash tag, or of the whole key when
+// it has no non-empty {...} section.
+func slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc % 16384)
+}
+
+func TestSlotMatchesRedis(t *testing.T) {
+	// Values from CLUSTER KEYSLOT on Redis 7.0.
+	for key, want := range map[string]int{"foo": 12182, "bar": 5061, "{user1000}.following": 3443, "{}foo": 9500} {
+		if got := slot(key); got != want {
+			t.Errorf("slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
+
+func unescape(s string) string {
+	return strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}").Replace(s)
+}
+
+// Every key and the channel of a primitive land in one slot, whatever its name, and names
+// never share keys.
+func FuzzKeysShareOneSlot(f *testing.F) {
+	for _, seed := range []string{"x", "}", "{", "}{", "{}", "a}b{c", "{x}", "%7B", "%", "\x00\xff", "orders:42", "}x{y}"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		s, err := New("distsync:", "mutex", name)
+		if name == "" {
+			if err == nil {
+				t.Fatal("empty name accepted")
+			}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := slot(s.Key())
+		for _, k := range []string{s.Part("fence"), s.Part("q"), s.Part("qx"), s.Channel()} {
+			if got := slot(k); got != want {
+				t.Fatalf("name %q: %q in slot %d, %q in slot %d", name, s.Key(), want, k, got)
+			}
+		}
+		if esc := Escape(name); strings.ContainsAny(esc, "{}") || unescape(esc) != name {
+			t.Fatalf("Escape(%q) = %q: not reversible or still has braces", name, esc)
+		}
+	})
+}
+
+func TestBadPrefix(t *testing.T) {
+	for _, p := range []string{"a{", "}", "{x}"} {
+		if _, err := New(p, "mutex", "x"); err == nil {
+			t.Errorf("prefix %q accepted", p)
+		}
+	}
+}

@@ -1,0 +1,312 @@
+package scripts_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/internal/scripts"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// mutexKeys is a mutex's key set under a test prefix.
+type mutexKeys struct {
+	lock, fence, q, qx, ch string
+	pub                    string
+}
+
+func newKeys(t *testing.T, b *redistest.Backend, c rueidis.Client) mutexKeys {
+	base := b.Prefix(t) + "{m}:mutex"
+	pub := "PUBLISH"
+	if c.Mode() == rueidis.ClientModeCluster {
+		pub = "SPUBLISH"
+	}
+	return mutexKeys{base, base + ":fence", base + ":q", base + ":qx", base + ":ch", pub}
+}
+
+type env struct {
+	t *testing.T
+	b *redistest.Backend
+	c rueidis.Client
+	k mutexKeys
+}
+
+func setup(t *testing.T, b *redistest.Backend) *env {
+	c := b.Client(t)
+	return &env{t, b, c, newKeys(t, b, c)}
+}
+
+// acquire runs mutex_acquire.lua: ttl 10 s, requeue as given, entry slack 5 s.
+func (e *env) acquire(owner, waiter string, requeue bool) []int64 {
+	e.t.Helper()
+	r := "0"
+	if requeue {
+		r = "1"
+	}
+	v, err := scripts.MutexAcquire.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
+		[]string{owner, "10000", "60000", waiter, r, "5000", e.k.ch, e.k.pub}).AsIntSlice()
+	if err != nil {
+		e.t.Fatalf("acquire: %v", err)
+	}
+	return v
+}
+
+func (e *env) release(owner string) int64 {
+	e.t.Helper()
+	v, err := scripts.MutexRelease.Exec(context.Background(), e.c, []string{e.k.lock, e.k.q, e.k.qx},
+		[]string{owner, "500", e.k.ch, e.k.pub}).AsInt64()
+	if err != nil {
+		e.t.Fatalf("release: %v", err)
+	}
+	return v
+}
+
+func (e *env) leave(waiter, owner string) int64 {
+	e.t.Helper()
+	v, err := scripts.MutexLeave.Exec(context.Background(), e.c, []string{e.k.lock, e.k.q, e.k.qx},
+		[]string{waiter, owner, "500", e.k.ch, e.k.pub, "60000"}).AsInt64()
+	if err != nil {
+		e.t.Fatalf("leave: %v", err)
+	}
+	return v
+}
+
+func (e *env) do(cmd rueidis.Completed) rueidis.RedisResult {
+	return e.c.Do(context.Background(), cmd)
+}
+
+func (e *env) get(key string) string {
+	v, err := e.do(e.c.B().Get().Key(key).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return ""
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return v
+}
+
+// everyKeyExpires fails if a key of the mutex lives without a TTL.
+func (e *env) everyKeyExpires() {
+	e.t.Helper()
+	for _, k := range []string{e.k.lock, e.k.fence, e.k.q, e.k.qx} {
+		if ttl, _ := e.do(e.c.B().Pttl().Key(k).Build()).AsInt64(); ttl == -1 {
+			e.t.Fatalf("key %s has no TTL", k)
+		}
+	}
+}
+
+func TestAcquireRelease(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		got := e.acquire("o1", "w1", false)
+		if got[0] != 1 {
+			t.Fatalf("acquire on a free mutex = %v", got)
+		}
+		if now := time.Now().UnixMicro(); got[1] < now-int64(time.Minute/time.Microsecond) {
+			t.Fatalf("token %d does not follow the server clock (%d)", got[1], now)
+		}
+		if v := e.get(e.k.lock); v != "o1" {
+			t.Fatalf("lock = %q", v)
+		}
+		e.everyKeyExpires()
+		if got := e.acquire("o2", "w2", false); got[0] != 0 || got[1] <= 9000 || got[2] != 0 {
+			t.Fatalf("acquire of a held mutex = %v, want {0, ~10000, 0}", got)
+		}
+		e.everyKeyExpires()
+		if e.release("o2") != 0 {
+			t.Fatal("release by a non-owner succeeded")
+		}
+		if e.release("o1") != 1 {
+			t.Fatal("release by the owner failed")
+		}
+		// w2 was queued: the lock is now reserved for it.
+		if v := e.get(e.k.lock); v != "~w2" {
+			t.Fatalf("after release, lock = %q, want reserved for w2", v)
+		}
+		if ttl, _ := e.do(e.c.B().Pttl().Key(e.k.lock).Build()).AsInt64(); ttl <= 0 || ttl > 500 {
+			t.Fatalf("reservation TTL %d ms, want the 500 ms window", ttl)
+		}
+	})
+}
+
+// Only the waiter a reservation names may claim it; TryLock (no waiter) may not.
+func TestReservationIsForItsWaiterOnly(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		e.acquire("o1", "", false)
+		e.acquire("o2", "w2", false)
+		e.acquire("o3", "w3", false)
+		e.release("o1")
+		if got := e.acquire("o4", "", false); got[0] != 0 || got[2] != 1 {
+			t.Fatalf("TryLock during a reservation = %v, want {0, window, 1}", got)
+		}
+		if got := e.acquire("o5", "w3", false); got[0] != 0 || got[2] != 1 {
+			t.Fatalf("claim by the wrong waiter = %v", got)
+		}
+		if got := e.acquire("o6", "w2", false); got[0] != 1 {
+			t.Fatalf("claim by the reserved waiter = %v", got)
+		}
+		if v := e.get(e.k.lock); v != "o6" {
+			t.Fatalf("lock = %q after the claim", v)
+		}
+		// w3 is next.
+		e.release("o6")
+		if v := e.get(e.k.lock); v != "~w3" {
+			t.Fatalf("lock = %q, want reserved for w3", v)
+		}
+	})
+}
+
+// A fencing token is one above the last even when the server clock is behind it.
+func TestTokenNeverGoesBack(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		const ahead = int64(5_000_000_000_000_000) // far past the current clock in µs
+		e.do(e.c.B().Set().Key(e.k.fence).Value(strconv.FormatInt(ahead, 10)).Build())
+		got := e.acquire("o1", "", false)
+		if got[1] != ahead+1 {
+			t.Fatalf("token %d, want %d", got[1], ahead+1)
+		}
+		e.release("o1")
+		if got := e.acquire("o2", "", false); got[1] != ahead+2 {
+			t.Fatalf("token %d, want %d", got[1], ahead+2)
+		}
+		if v := e.get(e.k.fence); v != strconv.FormatInt(ahead+2, 10) {
+			t.Fatalf("fence stored as %q (exponent notation would lose digits)", v)
+		}
+	})
+}
+
+// Requeue keeps a process queued (at the tail) after it acquires, for its other goroutines.
+func TestRequeueGoesToTheTail(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		e.acquire("o1", "w1", false)
+		e.acquire("x", "w2", false)
+		e.acquire("x", "w3", false)
+		e.release("o1") // reserved for w2
+		if got := e.acquire("o2", "w2", true); got[0] != 1 {
+			t.Fatalf("claim = %v", got)
+		}
+		order, _ := e.do(e.c.B().Zrange().Key(e.k.q).Min("0").Max("-1").Build()).AsStrSlice()
+		if strings.Join(order, ",") != "w3,w2" {
+			t.Fatalf("queue after a requeue = %v, want w3,w2", order)
+		}
+		e.everyKeyExpires()
+	})
+}
+
+// A queued waiter whose entry lapsed (its process stopped re-checking) is skipped.
+func TestDeadWaitersAreSkipped(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		e.acquire("o1", "", false)
+		e.acquire("x", "dead", false)
+		e.acquire("x", "alive", false)
+		e.do(e.c.B().Zadd().Key(e.k.qx).ScoreMember().ScoreMember(1, "dead").Build()) // lapsed long ago
+		e.release("o1")
+		if v := e.get(e.k.lock); v != "~alive" {
+			t.Fatalf("lock = %q, want reserved for the live waiter", v)
+		}
+		if n, _ := e.do(e.c.B().Zcard().Key(e.k.q).Build()).AsInt64(); n != 0 {
+			t.Fatalf("%d entries left in the queue", n)
+		}
+		e.acquire("o2", "alive", false)
+		e.acquire("x", "dead2", false)
+		e.do(e.c.B().Zadd().Key(e.k.qx).ScoreMember().ScoreMember(1, "dead2").Build())
+		e.release("o2")
+		if v := e.get(e.k.lock); v != "" {
+			t.Fatalf("with only dead waiters, lock = %q after release, want free", v)
+		}
+	})
+}
+
+// An attempt voided by leave fails when it arrives late, even on a free lock; an attempt that
+// ran before leave is undone and passed on.
+func TestLeaveVoidsOrPassesOnAnAbandonedAttempt(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		if e.leave("", "late") != 0 {
+			t.Fatal("leave of an attempt that had not run passed something on")
+		}
+		if got := e.acquire("late", "", false); got[0] != 0 {
+			t.Fatalf("a voided attempt acquired: %v", got)
+		}
+		if v := e.get(e.k.lock); v != "" {
+			t.Fatalf("lock = %q after a voided attempt", v)
+		}
+		e.everyKeyExpires()
+
+		e.acquire("early", "w1", false)
+		e.acquire("x", "w2", false)
+		if e.leave("w1", "early") != 1 {
+			t.Fatal("leave did not pass on the lock an abandoned attempt took")
+		}
+		if v := e.get(e.k.lock); v != "~w2" {
+			t.Fatalf("lock = %q, want reserved for w2", v)
+		}
+		// w2 gives up too: its reservation goes on (here: nobody left, so the lock is freed).
+		if e.leave("w2", "") != 1 {
+			t.Fatal("leave did not pass on a reservation for the leaving waiter")
+		}
+		if v := e.get(e.k.lock); v != "" {
+			t.Fatalf("lock = %q, want free", v)
+		}
+	})
+}
+
+func TestExtend(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		e.acquire("o1", "", false)
+		ext := func(owner string) int64 {
+			v, err := scripts.Extend.Exec(context.Background(), e.c, []string{e.k.lock}, []string{"s", owner, "30000"}).AsInt64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		if ext("other") != 0 {
+			t.Fatal("extend by a non-owner succeeded")
+		}
+		if ext("o1") != 1 {
+			t.Fatal("extend by the owner failed")
+		}
+		if ttl, _ := e.do(e.c.B().Pttl().Key(e.k.lock).Build()).AsInt64(); ttl <= 10000 {
+			t.Fatalf("PTTL %d after extending to 30 s", ttl)
+		}
+		e.release("o1")
+		if ext("o1") != 0 {
+			t.Fatal("extend of a released lock succeeded")
+		}
+	})
+}
+
+// DoMulti falls back to EVAL for scripts the server does not know.
+func TestDoMultiLoadsMissingScripts(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		if b.Name != redistest.Mini {
+			for _, c := range b.Nodes(t) {
+				c.Do(context.Background(), c.B().ScriptFlush().Build())
+			}
+		}
+		e.acquire("o1", "", false)
+		res := scripts.DoMulti(context.Background(), e.c, []scripts.Call{
+			{Script: scripts.Extend, Keys: []string{e.k.lock}, Args: []string{"s", "o1", "10000"}},
+			{Script: scripts.Extend, Keys: []string{e.k.lock}, Args: []string{"s", "nope", "10000"}},
+		})
+		for i, want := range []int64{1, 0} {
+			if v, err := res[i].AsInt64(); err != nil || v != want {
+				t.Fatalf("call %d = %v, %v; want %d", i, v, err, want)
+			}
+		}
+	})
+}
