@@ -28,6 +28,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/embedded"
 )
 
 // EnvRequire names the environment variable that, set to 1, makes a missing redis-server a
@@ -73,6 +74,8 @@ type Backend struct {
 	Server  *Server              // for "redis"
 	Cluster *Cluster             // for "cluster"
 	tb      testing.TB
+
+	embedded *embedded.Server
 }
 
 // Each runs f as a subtest on every backend.
@@ -89,13 +92,13 @@ func Open(tb testing.TB, name string) *Backend {
 	b := &Backend{Name: name, tb: tb}
 	switch name {
 	case Mini:
-		m := miniredis.NewMiniRedis()
-		m.ClockTTL(true)
-		if err := m.Start(); err != nil {
+		srv, err := embedded.Start()
+		if err != nil {
 			tb.Fatalf("miniredis: %v", err)
 		}
-		tb.Cleanup(m.Close)
-		b.Mini = m
+		tb.Cleanup(srv.Close)
+		b.embedded = srv
+		b.Mini = srv.Miniredis()
 	case Standalone:
 		requireBinaries(tb)
 		standaloneOnce.Do(func() { standalone, standaloneErr = startServer(false) })
@@ -142,16 +145,10 @@ func (b *Backend) Addrs() []string {
 
 // ClientOption returns the rueidis options for a client of this backend.
 func (b *Backend) ClientOption() rueidis.ClientOption {
-	opt := rueidis.ClientOption{InitAddress: b.Addrs()}
 	if b.Name == Mini {
-		// miniredis has no CLIENT TRACKING and no commands on a subscribed RESP3 connection;
-		// and it answers CLUSTER SLOTS, so rueidis would take it for a Cluster (and distsync
-		// would use sharded pub/sub, which miniredis lacks) unless told otherwise.
-		opt.DisableCache = true
-		opt.AlwaysRESP2 = true
-		opt.ForceSingleClient = true
+		return b.embedded.ClientOption()
 	}
-	return opt
+	return rueidis.ClientOption{InitAddress: b.Addrs()}
 }
 
 // Client returns a new rueidis client (one simulated pod), closed when the test ends.

@@ -1,0 +1,57 @@
+package distsync_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/embedded"
+	"github.com/distsync/distsync/mutex"
+)
+
+func ExampleNew() {
+	srv, _ := embedded.Start() // stands for your Redis
+	defer srv.Close()
+	client, err := srv.NewClient() // build your rueidis client as usual
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+
+	h, err := distsync.New(client, distsync.WithKeyPrefix("myapp:"), distsync.WithLeaseTTL(30*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	defer h.Close(context.Background())
+
+	m, _ := mutex.New(h, "nightly-report")
+	fmt.Println(m.Name())
+	// Output: nightly-report
+}
+
+// A lease ends with the reason it ended; here the lock's key is deleted behind the holder's
+// back, and the renewal that finds it gone ends the lease.
+func ExampleLease_Err() {
+	srv, _ := embedded.Start()
+	defer srv.Close()
+	client, _ := srv.NewClient()
+	defer client.Close()
+	h, _ := distsync.New(client, distsync.WithLeaseTTL(300*time.Millisecond))
+	defer h.Close(context.Background())
+	ctx := context.Background()
+
+	m, _ := mutex.New(h, "job")
+	_ = m.Lock(ctx)
+	lease := m.Lease()
+	srv.Miniredis().Del("distsync:{job}:mutex") // an operator deletes the key
+
+	<-lease.Done()
+	fmt.Println(errors.Is(lease.Err(), distsync.ErrLost))
+	err := m.Unlock(ctx)
+	fmt.Println(errors.Is(err, distsync.ErrNotHeld), errors.Is(err, distsync.ErrLost))
+	// Output:
+	// true
+	// true true
+}
