@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/counting"
 	"github.com/distsync/distsync/internal/redistest"
 	"github.com/distsync/distsync/mutex"
 )
@@ -16,14 +17,14 @@ import (
 // pod is one simulated process: its own rueidis client (counted) and distsync handle.
 type pod struct {
 	raw    rueidis.Client
-	client *redistest.Counting
+	client *counting.Client
 	h      *distsync.Handle
 }
 
 func newPod(t *testing.T, b *redistest.Backend, prefix string, opts ...distsync.Option) *pod {
 	t.Helper()
 	raw := b.Client(t)
-	c := redistest.NewCounting(raw)
+	c := counting.New(raw)
 	return &pod{raw: raw, client: c, h: b.Handle(t, c, append([]distsync.Option{distsync.WithKeyPrefix(prefix)}, opts...)...)}
 }
 
@@ -31,7 +32,7 @@ func newPod(t *testing.T, b *redistest.Backend, prefix string, opts ...distsync.
 func newPodVia(t *testing.T, b *redistest.Backend, prefix string, net *redistest.Network, opts ...distsync.Option) *pod {
 	t.Helper()
 	raw := b.ClientVia(t, net)
-	c := redistest.NewCounting(raw)
+	c := counting.New(raw)
 	return &pod{raw: raw, client: c, h: b.Handle(t, c, append([]distsync.Option{distsync.WithKeyPrefix(prefix)}, opts...)...)}
 }
 

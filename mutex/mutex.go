@@ -46,9 +46,14 @@ type Mutex struct {
 	ttl   time.Duration
 	renew bool
 
-	lock, fence, q, qx, channel string
-	waiter                      string // this Mutex's id in the Redis queue
-	room                        *waitq.Room
+	lock, fence, q, qx string
+	chanPrefix         string // waiter w listens on chanPrefix + ":" + w
+	waiter             string // this Mutex's id in the Redis queue
+	room               *waitq.Room
+
+	// Script arguments that never change, built once.
+	acquireKeys, releaseKeys              []string
+	ttlArg, fenceArg, slackArg, windowArg string
 
 	mu    sync.Mutex
 	lease *core.Lease // the current hold, nil when this Mutex is not held
@@ -91,13 +96,19 @@ func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
 		return nil, fmt.Errorf("mutex %q: %w", name, err)
 	}
 	m.setKeys(ks)
+	m.acquireKeys = []string{m.lock, m.fence, m.q, m.qx}
+	m.releaseKeys = []string{m.lock, m.q, m.qx}
+	// A queue entry outlives the lease it waits behind by two renewal periods: one for the
+	// backstop slack, one for a late timer.
+	m.ttlArg, m.fenceArg, m.slackArg = ms(m.ttl), ms(c.Config.FenceTTL), ms(2*m.ttl/core.RenewDivisor)
+	m.windowArg = ms(c.Config.HandoffWindow)
 	m.waiter = c.NewID()
-	m.room = waitq.NewRoom(c, m.channel, m.parse)
+	m.room = waitq.NewRoom(c, m.chanPrefix+":"+m.waiter, m.parse)
 	return m, nil
 }
 
 func (m *Mutex) setKeys(ks keys.Space) {
-	m.lock, m.fence, m.q, m.qx, m.channel = ks.Key(), ks.Part("fence"), ks.Part("q"), ks.Part("qx"), ks.Channel()
+	m.lock, m.fence, m.q, m.qx, m.chanPrefix = ks.Key(), ks.Part("fence"), ks.Part("q"), ks.Part("qx"), ks.Channel()
 }
 
 // Name returns the name the Mutex was made with.
@@ -136,7 +147,7 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, m.notAcquired(err)
 	}
-	res, owner, err := m.try(ctx, "", false)
+	res, owner, err := m.try(ctx, "", waitq.Try{})
 	if err != nil {
 		if owner != "" && !isRedisErr(err) {
 			m.c.Background("cleanup after a cancelled TryLock", voidTTL,
@@ -220,8 +231,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // release runs the release script for owner: true if it released the lock, false if the
 // lock was not held by owner.
 func (m *Mutex) release(ctx context.Context, owner string) (bool, error) {
-	n, err := scripts.MutexRelease.Exec(ctx, m.c.Client, []string{m.lock, m.q, m.qx},
-		[]string{owner, ms(m.c.Config.HandoffWindow), m.channel, m.c.Pub}).AsInt64()
+	n, err := scripts.MutexRelease.Exec(ctx, m.c.Client, m.releaseKeys, []string{owner, m.windowArg, m.chanPrefix, m.c.Pub}).AsInt64()
 	return n == 1, err
 }
 
@@ -257,21 +267,17 @@ func (l locker) Unlock() {
 }
 
 // attempt is the waitq.Attempt of Lock: it queues this Mutex's waiter id on failure.
-func (m *Mutex) attempt(ctx context.Context, more bool) (waitq.Result, string, error) {
-	return m.try(ctx, m.waiter, more)
+func (m *Mutex) attempt(ctx context.Context, t waitq.Try) (waitq.Result, string, error) {
+	return m.try(ctx, m.waiter, t)
 }
 
 // try runs the acquire script once. waiter "" is TryLock: no queueing, no reservation.
-func (m *Mutex) try(ctx context.Context, waiter string, more bool) (waitq.Result, string, error) {
+func (m *Mutex) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Result, string, error) {
 	owner := m.c.NewID()
 	slack := m.ttl / core.RenewDivisor
-	requeue := "0"
-	if more {
-		requeue = "1"
-	}
 	sent := time.Now()
-	vals, err := scripts.MutexAcquire.Exec(ctx, m.c.Client, []string{m.lock, m.fence, m.q, m.qx},
-		[]string{owner, ms(m.ttl), ms(m.c.Config.FenceTTL), waiter, requeue, ms(2 * slack), m.channel, m.c.Pub}).AsIntSlice()
+	vals, err := scripts.MutexAcquire.Exec(ctx, m.c.Client, m.acquireKeys,
+		[]string{owner, m.ttlArg, m.fenceArg, waiter, flag(t.More) + flag(t.Queued) + flag(t.Granted), m.slackArg, m.chanPrefix, m.c.Pub, t.Backup}).AsIntSlice()
 	if err != nil {
 		return waitq.Result{}, owner, err
 	}
@@ -295,7 +301,7 @@ func (m *Mutex) try(ctx context.Context, waiter string, more bool) (waitq.Result
 		m.mu.Lock()
 		m.lease = l
 		m.mu.Unlock()
-		return waitq.Result{Acquired: true, Queued: waiter != "" && more, Wait: m.ttl + slack}, owner, nil
+		return waitq.Result{Acquired: true, Queued: waiter != "" && t.More, Wait: m.ttl + slack}, owner, nil
 	}
 	// The backstop: re-check when the lease we wait behind would run out, plus slack, since
 	// an expiring lease publishes nothing. The slack keeps an idle waiter to one command per
@@ -316,30 +322,26 @@ func (m *Mutex) abandon(ctx context.Context, owner string, dequeue bool) error {
 	if dequeue {
 		waiter = m.waiter
 	}
-	return scripts.MutexLeave.Exec(ctx, m.c.Client, []string{m.lock, m.q, m.qx},
-		[]string{waiter, owner, ms(m.c.Config.HandoffWindow), m.channel, m.c.Pub, ms(voidTTL)}).Error()
+	return scripts.MutexLeave.Exec(ctx, m.c.Client, m.releaseKeys,
+		[]string{waiter, owner, m.windowArg, m.chanPrefix, m.c.Pub, ms(voidTTL)}).Error()
 }
 
-// parse is the waitq.Parse of m's channel: "f" (freed), "c" (a reservation was claimed),
-// "r <waiter> <ms>" (reserved for waiter for ms).
-func (m *Mutex) parse(p string) (waitq.Signal, time.Duration) {
+// parse is the waitq.Parse of m's channel (see internal/scripts/lib/queue.lua): "r <backup>"
+// (the lock is reserved for m), "w <ms>" (watch another waiter's reservation), "c" (claimed).
+func (m *Mutex) parse(p string) waitq.Signal {
 	switch {
-	case p == "f":
-		return waitq.Recheck, 0
-	case p == "c":
-		return waitq.Claimed, 0
 	case strings.HasPrefix(p, "r "):
-		id, window, _ := strings.Cut(p[2:], " ")
-		if id == m.waiter {
-			return waitq.Recheck, 0
-		}
-		n, err := strconv.ParseInt(window, 10, 64)
+		return waitq.Signal{Kind: waitq.Grant, Backup: p[2:]}
+	case strings.HasPrefix(p, "w "):
+		n, err := strconv.ParseInt(p[2:], 10, 64)
 		if err != nil {
-			return waitq.Recheck, 0
+			return waitq.Signal{Kind: waitq.Recheck}
 		}
-		return waitq.Reserved, time.Duration(n) * time.Millisecond
+		return waitq.Signal{Kind: waitq.Watch, Window: time.Duration(n) * time.Millisecond}
+	case p == "c":
+		return waitq.Signal{Kind: waitq.Claimed}
 	}
-	return waitq.Ignore, 0
+	return waitq.Signal{Kind: waitq.Recheck}
 }
 
 func (m *Mutex) notAcquired(err error) error {
@@ -347,6 +349,13 @@ func (m *Mutex) notAcquired(err error) error {
 }
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
 
 func isRedisErr(err error) bool {
 	_, ok := rueidis.IsRedisErr(err)

@@ -442,10 +442,12 @@ func TestCancelledWaiterLeavesNothingBehind(t *testing.T) {
 		}) {
 			t.Fatal("the cancelled waiter's queue entry is still in Redis")
 		}
+		var left []string
 		if !redistest.Eventually(5*time.Second, func() bool {
-			return b.Subscribers(t, keyOf(prefix, "cancel", "ch")) == 0
+			left = b.Channels(t, keyOf(prefix, "cancel", "ch")+":*")
+			return len(left) == 0
 		}) {
-			t.Fatal("the cancelled waiter's subscription is still there")
+			t.Fatalf("the cancelled waiter's subscription is still there: %v", left)
 		}
 		redistest.WaitGoroutines(t, baseline, 5*time.Second)
 

@@ -114,6 +114,7 @@ type renewer struct {
 	leases map[*Lease]struct{}
 	closed bool
 	kick   chan struct{}
+	wakeAt time.Time // when the loop will look at the leases next (zero: it is running)
 }
 
 func newRenewer(h *Handle) *renewer {
@@ -127,8 +128,17 @@ func (r *renewer) add(l *Lease) bool {
 		return false
 	}
 	r.leases[l] = struct{}{}
+	// Wake the loop only if it would look too late: a new lease renewed at the usual
+	// period mostly falls after the wake-up already planned, and then costs no context switch.
+	due := l.deadline
+	if l.spec.Renew && l.next.Before(due) {
+		due = l.next
+	}
+	early := !r.wakeAt.IsZero() && due.Before(r.wakeAt)
 	r.mu.Unlock()
-	r.wake()
+	if early {
+		r.wake()
+	}
 	return true
 }
 
@@ -161,6 +171,7 @@ func (r *renewer) run(ctx context.Context) {
 		var batch, expired []*Lease
 
 		r.mu.Lock()
+		r.wakeAt = time.Time{}
 		for l := range r.leases {
 			if !now.Before(l.deadline) {
 				delete(r.leases, l)
@@ -183,6 +194,7 @@ func (r *renewer) run(ctx context.Context) {
 				wake = at
 			}
 		}
+		r.wakeAt = wake
 		r.mu.Unlock()
 
 		for _, l := range expired {

@@ -46,8 +46,10 @@ func (s Space) Key() string { return s.base }
 // Part returns the key of one part of the primitive, such as "fence" or "q".
 func (s Space) Part(part string) string { return s.base + ":" + part }
 
-// Channel returns the pub/sub channel that wakes the primitive's waiters. It carries the same
-// hash tag as the keys, so a sharded publish from a script stays in the script's slot.
+// Channel returns the prefix of the primitive's pub/sub channels: each waiting process
+// listens on Channel() + ":" + its waiter id, so that a release wakes only the process it
+// hands the claim to. The channels carry the keys' hash tag, so a sharded publish from a
+// script stays in the script's slot.
 func (s Space) Channel() string { return s.base + ":ch" }
 
 // Escape returns name with '%', '{' and '}' percent-encoded.

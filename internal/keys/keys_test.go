@@ -58,7 +58,7 @@ func FuzzKeysShareOneSlot(f *testing.F) {
 			t.Fatal(err)
 		}
 		want := slot(s.Key())
-		for _, k := range []string{s.Part("fence"), s.Part("q"), s.Part("qx"), s.Channel()} {
+		for _, k := range []string{s.Part("fence"), s.Part("q"), s.Part("qx"), s.Channel() + ":waiter{1}"} {
 			if got := slot(k); got != want {
 				t.Fatalf("name %q: %q in slot %d, %q in slot %d", name, s.Key(), want, k, got)
 			}

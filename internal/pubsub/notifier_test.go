@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/distsync/distsync/internal/counting"
 	"github.com/distsync/distsync/internal/pubsub"
 	"github.com/distsync/distsync/internal/redistest"
 )
@@ -65,7 +66,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestOneSubscriptionPerChannel(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		baseline := redistest.LibraryGoroutines()
-		client := redistest.NewCounting(b.Client(t))
+		client := counting.New(b.Client(t))
 		n := pubsub.New(client, nil)
 		defer n.Close(context.Background())
 		n.SetLinger(0)
@@ -112,7 +113,7 @@ func TestOneSubscriptionPerChannel(t *testing.T) {
 // comes back within it attaches without a round trip.
 func TestLingerKeepsTheSubscription(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		client := redistest.NewCounting(b.Client(t))
+		client := counting.New(b.Client(t))
 		n := pubsub.New(client, nil)
 		defer n.Close(context.Background())
 		n.SetLinger(500 * time.Millisecond)

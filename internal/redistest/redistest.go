@@ -247,6 +247,31 @@ func escapeGlob(s string) string {
 	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(s)
 }
 
+// Channels returns the pub/sub channels with subscribers whose names match the glob pattern,
+// on all nodes (plain and sharded pub/sub together).
+func (b *Backend) Channels(tb testing.TB, pattern string) []string {
+	tb.Helper()
+	if b.Name == Mini {
+		return b.Mini.PubSubChannels(pattern)
+	}
+	var out []string
+	for _, c := range b.nodes(tb) {
+		for _, cmd := range []rueidis.Completed{
+			c.B().PubsubChannels().Pattern(pattern).Build(),
+			c.B().PubsubShardchannels().Pattern(pattern).Build(),
+		} {
+			chs, err := c.Do(context.Background(), cmd).AsStrSlice()
+			if err != nil {
+				c.Close()
+				tb.Fatalf("PUBSUB: %v", err)
+			}
+			out = append(out, chs...)
+		}
+		c.Close()
+	}
+	return out
+}
+
 // Subscribers returns the number of subscribers of a channel on all nodes (plain and
 // sharded pub/sub counted together).
 func (b *Backend) Subscribers(tb testing.TB, channel string) int64 {

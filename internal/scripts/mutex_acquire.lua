@@ -8,19 +8,27 @@
 -- ARGV[2] ttl        lease in ms
 -- ARGV[3] fence_ttl  ms the fence key outlives the last acquisition
 -- ARGV[4] waiter     waiter id of the caller's process queue; '' for TryLock (never queues)
--- ARGV[5] requeue    '1': more goroutines of this process wait, keep the waiter queued (at the tail)
+-- ARGV[5] flags      one character each, '1' or '0':
+--                    [1] requeue: more goroutines of this process wait; keep it queued, at the tail
+--                    [2] queued: the waiter may be in the queue; a success must take it out
+--                    [3] granted: a reservation for the waiter was announced; try claiming first
 -- ARGV[6] slack      ms a queue entry outlives the lease it waits behind (the waiter re-checks before)
--- ARGV[7] channel    pub/sub channel of the mutex
+-- ARGV[7] prefix     channel prefix; waiter w listens on prefix..':'..w
 -- ARGV[8] pub        'PUBLISH' or 'SPUBLISH'
+-- ARGV[9] backup     waiter to tell once a reservation is claimed ('' if none)
 -- Reply: {1, token}            acquired; token is the fencing token
 --        {0, pttl, reserved}   not acquired: the lock (or a reservation for another waiter,
 --                              reserved = 1) ends in pttl ms unless renewed or claimed
+--
+-- The fast path (a free mutex, nobody queued) is four calls: ZSCORE, SET NX, TIME, SET GET.
 
 -- #include lib/clock.lua
 -- #include lib/queue.lua
 
 local lock, fence, q, qx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local owner, ttl, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[4]
+local owner, ttl, waiter = ARGV[1], ARGV[2], ARGV[4]
+local flags = ARGV[5]
+local again, queued, granted = string.sub(flags, 1, 1) == '1', string.sub(flags, 2, 2) == '1', string.sub(flags, 3, 3) == '1'
 
 -- An attempt whose caller gave up while it was in flight was voided by mutex_leave.lua;
 -- it must not take the lock when it arrives late.
@@ -28,48 +36,52 @@ if redis.call('ZSCORE', qx, '!' .. owner) then
   return {0, 0, 0}
 end
 
-local cur = redis.call('GET', lock)
-local now_ms, now_us = now()
-if cur and (waiter == '' or cur ~= '~' .. waiter) then
-  local pttl = redis.call('PTTL', lock)
-  if pttl < 0 then
-    pttl = ttl -- a lock key without a TTL is not ours to judge; wait as if it were a fresh lease
+local claimed = false
+local cur = false
+if granted then
+  cur = redis.call('GET', lock)
+end
+if cur or not redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
+  cur = cur or redis.call('GET', lock)
+  if waiter ~= '' and cur == '~' .. waiter then
+    redis.call('SET', lock, owner, 'PX', ttl) -- claim the reservation made for this waiter
+    claimed = true
+  else
+    local pttl = redis.call('PTTL', lock)
+    if pttl < 0 then
+      pttl = tonumber(ttl) -- a lock key without a TTL is not ours to judge; wait as if it were fresh
+    end
+    if waiter ~= '' then
+      local now_ms, now_us = now()
+      enqueue(q, qx, waiter, now_ms, now_us, pttl + tonumber(ARGV[6]))
+    end
+    local reserved = 0
+    if string.sub(cur, 1, 1) == '~' then
+      reserved = 1
+    end
+    return {0, pttl, reserved}
   end
-  if waiter ~= '' then
-    local live = pttl + tonumber(ARGV[6])
-    redis.call('ZADD', q, 'NX', now_us, waiter) -- NX: a waiter keeps its place when it re-checks
-    redis.call('ZADD', qx, now_ms + live, waiter)
-    keep_until(q, qx, live)
-  end
-  local reserved = 0
-  if string.sub(cur, 1, 1) == '~' then
-    reserved = 1
-  end
-  return {0, pttl, reserved}
 end
 
--- Free, or reserved for this waiter. The token is max(last + 1, server time in µs): strictly
--- increasing while the fence key lives, and, because it follows the clock, still larger than
--- any token a failed-over primary handed out but never replicated once the promoted
--- replica's clock has passed it (see docs/guarantees.md).
-local token = tonumber(redis.call('GET', fence) or '0') + 1
-if now_us > token then
-  token = now_us
+-- Acquired. The token is max(last + 1, server time in µs): strictly increasing while the
+-- fence key lives, and, because it follows the clock, still larger than any token a
+-- failed-over primary handed out but never replicated once the promoted replica's clock has
+-- passed it (see docs/guarantees.md).
+local now_ms, now_us = now()
+local token = now_us
+local last = redis.call('SET', fence, int(now_us), 'PX', ARGV[3], 'GET')
+if last and tonumber(last) >= token then
+  token = tonumber(last) + 1 -- the clock is behind the last token: count on from it
+  redis.call('SET', fence, int(token), 'PX', ARGV[3])
 end
-redis.call('SET', fence, int(token), 'PX', ARGV[3])
-redis.call('SET', lock, owner, 'PX', ttl)
 if waiter ~= '' then
-  if ARGV[5] == '1' then
-    local live = ttl + tonumber(ARGV[6])
-    redis.call('ZADD', q, now_us, waiter)
-    redis.call('ZADD', qx, now_ms + live, waiter)
-    keep_until(q, qx, live)
-  elseif redis.call('ZREM', q, waiter) == 1 then
+  if again then
+    requeue(q, qx, waiter, now_ms, now_us, tonumber(ttl) + tonumber(ARGV[6]))
+  elseif queued and redis.call('ZREM', q, waiter) == 1 then
     redis.call('ZREM', qx, waiter)
   end
 end
-if cur then
-  -- A claimed reservation: tell the other waiters to stop timing it.
-  redis.call(ARGV[8], ARGV[7], 'c')
+if claimed and ARGV[9] ~= '' then
+  redis.call(ARGV[8], ARGV[7] .. ':' .. ARGV[9], 'c') -- the backup can stop watching
 end
 return {1, token}

@@ -5,7 +5,7 @@
 --                  process still wait (they keep the entry, and any reservation for it)
 -- ARGV[2] owner    value of an acquire attempt whose reply the caller did not wait for; ''
 -- ARGV[3] window   ms the next waiter has to claim a reservation passed on here
--- ARGV[4] channel  pub/sub channel of the mutex
+-- ARGV[4] prefix   channel prefix; waiter w listens on prefix..':'..w
 -- ARGV[5] pub      'PUBLISH' or 'SPUBLISH'
 -- ARGV[6] void_ttl ms to remember a voided attempt, longer than any command stays in flight
 -- Reply: 1 if a lock or reservation was passed on, else 0
@@ -23,15 +23,15 @@ local waiter, owner = ARGV[1], ARGV[2]
 if waiter ~= '' and redis.call('ZREM', q, waiter) == 1 then
   redis.call('ZREM', qx, waiter)
 end
-local now_ms = now()
 local cur = redis.call('GET', lock)
 if cur and ((owner ~= '' and cur == owner) or (waiter ~= '' and cur == '~' .. waiter)) then
-  pass_on(lock, q, qx, ARGV[3], ARGV[4], ARGV[5], now_ms)
+  pass_on(lock, q, qx, ARGV[3], ARGV[4], ARGV[5])
   return 1
 end
 if owner ~= '' then
+  -- Void the attempt.
   local void_ttl = tonumber(ARGV[6])
-  redis.call('ZADD', qx, now_ms + void_ttl, '!' .. owner)
-  keep_until(q, qx, void_ttl)
+  redis.call('ZADD', qx, now() + void_ttl, '!' .. owner)
+  live_for(qx, void_ttl)
 end
 return 0

@@ -45,12 +45,12 @@ func setup(t *testing.T, b *redistest.Backend) *env {
 // acquire runs mutex_acquire.lua: ttl 10 s, requeue as given, entry slack 5 s.
 func (e *env) acquire(owner, waiter string, requeue bool) []int64 {
 	e.t.Helper()
-	r := "0"
+	flags := "01" // queued
 	if requeue {
-		r = "1"
+		flags = "11"
 	}
 	v, err := scripts.MutexAcquire.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
-		[]string{owner, "10000", "60000", waiter, r, "5000", e.k.ch, e.k.pub}).AsIntSlice()
+		[]string{owner, "10000", "60000", waiter, flags, "5000", e.k.ch, e.k.pub, ""}).AsIntSlice()
 	if err != nil {
 		e.t.Fatalf("acquire: %v", err)
 	}
@@ -75,6 +75,48 @@ func (e *env) leave(waiter, owner string) int64 {
 		e.t.Fatalf("leave: %v", err)
 	}
 	return v
+}
+
+// listen subscribes to the channels of the given waiters and returns what arrives on them.
+func (e *env) listen(waiters ...string) chan [2]string {
+	e.t.Helper()
+	out := make(chan [2]string, 16)
+	c := e.b.Client(e.t)
+	for _, w := range waiters {
+		ch := e.k.ch + ":" + w
+		cmd := c.B().Subscribe().Channel(ch).Build()
+		if c.Mode() == rueidis.ClientModeCluster {
+			cmd = c.B().Ssubscribe().Channel(ch).Build()
+		}
+		ready := make(chan struct{})
+		ctx := rueidis.WithOnSubscriptionHook(context.Background(), func(rueidis.PubSubSubscription) { close(ready) })
+		go func() {
+			_ = c.Receive(ctx, cmd, func(m rueidis.PubSubMessage) { out <- [2]string{strings.TrimPrefix(m.Channel, e.k.ch+":"), m.Message} })
+		}()
+		<-ready
+	}
+	return out
+}
+
+// expect waits for the given (waiter, message) pairs, in any order: each waiter's channel has
+// its own subscription, and they are not ordered with each other.
+func (e *env) expect(msgs chan [2]string, pairs ...string) {
+	e.t.Helper()
+	want := map[[2]string]bool{}
+	for i := 0; i+1 < len(pairs); i += 2 {
+		want[[2]string{pairs[i], pairs[i+1]}] = true
+	}
+	for len(want) > 0 {
+		select {
+		case m := <-msgs:
+			if !want[m] {
+				e.t.Fatalf("unexpected message %q on %s's channel; still waiting for %v", m[1], m[0], want)
+			}
+			delete(want, m)
+		case <-time.After(5 * time.Second):
+			e.t.Fatalf("messages not received: %v", want)
+		}
+	}
 }
 
 func (e *env) do(cmd rueidis.Completed) rueidis.RedisResult {
@@ -136,23 +178,29 @@ func TestAcquireRelease(t *testing.T) {
 	})
 }
 
-// Only the waiter a reservation names may claim it; TryLock (no waiter) may not.
+// Only the waiter a reservation names may claim it; TryLock (no waiter) may not. The waiter
+// is told on its own channel, the next in line is asked to watch, and told when it is claimed.
 func TestReservationIsForItsWaiterOnly(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		e.acquire("o1", "", false)
 		e.acquire("o2", "w2", false)
 		e.acquire("o3", "w3", false)
+		msgs := e.listen("w2", "w3")
 		e.release("o1")
+		e.expect(msgs, "w2", "r w3", "w3", "w 500")
 		if got := e.acquire("o4", "", false); got[0] != 0 || got[2] != 1 {
 			t.Fatalf("TryLock during a reservation = %v, want {0, window, 1}", got)
 		}
 		if got := e.acquire("o5", "w3", false); got[0] != 0 || got[2] != 1 {
 			t.Fatalf("claim by the wrong waiter = %v", got)
 		}
-		if got := e.acquire("o6", "w2", false); got[0] != 1 {
-			t.Fatalf("claim by the reserved waiter = %v", got)
+		got, err := scripts.MutexAcquire.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
+			[]string{"o6", "10000", "60000", "w2", "01", "5000", e.k.ch, e.k.pub, "w3"}).AsIntSlice()
+		if err != nil || got[0] != 1 {
+			t.Fatalf("claim by the reserved waiter = %v, %v", got, err)
 		}
+		e.expect(msgs, "w3", "c")
 		if v := e.get(e.k.lock); v != "o6" {
 			t.Fatalf("lock = %q after the claim", v)
 		}

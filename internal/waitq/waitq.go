@@ -36,28 +36,50 @@ type Result struct {
 	Wait time.Duration
 }
 
-// Attempt tries once. more says whether other local goroutines wait behind the caller (an
-// acquiring attempt then keeps the Room queued). owner is the value the attempt used; the
-// Room passes it to Abandon if the attempt's reply was not awaited.
-type Attempt func(ctx context.Context, more bool) (res Result, owner string, err error)
+// Try describes the Room when an attempt is made.
+type Try struct {
+	// More says that other local goroutines wait behind the caller: an acquiring attempt
+	// then keeps the Room queued.
+	More bool
+	// Queued says that the Room's waiter id may be in the Redis queue: an acquiring attempt
+	// must take it out (unless More).
+	Queued bool
+	// Granted says that a Grant woke the Room: the claim is most likely reserved for it.
+	Granted bool
+	// Backup is the waiter to notify once a reservation for this Room is claimed: the
+	// Signal.Backup of the Grant that woke the Room, or "".
+	Backup string
+}
+
+// Attempt tries once. owner is the value the attempt used; the Room passes it to Abandon if
+// the attempt's reply was not awaited.
+type Attempt func(ctx context.Context, t Try) (res Result, owner string, err error)
 
 // Abandon cleans up in Redis after waiters gave up. owner is the value of an attempt whose
 // outcome is unknown, or ""; dequeue says that no local waiter is left and the Room's queue
 // entry must go. It runs in the background with its own context.
 type Abandon func(ctx context.Context, owner string, dequeue bool) error
 
-// Signal is what a message on the channel means to the Room.
-type Signal int
+// Kind is what a message on the Room's channel asks of it.
+type Kind int
 
 const (
-	Ignore   Signal = iota // not for this Room
-	Recheck                // attempt now (released, or reserved for this Room)
-	Reserved               // reserved for another waiter for the given duration
-	Claimed                // a reservation was claimed: stop timing it
+	Ignore  Kind = iota // nothing
+	Recheck             // attempt now
+	Grant               // the claim was reserved for this Room: attempt now; it left the Redis queue
+	Watch               // another waiter holds a reservation: re-check if it is not claimed in time
+	Claimed             // the watched reservation was claimed
 )
 
-// Parse interprets a message published on the primitive's channel.
-type Parse func(payload string) (Signal, time.Duration)
+// Signal is a parsed message.
+type Signal struct {
+	Kind   Kind
+	Window time.Duration // Watch: how long the reservation lasts
+	Backup string        // Grant: the waiter watching this reservation
+}
+
+// Parse interprets a message published on the Room's channel.
+type Parse func(payload string) Signal
 
 // Room is the local queue of one primitive in one process.
 type Room struct {
@@ -70,10 +92,12 @@ type Room struct {
 	tail    *waiter
 	n       int
 	sub     *pubsub.Subscription
-	now     bool      // re-check at once (message, re-subscription, a head that gave up)
-	window  time.Time // another waiter's reservation ends then (zero: none)
-	queued  bool      // the waiter id is in the Redis queue, as far as this process knows
-	checkAt time.Time // backstop: the head re-checks by itself then
+	now     bool        // re-check at once (message, re-subscription, a head that gave up)
+	granted bool        // a Grant arrived since the last attempt
+	backup  string      // from the last Grant, for the next attempt
+	watch   *time.Timer // fires when a watched reservation lapses unclaimed
+	queued  bool        // the waiter id is in the Redis queue, as far as this process knows
+	checkAt time.Time   // backstop: the head re-checks by itself then
 }
 
 type waiter struct {
@@ -82,26 +106,44 @@ type waiter struct {
 	wake chan struct{} // signals to the head; capacity 1
 }
 
-// NewRoom returns the Room of a primitive whose waiters listen on channel.
+// NewRoom returns the Room of a primitive; its waiters listen on channel, the Room's own.
 func NewRoom(h *core.Handle, channel string, parse Parse) *Room {
 	return &Room{h: h, channel: channel, parse: parse}
 }
 
 // Message implements pubsub.Listener.
+//
+// Watching a reservation costs the Room a timer, not a wake-up of its goroutines: the timer
+// wakes the head only if the reservation lapses unclaimed, and a claim stops it.
 func (r *Room) Message(payload string) {
-	sig, d := r.parse(payload)
-	if sig == Ignore {
-		return
-	}
+	sig := r.parse(payload)
 	r.mu.Lock()
-	switch sig {
+	defer r.mu.Unlock()
+	switch sig.Kind {
 	case Recheck:
 		r.now = true
-	case Reserved:
-		r.window = time.Now().Add(d)
+		r.signalLocked()
+	case Grant:
+		r.now, r.queued, r.granted, r.backup = true, false, true, sig.Backup
+		r.signalLocked()
+	case Watch:
+		d := sig.Window + 2*time.Millisecond
+		if r.watch == nil {
+			r.watch = time.AfterFunc(d, r.lapsed)
+		} else {
+			r.watch.Reset(d)
+		}
 	case Claimed:
-		r.window = time.Time{}
+		if r.watch != nil {
+			r.watch.Stop()
+		}
 	}
+}
+
+// lapsed runs when a watched reservation was not claimed in time.
+func (r *Room) lapsed() {
+	r.mu.Lock()
+	r.now = true
 	r.signalLocked()
 	r.mu.Unlock()
 }
@@ -180,15 +222,21 @@ func (r *Room) contend(ctx context.Context, w *waiter, try Attempt, abandon Aban
 	for {
 		if must {
 			r.mu.Lock()
-			more := r.n > 1
+			t := Try{More: r.n > 1, Queued: r.queued, Granted: r.granted, Backup: r.backup}
+			r.granted, r.backup = false, ""
 			subscribed := r.sub != nil
 			r.mu.Unlock()
 
-			res, owner, err := try(ctx, more)
+			res, owner, err := try(ctx, t)
 			if err != nil {
 				if ctx.Err() != nil {
 					return owner, ctx.Err()
 				}
+				// The attempt may have queued this Room: count it as queued, so that the
+				// entry is removed by the next success or the last waiter to leave.
+				r.mu.Lock()
+				r.queued = true
+				r.mu.Unlock()
 				if !core.Transient(err) {
 					if isRedisErr(err) {
 						return "", err // the script failed in Redis: nothing pending
@@ -217,9 +265,6 @@ func (r *Room) contend(ctx context.Context, w *waiter, try Attempt, abandon Aban
 			r.mu.Lock()
 			r.queued = res.Queued
 			r.checkAt = time.Now().Add(res.Wait)
-			if res.Acquired {
-				r.window = time.Time{}
-			}
 			r.mu.Unlock()
 			if res.Acquired {
 				return "", nil
@@ -253,9 +298,6 @@ func (r *Room) contend(ctx context.Context, w *waiter, try Attempt, abandon Aban
 			continue
 		}
 		at := r.checkAt
-		if !r.window.IsZero() && r.window.Before(at) {
-			at = r.window
-		}
 		r.mu.Unlock()
 		if timer == nil {
 			timer = time.NewTimer(time.Until(at))
@@ -267,11 +309,6 @@ func (r *Room) contend(ctx context.Context, w *waiter, try Attempt, abandon Aban
 			must = false // re-read the flags
 		case <-timer.C:
 			must = true
-			r.mu.Lock()
-			if !r.window.IsZero() && !time.Now().Before(r.window) {
-				r.window = time.Time{}
-			}
-			r.mu.Unlock()
 		case <-ctx.Done():
 			return "", ctx.Err()
 		case <-r.h.Done():
@@ -309,9 +346,10 @@ func (r *Room) leave(w *waiter, failed bool, owner string, abandon Abandon) {
 	var sub *pubsub.Subscription
 	if last {
 		sub, r.sub = r.sub, nil
-		r.queued = false
-		r.window = time.Time{}
-		r.now = false
+		r.queued, r.now, r.granted, r.backup = false, false, false, ""
+		if r.watch != nil {
+			r.watch.Stop()
+		}
 	} else if failed && wasHead {
 		// A reservation may be waiting for this Room: the next head checks at once.
 		r.now = true

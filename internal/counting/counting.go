@@ -1,4 +1,6 @@
-package redistest
+// Package counting wraps a rueidis client to count the commands sent through it, for tests,
+// the demo and the benchmarks.
+package counting
 
 import (
 	"context"
@@ -8,10 +10,10 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Counting is a rueidis.Client that counts the commands sent through it, by name. rueidis'
+// Client is a rueidis.Client that counts the commands sent through it, by name. rueidis'
 // own health-check PINGs do not go through it, so they are not counted (DESIGN.md: a PING is
 // the client's, not the library's).
-type Counting struct {
+type Client struct {
 	rueidis.Client
 	mu     sync.Mutex
 	counts map[string]int
@@ -25,12 +27,12 @@ type Sent struct {
 	Name string
 }
 
-// NewCounting wraps c.
-func NewCounting(c rueidis.Client) *Counting {
-	return &Counting{Client: c, counts: make(map[string]int)}
+// New wraps c.
+func New(c rueidis.Client) *Client {
+	return &Client{Client: c, counts: make(map[string]int)}
 }
 
-func (c *Counting) count(cmd rueidis.Completed) {
+func (c *Client) count(cmd rueidis.Completed) {
 	name := cmd.Commands()[0]
 	c.mu.Lock()
 	c.counts[name]++
@@ -39,14 +41,14 @@ func (c *Counting) count(cmd rueidis.Completed) {
 }
 
 // Total returns the number of commands counted so far.
-func (c *Counting) Total() int {
+func (c *Client) Total() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.log)
 }
 
 // Since returns the commands counted at or after t.
-func (c *Counting) Since(t time.Time) []Sent {
+func (c *Client) Since(t time.Time) []Sent {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []Sent
@@ -59,7 +61,7 @@ func (c *Counting) Since(t time.Time) []Sent {
 }
 
 // Counts returns a copy of the counts by command name.
-func (c *Counting) Counts() map[string]int {
+func (c *Client) Counts() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make(map[string]int, len(c.counts))
@@ -69,21 +71,29 @@ func (c *Counting) Counts() map[string]int {
 	return out
 }
 
+// Reset forgets everything counted so far.
+func (c *Client) Reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts = make(map[string]int)
+	c.log, c.multis = nil, nil
+}
+
 // Pipelines returns the number of commands in each DoMulti call so far.
-func (c *Counting) Pipelines() []int {
+func (c *Client) Pipelines() []int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]int(nil), c.multis...)
 }
 
 // Do implements rueidis.Client.
-func (c *Counting) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+func (c *Client) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	c.count(cmd)
 	return c.Client.Do(ctx, cmd)
 }
 
 // DoMulti implements rueidis.Client.
-func (c *Counting) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+func (c *Client) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
 	for _, cmd := range multi {
 		c.count(cmd)
 	}
@@ -94,7 +104,7 @@ func (c *Counting) DoMulti(ctx context.Context, multi ...rueidis.Completed) []ru
 }
 
 // Receive implements rueidis.Client.
-func (c *Counting) Receive(ctx context.Context, subscribe rueidis.Completed, fn func(msg rueidis.PubSubMessage)) error {
+func (c *Client) Receive(ctx context.Context, subscribe rueidis.Completed, fn func(msg rueidis.PubSubMessage)) error {
 	c.count(subscribe)
 	return c.Client.Receive(ctx, subscribe, fn)
 }
