@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/embedded"
+	"github.com/distsync/distsync/internal/counting"
+	"github.com/distsync/distsync/mutex"
+)
+
+type demoConfig struct {
+	redisURL                 string
+	pods, goroutines, rounds int
+	hold                     time.Duration
+}
+
+// demoRecord is what one critical section saw.
+type demoRecord struct {
+	pod, goroutine int
+	token          int64
+	handoff        time.Duration // since the previous holder (another goroutine) called Unlock; 0 if none
+	wait           time.Duration // Lock call to return
+}
+
+func demo(ctx context.Context, cfg demoConfig, out io.Writer) error {
+	opt, where, stopServer, err := demoRedis(cfg.redisURL)
+	if err != nil {
+		return err
+	}
+	defer stopServer()
+
+	prefix := fmt.Sprintf("distsync-demo:%d:", time.Now().UnixNano())
+	var clients []*counting.Client
+	var handles []*distsync.Handle
+	defer func() {
+		for i, h := range handles {
+			_ = h.Close(context.Background())
+			clients[i].Close()
+		}
+	}()
+	for range cfg.pods {
+		raw, err := rueidis.NewClient(opt)
+		if err != nil {
+			return fmt.Errorf("connect to %s: %w", where, err)
+		}
+		c := counting.New(raw)
+		h, err := distsync.New(c, distsync.WithKeyPrefix(prefix))
+		if err != nil {
+			raw.Close()
+			return err
+		}
+		clients, handles = append(clients, c), append(handles, h)
+	}
+	rtt, err := pingRTT(ctx, clients[0])
+	if err != nil {
+		return fmt.Errorf("ping %s: %w", where, err)
+	}
+	for _, c := range clients {
+		c.Reset()
+	}
+
+	fmt.Fprintf(out, "distsync demo: %d pods × %d goroutines, %d rounds each, on one mutex\n", cfg.pods, cfg.goroutines, cfg.rounds)
+	fmt.Fprintf(out, "Redis:            %s (round trip p50 %v)\n", where, rtt.Round(time.Microsecond))
+
+	var (
+		inside, maxInside atomic.Int32
+		mu                sync.Mutex // guards the records; the mutex under test already serialises them
+		records           []demoRecord
+		lastUnlock        time.Time
+		lastHolder        = -1
+		wg                sync.WaitGroup
+		firstErr          error
+		errOnce           sync.Once
+	)
+	start := time.Now()
+	for p, h := range handles {
+		m, err := mutex.New(h, "demo")
+		if err != nil {
+			return err
+		}
+		for g := range cfg.goroutines {
+			id := p*cfg.goroutines + g
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range cfg.rounds {
+					t0 := time.Now()
+					if err := m.Lock(ctx); err != nil {
+						errOnce.Do(func() { firstErr = err })
+						return
+					}
+					got := time.Now()
+					n := inside.Add(1)
+					for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
+					}
+					mu.Lock()
+					r := demoRecord{pod: p, goroutine: id, token: m.Lease().Token(), wait: got.Sub(t0)}
+					if lastHolder >= 0 && lastHolder != id {
+						r.handoff = got.Sub(lastUnlock)
+					}
+					records = append(records, r)
+					mu.Unlock()
+					time.Sleep(cfg.hold)
+					inside.Add(-1)
+					mu.Lock()
+					lastHolder, lastUnlock = id, time.Now()
+					mu.Unlock()
+					if err := m.Unlock(ctx); err != nil {
+						errOnce.Do(func() { firstErr = err })
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return firstErr
+	}
+	report(out, cfg, records, int(maxInside.Load()), clients, rtt, elapsed)
+	return nil
+}
+
+// demoRedis returns client options for the Redis the demo uses: the URL given, or an
+// embedded one it starts (and stop stops).
+func demoRedis(url string) (opt rueidis.ClientOption, where string, stop func(), err error) {
+	if url != "" {
+		opt, err = rueidis.ParseURL(url)
+		if err != nil {
+			return opt, "", nil, fmt.Errorf("--redis %q: %w", url, err)
+		}
+		return opt, url, func() {}, nil
+	}
+	srv, err := embedded.Start()
+	if err != nil {
+		return opt, "", nil, err
+	}
+	return srv.ClientOption(), "embedded miniredis at " + srv.Addr() + " (use --redis URL for a real one)", srv.Close, nil
+}
+
+func pingRTT(ctx context.Context, c rueidis.Client) (time.Duration, error) {
+	var samples []time.Duration
+	for range 50 {
+		t0 := time.Now()
+		if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+			return 0, err
+		}
+		samples = append(samples, time.Since(t0))
+	}
+	slices.Sort(samples)
+	return samples[len(samples)/2], nil
+}
+
+func report(out io.Writer, cfg demoConfig, records []demoRecord, maxInside int, clients []*counting.Client, rtt, elapsed time.Duration) {
+	perPod := make([]int, cfg.pods)
+	perG := make([]float64, cfg.pods*cfg.goroutines)
+	var handoffs, waits []time.Duration
+	increasing := true
+	for i, r := range records {
+		perPod[r.pod]++
+		perG[r.goroutine]++
+		waits = append(waits, r.wait)
+		if r.handoff > 0 {
+			handoffs = append(handoffs, r.handoff)
+		}
+		if i > 0 && r.token <= records[i-1].token {
+			increasing = false
+		}
+	}
+	commands := 0
+	for _, c := range clients {
+		commands += c.Total()
+	}
+	overlaps := "none: never more than one holder at a time"
+	if maxInside > 1 {
+		overlaps = fmt.Sprintf("VIOLATED: %d holders at once", maxInside)
+	}
+	tokens := "strictly increasing"
+	if !increasing {
+		tokens = "NOT increasing"
+	}
+	fmt.Fprintf(out, "acquisitions:     %d in %v (%.0f/s); per pod %s\n", len(records), elapsed.Round(time.Millisecond),
+		float64(len(records))/elapsed.Seconds(), strings.Trim(fmt.Sprint(perPod), "[]"))
+	fmt.Fprintf(out, "overlaps:         %s\n", overlaps)
+	if len(records) > 0 {
+		fmt.Fprintf(out, "fencing tokens:   %s, %d … %d\n", tokens, records[0].token, records[len(records)-1].token)
+	}
+	if len(handoffs) > 0 {
+		fmt.Fprintf(out, "hand-off:         p50 %v  p90 %v  p99 %v  (%s; Unlock by one goroutine to Lock returning in another)\n",
+			pct(handoffs, 50), pct(handoffs, 90), pct(handoffs, 99), inRTT(pct(handoffs, 50), rtt))
+	}
+	fmt.Fprintf(out, "wait in Lock:     p50 %v  p99 %v  max %v\n", pct(waits, 50), pct(waits, 99), pct(waits, 100))
+	fmt.Fprintf(out, "fairness:         Jain's index %.3f over %d goroutines (1 = equal shares)\n", jain(perG), len(perG))
+	fmt.Fprintf(out, "Redis commands:   %.2f per acquisition, all pods together (renewals and clean-up included)\n",
+		float64(commands)/float64(max(len(records), 1)))
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := (len(s) - 1) * p / 100
+	return s[i].Round(time.Microsecond)
+}
+
+func inRTT(d, rtt time.Duration) string {
+	if rtt <= 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.1f round trips", float64(d)/float64(rtt))
+}
+
+// jain is Jain's fairness index of xs: (Σx)² / (n·Σx²).
+func jain(xs []float64) float64 {
+	var sum, sq float64
+	for _, x := range xs {
+		sum += x
+		sq += x * x
+	}
+	if sq == 0 {
+		return 1
+	}
+	return sum * sum / (float64(len(xs)) * sq)
+}
