@@ -1,0 +1,19 @@
+module github.com/distsync/distsync/bench
+
+go 1.26.8
+
+replace github.com/distsync/distsync => ../
+
+require (
+	github.com/bsm/redislock v0.9.4
+	github.com/distsync/distsync v0.0.0
+	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/rueidis v1.0.79
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)

@@ -1,0 +1,229 @@
+// Command bench compares distsync's mutex with the Go peers on one local redis-server, in one
+// run, and prints a Markdown table (docs/benchmarks.md holds the latest one).
+//
+//	cd bench && go run . [-redis 127.0.0.1:6379] [-quick]
+//
+// Without -redis it starts a redis-server of its own (from PATH) on a free loopback port and
+// stops it at the end. Latencies are also given in Redis round trips: the median PING on an
+// idle connection, measured in the same run.
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	var (
+		addr       = flag.String("redis", "", "redis-server address (default: start one)")
+		quick      = flag.Bool("quick", false, "shorter runs (noisier figures)")
+		only       = flag.String("libs", "", "comma-separated libraries to run (default: all)")
+		processes  = flag.Int("processes", 4, "contention: worker processes")
+		goroutines = flag.Int("goroutines", 4, "contention: goroutines per process")
+		worker     = flag.Bool("worker", false, "internal: run as a contention worker")
+		wLib       = flag.String("lib", "", "internal")
+		wKey       = flag.String("key", "", "internal")
+		wProc      = flag.Int("proc", 0, "internal")
+		wStart     = flag.Int64("start", 0, "internal")
+		wUntil     = flag.Int64("until", 0, "internal")
+		wHold      = flag.Duration("hold", 0, "internal")
+	)
+	flag.Parse()
+	if *worker {
+		runWorker(*wLib, *addr, *wKey, *wProc, *goroutines, time.Unix(0, *wStart), time.Unix(0, *wUntil), *wHold)
+		return
+	}
+	if err := run(*addr, *quick, *only, *processes, *goroutines); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type row struct {
+	lib        lib
+	unP50      time.Duration
+	unP99      time.Duration
+	cont       contention
+	idle       float64
+	distinct   float64
+	contErr    error
+	contention bool
+}
+
+func run(addr string, quick bool, only string, processes, goroutines int) error {
+	if addr == "" {
+		srv, err := startRedis()
+		if err != nil {
+			return err
+		}
+		defer srv.stop()
+		addr = srv.addr
+	}
+	iters, dur, idleWin, distinctDur := 3000, 5*time.Second, 10*time.Second, 3*time.Second
+	if quick {
+		iters, dur, idleWin, distinctDur = 500, 2*time.Second, 3*time.Second, time.Second
+	}
+	var chosen []lib
+	for _, l := range libs {
+		if only == "" || slices_contains(strings.Split(only, ","), l.name) {
+			chosen = append(chosen, l)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "uncontended, all libraries interleaved…\n")
+	un, err := uncontended(chosen, addr, iters)
+	if err != nil {
+		return fmt.Errorf("uncontended: %w", err)
+	}
+	var rows []row
+	for _, l := range chosen {
+		r := row{lib: l, unP50: un[l.name][0], unP99: un[l.name][1]}
+		fmt.Fprintf(os.Stderr, "%s: distinct keys…\n", l.name)
+		if r.distinct, err = distinctKeys(l, addr, 16, distinctDur); err != nil {
+			return fmt.Errorf("%s distinct keys: %w", l.name, err)
+		}
+		if !l.floor {
+			r.contention = true
+			fmt.Fprintf(os.Stderr, "%s: contention %d×%d…\n", l.name, processes, goroutines)
+			r.cont, r.contErr = contended(l, addr, processes, goroutines, dur, 0)
+			if r.contErr != nil {
+				fmt.Fprintf(os.Stderr, "%s contention: %v\n", l.name, r.contErr)
+			}
+			fmt.Fprintf(os.Stderr, "%s: idle waiter…\n", l.name)
+			if r.idle, err = idleWaiter(l, addr, idleWin); err != nil {
+				return fmt.Errorf("%s idle waiter: %w", l.name, err)
+			}
+		}
+		rows = append(rows, r)
+	}
+	printTable(rows, un["PING"][0], processes, goroutines, dur, idleWin)
+	return nil
+}
+
+func slices_contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if strings.TrimSpace(y) == x {
+			return true
+		}
+	}
+	return false
+}
+
+func printTable(rows []row, rtt time.Duration, processes, goroutines int, dur, idleWin time.Duration) {
+	ratio := func(d, unit time.Duration) string {
+		if unit <= 0 {
+			return "?"
+		}
+		return fmt.Sprintf("%.1f", float64(d)/float64(unit))
+	}
+	var floor time.Duration
+	bestPeer := 0.0
+	for _, r := range rows {
+		if r.lib.floor {
+			floor = r.unP50
+		} else if r.lib.name != "distsync" && r.distinct > bestPeer {
+			bestPeer = r.distinct
+		}
+	}
+	fmt.Printf("Round trip (PING p50), measured between the uncontended pairs: %v.\n\n", rtt.Round(time.Microsecond))
+	fmt.Printf("| library | Lock+Unlock p50 (p99), uncontended | in RTT | vs floor | hand-off p50 / p99, in RTT under load | releaser re-acquires | Lock wait p99 | Jain (goroutines) | client cmds / acq | Redis cmds / acq | idle waiter cmds/s | distinct keys, pairs/s |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		vsFloor := "—"
+		if floor > 0 {
+			vsFloor = fmt.Sprintf("%.2f×", float64(r.unP50)/float64(floor))
+		}
+		cont := "| — | — | — | — | — | — | — "
+		if r.contention && r.contErr == nil {
+			c := r.cont
+			wait := c.waitP99.Round(time.Microsecond).String()
+			if c.stalled > 0 {
+				wait = fmt.Sprintf("∞: %d of %d goroutines never got it", c.stalled, c.processes*c.perProc)
+			}
+			cont = fmt.Sprintf("| %s / %s (%v / %v; RTT %v) | %.0f%% | %s | %.3f | %.2f | %.2f | %.2f ",
+				ratio(c.handoffP50, c.rtt), ratio(c.handoffP99, c.rtt), c.handoffP50.Round(time.Microsecond),
+				c.handoffP99.Round(time.Microsecond), c.rtt.Round(time.Microsecond), 100*c.reacquired, wait,
+				c.jain, c.clientCmds, c.redisCmds, r.idle)
+		} else if r.contErr != nil {
+			cont = fmt.Sprintf("| error: %v | | | | | | ", r.contErr)
+		}
+		distinct := fmt.Sprintf("%.0f", r.distinct)
+		if r.lib.name == "distsync" && bestPeer > 0 {
+			distinct += fmt.Sprintf(" (%.2f× best peer)", r.distinct/bestPeer)
+		}
+		fmt.Printf("| %s | %v (%v) | %s | %s %s| %s |\n", r.lib.name, r.unP50.Round(time.Microsecond), r.unP99.Round(time.Microsecond),
+			ratio(r.unP50, rtt), vsFloor, cont, distinct)
+	}
+	fmt.Printf("\nSettings: lease 10 s for every library. Uncontended: one goroutine, Lock then Unlock on an idle key, the libraries interleaved pair by pair. Contention: %d processes × %d goroutines on one key for %v, no work inside the lock; a hand-off is the time from one goroutine's Unlock call to the next Lock returning in another goroutine; its RTT unit is a PING sent by another client during the run. Idle waiter: commands a waiting client sends in %v while another client holds the lock. Distinct keys: 16 goroutines in one process, each on its own key.\n\n",
+		processes, goroutines, dur, idleWin)
+	for _, r := range rows {
+		fmt.Printf("- %s: %s\n", r.lib.name, r.lib.settings)
+	}
+}
+
+// ---- a redis-server of the benchmark's own
+
+type server struct {
+	addr string
+	cmd  *exec.Cmd
+	dir  string
+}
+
+func startRedis() (*server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New("no redis-server on PATH: install it or pass -redis host:port")
+	}
+	dir, err := os.MkdirTemp("", "distsync-bench-")
+	if err != nil {
+		return nil, err
+	}
+	for range 20 {
+		port := 10000 + int(time.Now().UnixNano()%12000)
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err != nil {
+			continue
+		} else {
+			_ = l.Close()
+		}
+		cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		s := &server{addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd, dir: dir}
+		if waitReady(s.addr) {
+			return s, nil
+		}
+		s.stop()
+	}
+	return nil, errors.New("could not start redis-server")
+}
+
+func waitReady(addr string) bool {
+	for range 200 {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			_, _ = c.Write([]byte("PING\r\n"))
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			_ = c.Close()
+			if strings.HasPrefix(line, "+PONG") {
+				return true
+			}
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return false
+}
+
+func (s *server) stop() {
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	_ = os.RemoveAll(s.dir)
+}

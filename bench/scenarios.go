@@ -1,0 +1,401 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// ---- uncontended Lock+Unlock, one goroutine
+
+// uncontended times Lock+Unlock on an idle key for every library, interleaved (one pair per
+// library in turn), so that every library meets the same moments of a noisy machine. It
+// returns the p50 and p99 of each, by library name.
+func uncontended(ls []lib, addr string, iters int) (map[string][2]time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pinger, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		return nil, err
+	}
+	defer pinger.Close()
+	var pings []time.Duration
+	lockers := make([]locker, len(ls))
+	for i, l := range ls {
+		s, err := l.open(addr)
+		if err != nil {
+			return nil, err
+		}
+		defer s.Close()
+		lockers[i] = s.New("uncontended")
+	}
+	d := make([][]time.Duration, len(ls))
+	for i := range iters + iters/10 {
+		t0 := time.Now()
+		if err := pinger.Do(ctx, pinger.B().Ping().Build()).Error(); err != nil {
+			return nil, err
+		}
+		if i >= iters/10 {
+			pings = append(pings, time.Since(t0))
+		}
+		for j, lk := range lockers {
+			t0 := time.Now()
+			if err := lk.Lock(ctx); err != nil {
+				return nil, fmt.Errorf("%s: %w", ls[j].name, err)
+			}
+			if err := lk.Unlock(ctx); err != nil {
+				return nil, fmt.Errorf("%s: %w", ls[j].name, err)
+			}
+			if i >= iters/10 { // the first tenth warms up connections and script caches
+				d[j] = append(d[j], time.Since(t0))
+			}
+		}
+	}
+	out := map[string][2]time.Duration{"PING": {pct(pings, 50), pct(pings, 99)}}
+	for j, l := range ls {
+		out[l.name] = [2]time.Duration{pct(d[j], 50), pct(d[j], 99)}
+	}
+	return out, nil
+}
+
+// ---- distinct keys: Lock+Unlock pairs per second, each goroutine on its own key
+
+func distinctKeys(l lib, addr string, goroutines int, dur time.Duration) (float64, error) {
+	s, err := l.open(addr)
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), dur+time.Minute)
+	defer cancel()
+	var pairs atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	start := time.Now()
+	deadline := start.Add(dur)
+	for g := range goroutines {
+		lk := s.New("distinct:" + strconv.Itoa(g))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				if err := lk.Lock(ctx); err != nil {
+					errs <- err
+					return
+				}
+				if err := lk.Unlock(ctx); err != nil {
+					errs <- err
+					return
+				}
+				pairs.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	return float64(pairs.Load()) / time.Since(start).Seconds(), nil
+}
+
+// ---- idle waiter: commands per second sent by a waiter while another session holds the lock
+
+func idleWaiter(l lib, addr string, window time.Duration) (float64, error) {
+	holder, err := l.open(addr)
+	if err != nil {
+		return 0, err
+	}
+	defer holder.Close()
+	waiter, err := l.open(addr)
+	if err != nil {
+		return 0, err
+	}
+	defer waiter.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), window+time.Minute)
+	defer cancel()
+	hl := holder.New("idle")
+	if err := hl.Lock(ctx); err != nil {
+		return 0, err
+	}
+	wl := waiter.New("idle")
+	got := make(chan error, 1)
+	go func() { got <- wl.Lock(ctx) }()
+	time.Sleep(time.Second) // settle: first attempt, subscription
+	before := waiter.Commands()
+	time.Sleep(window)
+	sent := waiter.Commands() - before
+	if err := hl.Unlock(ctx); err != nil {
+		return 0, err
+	}
+	if err := <-got; err != nil {
+		return 0, err
+	}
+	_ = wl.Unlock(ctx)
+	return float64(sent) / window.Seconds(), nil
+}
+
+// ---- contention: processes × goroutines on one key
+
+// record is one acquisition seen by a worker. Times are wall-clock nanoseconds: the workers
+// are processes on one machine, and share its clock.
+type record struct {
+	G          int   `json:"g"` // process*100 + goroutine
+	LockCall   int64 `json:"c"`
+	LockReturn int64 `json:"r"`
+	UnlockCall int64 `json:"u"`
+}
+
+type workerResult struct {
+	Records  []record `json:"records"`
+	Commands int64    `json:"commands"`
+	Stalled  int      `json:"stalled"` // goroutines whose Lock never returned
+	Err      string   `json:"err,omitempty"`
+}
+
+type contention struct {
+	acquisitions       int
+	perSecond          float64
+	handoffP50         time.Duration // Unlock call to the next Lock return, in another goroutine
+	handoffP99         time.Duration
+	reacquired         float64 // share of acquisitions by the goroutine that had just released
+	waitP99            time.Duration
+	jain               float64
+	clientCmds         float64       // commands the clients sent, per acquisition
+	redisCmds          float64       // commands Redis executed (INFO commandstats, script internals included), per acquisition
+	stalled            int           // goroutines still waiting 10 s after the run ended
+	rtt                time.Duration // PING p50 during the run, from another client
+	processes, perProc int
+}
+
+// runWorker is the body of a worker process: goroutines lock and unlock key until the
+// deadline, and the records go to stdout as JSON.
+func runWorker(libName, addr, key string, proc, goroutines int, start, until time.Time, hold time.Duration) {
+	res := workerResult{}
+	defer func() { _ = json.NewEncoder(os.Stdout).Encode(res) }()
+	l, err := libByName(libName)
+	if err != nil {
+		res.Err = err.Error()
+		return
+	}
+	s, err := l.open(addr)
+	if err != nil {
+		res.Err = err.Error()
+		return
+	}
+	defer s.Close()
+	lockers := make([]locker, goroutines)
+	for g := range lockers {
+		lockers[g] = s.New(key)
+	}
+	time.Sleep(time.Until(start))
+	ctx, cancel := context.WithDeadline(context.Background(), until.Add(10*time.Second))
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for g, lk := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []record
+			for time.Now().Before(until) {
+				r := record{G: proc*100 + g, LockCall: time.Now().UnixNano()}
+				if err := lk.Lock(ctx); err != nil {
+					mu.Lock()
+					if time.Now().After(until) && ctx.Err() != nil {
+						// Still waiting 10 s after everyone else stopped: a lost wake-up.
+						res.Stalled++
+					} else {
+						res.Err = err.Error()
+					}
+					mu.Unlock()
+					break
+				}
+				r.LockReturn = time.Now().UnixNano()
+				if hold > 0 {
+					time.Sleep(hold)
+				}
+				r.UnlockCall = time.Now().UnixNano()
+				if err := lk.Unlock(ctx); err != nil {
+					mu.Lock()
+					res.Err = err.Error()
+					mu.Unlock()
+					return
+				}
+				mine = append(mine, r)
+			}
+			mu.Lock()
+			res.Records = append(res.Records, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	res.Commands = s.Commands()
+}
+
+func contended(l lib, addr string, processes, goroutines int, dur, hold time.Duration) (contention, error) {
+	out := contention{processes: processes, perProc: goroutines}
+	key := fmt.Sprintf("contended-%d", time.Now().UnixNano())
+	before, err := commandstats(addr)
+	if err != nil {
+		return out, err
+	}
+	start := time.Now().Add(500 * time.Millisecond) // workers connect first, then start together
+	until := start.Add(dur)
+	// The round trip while the machine is as busy as the contention makes it: the unit of
+	// the hand-off columns.
+	pingDone := make(chan []time.Duration)
+	go func() {
+		var d []time.Duration
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+		if err == nil {
+			defer c.Close()
+			time.Sleep(time.Until(start))
+			for time.Now().Before(until) {
+				t0 := time.Now()
+				if c.Do(context.Background(), c.B().Ping().Build()).Error() == nil {
+					d = append(d, time.Since(t0))
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		pingDone <- d
+	}()
+	type proc struct {
+		cmd *exec.Cmd
+		out strings.Builder
+	}
+	var procs []*proc
+	for p := range processes {
+		pr := &proc{cmd: exec.Command(os.Args[0], "-worker", "-lib", l.name, "-redis", addr, "-key", key,
+			"-proc", strconv.Itoa(p), "-goroutines", strconv.Itoa(goroutines),
+			"-start", strconv.FormatInt(start.UnixNano(), 10), "-until", strconv.FormatInt(until.UnixNano(), 10),
+			"-hold", hold.String())}
+		pr.cmd.Stdout = &pr.out
+		pr.cmd.Stderr = os.Stderr
+		if err := pr.cmd.Start(); err != nil {
+			return out, err
+		}
+		procs = append(procs, pr)
+	}
+	var recs []record
+	var clientCmds int64
+	for _, pr := range procs {
+		if err := pr.cmd.Wait(); err != nil {
+			return out, fmt.Errorf("worker: %w", err)
+		}
+		var res workerResult
+		if err := json.Unmarshal([]byte(pr.out.String()), &res); err != nil {
+			return out, fmt.Errorf("worker output: %w", err)
+		}
+		if res.Err != "" {
+			return out, fmt.Errorf("worker: %s", res.Err)
+		}
+		recs = append(recs, res.Records...)
+		clientCmds += res.Commands
+		out.stalled += res.Stalled
+	}
+	out.rtt = pct(<-pingDone, 50)
+	after, err := commandstats(addr)
+	if err != nil {
+		return out, err
+	}
+	slices.SortFunc(recs, func(a, b record) int { return int(a.LockReturn - b.LockReturn) })
+	if len(recs) < 2 {
+		return out, fmt.Errorf("only %d acquisitions", len(recs))
+	}
+	var handoffs, waits []time.Duration
+	perG := map[int]float64{}
+	same := 0
+	for i, r := range recs {
+		perG[r.G]++
+		waits = append(waits, time.Duration(r.LockReturn-r.LockCall))
+		if i == 0 {
+			continue
+		}
+		prev := recs[i-1]
+		if prev.G == r.G {
+			same++
+			continue
+		}
+		handoffs = append(handoffs, time.Duration(r.LockReturn-prev.UnlockCall))
+	}
+	var shares []float64
+	for p := range processes {
+		for g := range goroutines {
+			shares = append(shares, perG[p*100+g])
+		}
+	}
+	n := len(recs)
+	out.acquisitions = n
+	out.perSecond = float64(n) / dur.Seconds()
+	out.handoffP50, out.handoffP99 = pct(handoffs, 50), pct(handoffs, 99)
+	out.reacquired = float64(same) / float64(n-1)
+	out.waitP99 = pct(waits, 99)
+	out.jain = jain(shares)
+	out.clientCmds = float64(clientCmds) / float64(n)
+	out.redisCmds = float64(after-before) / float64(n)
+	return out, nil
+}
+
+// commandstats returns the number of commands Redis has executed, from INFO commandstats,
+// leaving out the ones clients send to stay connected or to ask questions (PING, INFO,
+// HELLO, CLIENT, SELECT, CLUSTER, COMMAND).
+func commandstats(addr string) (int64, error) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		switch strings.SplitN(strings.TrimPrefix(name, "cmdstat_"), "|", 2)[0] {
+		case "ping", "info", "hello", "client", "select", "cluster", "command":
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		n, _ := strconv.ParseInt(calls, 10, 64)
+		total += n
+	}
+	return total, nil
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[(len(s)-1)*p/100]
+}
+
+// jain is Jain's fairness index: (Σx)² / (n·Σx²); 1 when every goroutine got the same share.
+func jain(xs []float64) float64 {
+	var sum, sq float64
+	for _, x := range xs {
+		sum += x
+		sq += x * x
+	}
+	if sq == 0 {
+		return 0
+	}
+	return sum * sum / (float64(len(xs)) * sq)
+}
