@@ -52,7 +52,7 @@ type Mutex struct {
 	room               *waitq.Room
 
 	// Script arguments that never change, built once.
-	acquireKeys, releaseKeys              []string
+	keys, confirmKeys                     []string
 	ttlArg, fenceArg, slackArg, windowArg string
 
 	mu    sync.Mutex
@@ -96,14 +96,14 @@ func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
 		return nil, fmt.Errorf("mutex %q: %w", name, err)
 	}
 	m.setKeys(ks)
-	m.acquireKeys = []string{m.lock, m.fence, m.q, m.qx}
-	m.releaseKeys = []string{m.lock, m.q, m.qx}
+	m.keys = []string{m.lock, m.fence, m.q, m.qx}
+	m.confirmKeys = []string{m.lock, m.q, m.qx}
 	// A queue entry outlives the lease it waits behind by two renewal periods: one for the
 	// backstop slack, one for a late timer.
 	m.ttlArg, m.fenceArg, m.slackArg = ms(m.ttl), ms(c.Config.FenceTTL), ms(2*m.ttl/core.RenewDivisor)
 	m.windowArg = ms(c.Config.HandoffWindow)
 	m.waiter = c.NewID()
-	m.room = waitq.NewRoom(c, m.chanPrefix+":"+m.waiter, m.parse)
+	m.room = waitq.NewRoom(c, m.chanPrefix+":"+m.waiter, waitq.Hooks{Parse: m.parse, Attempt: m.attempt, Abandon: m.abandon})
 	return m, nil
 }
 
@@ -126,7 +126,7 @@ func (m *Mutex) Lock(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return m.notAcquired(err)
 	}
-	err := m.room.Acquire(ctx, m.attempt, m.abandon)
+	err := m.room.Acquire(ctx)
 	switch {
 	case err == nil:
 		return nil
@@ -181,7 +181,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := l.Stop(); err != nil {
 		return fmt.Errorf("mutex %q: %w: %w", m.name, distsync.ErrNotHeld, err)
 	}
-	ok, err := m.release(ctx, l.Owner())
+	ok, err := m.release(ctx, l)
 	// A connection error leaves the outcome unknown; try again a few times at once (the
 	// release is a compare-and-delete, safe to repeat). If a retry finds the lock no longer
 	// ours, the most likely reason by far is that the first attempt went through.
@@ -193,7 +193,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		if ok, err = m.release(ctx, l.Owner()); err == nil {
+		if ok, err = m.release(ctx, l); err == nil {
 			ok = true
 		}
 	}
@@ -214,7 +214,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 			defer l.End(distsync.ErrReleased)
 			backoff := 20 * time.Millisecond
 			for {
-				if _, err := m.release(bctx, l.Owner()); err == nil {
+				if _, err := m.release(bctx, l); err == nil {
 					return nil
 				}
 				select {
@@ -228,10 +228,19 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	return fmt.Errorf("mutex %q: unlock not confirmed (finishing in the background): %w", m.name, err)
 }
 
-// release runs the release script for owner: true if it released the lock, false if the
-// lock was not held by owner.
-func (m *Mutex) release(ctx context.Context, owner string) (bool, error) {
-	n, err := scripts.MutexRelease.Exec(ctx, m.c.Client, m.releaseKeys, []string{owner, m.windowArg, m.chanPrefix, m.c.Pub}).AsInt64()
+// release runs the release script for l: true if it released the lock, false if the lock was
+// not held by l's owner. A grant that the renewal loop has not confirmed yet is confirmed in
+// the same round trip, first: the confirm also queues this Mutex's other waiters again, which
+// must not be skipped by a holder quicker than the loop.
+func (m *Mutex) release(ctx context.Context, l *core.Lease) (bool, error) {
+	call := scripts.Call{Script: scripts.MutexRelease, Keys: m.keys,
+		Args: []string{l.Owner(), m.windowArg, m.fenceArg, m.chanPrefix, m.c.Pub}}
+	if first := l.Unsent(); first != nil {
+		res := scripts.DoMulti(ctx, m.c.Client, []scripts.Call{*first, call})
+		n, err := res[1].AsInt64()
+		return n == 1, err
+	}
+	n, err := call.Script.Exec(ctx, m.c.Client, call.Keys, call.Args).AsInt64()
 	return n == 1, err
 }
 
@@ -268,16 +277,39 @@ func (l locker) Unlock() {
 
 // attempt is the waitq.Attempt of Lock: it queues this Mutex's waiter id on failure.
 func (m *Mutex) attempt(ctx context.Context, t waitq.Try) (waitq.Result, string, error) {
+	if g := t.Grant; g != nil && !t.QueuedAt.IsZero() {
+		// The release granted the lock to this process (see lib/queue.lua). Redis expires the
+		// grant one hand-off window after the release ran, and the release ran after this
+		// process's last queueing command was sent: a deadline counted from that send time is
+		// safe without asking Redis. The grant is confirmed (extended to the lease) by the
+		// renewal loop right away, off this goroutine's path.
+		window := m.c.Config.HandoffWindow
+		deadline := t.QueuedAt.Add(window - core.Drift(window))
+		if time.Until(deadline) > window/4 {
+			confirm := &scripts.Call{Script: scripts.MutexConfirm, Keys: m.confirmKeys,
+				Args: []string{g.Owner, m.ttlArg, m.waiter, flag(t.More), m.slackArg, m.chanPrefix, m.c.Pub, g.Backup}}
+			if err := m.hold(g.Owner, g.Token, time.Now(), deadline, confirm); err != nil {
+				return waitq.Result{}, "", err
+			}
+			return waitq.Result{Acquired: true, Token: g.Token, Queued: t.More, Wait: m.ttl + m.ttl/core.RenewDivisor}, "", nil
+		}
+		// Too little of the grant is sure to be left: look for it in Redis (adopting it).
+	}
 	return m.try(ctx, m.waiter, t)
 }
 
-// try runs the acquire script once. waiter "" is TryLock: no queueing, no reservation.
+// try runs the acquire script once. waiter "" is TryLock: no queueing, no grants.
 func (m *Mutex) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Result, string, error) {
 	owner := m.c.NewID()
 	slack := m.ttl / core.RenewDivisor
+	backup := ""
+	if t.Grant != nil {
+		backup = t.Grant.Backup
+	}
 	sent := time.Now()
-	vals, err := scripts.MutexAcquire.Exec(ctx, m.c.Client, m.acquireKeys,
-		[]string{owner, m.ttlArg, m.fenceArg, waiter, flag(t.More) + flag(t.Queued) + flag(t.Granted), m.slackArg, m.chanPrefix, m.c.Pub, t.Backup}).AsIntSlice()
+	vals, err := scripts.MutexAcquire.Exec(ctx, m.c.Client, m.keys,
+		[]string{owner, m.ttlArg, m.fenceArg, waiter, flag(t.More) + flag(t.Queued) + flag(t.Grant != nil),
+			m.slackArg, m.chanPrefix, m.c.Pub, backup, strconv.FormatInt(t.LastToken, 10)}).AsIntSlice()
 	if err != nil {
 		return waitq.Result{}, owner, err
 	}
@@ -285,23 +317,10 @@ func (m *Mutex) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Resu
 		return waitq.Result{}, "", core.Permanent(fmt.Errorf("unexpected reply %v from %s", vals, scripts.MutexAcquire))
 	}
 	if vals[0] == 1 {
-		l := m.c.Hold(core.LeaseSpec{
-			Key: m.lock, Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: vals[1], Sent: sent,
-			Release: func(ctx context.Context, l *core.Lease) error {
-				_, err := m.release(ctx, l.Owner())
-				return err
-			},
-		})
-		if l.Err() != nil { // the handle closed while the attempt was in flight
-			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, _ = m.release(rctx, owner)
-			cancel()
-			return waitq.Result{}, "", core.ErrClosed
+		if err := m.hold(owner, vals[1], sent, time.Time{}, nil); err != nil {
+			return waitq.Result{}, "", err
 		}
-		m.mu.Lock()
-		m.lease = l
-		m.mu.Unlock()
-		return waitq.Result{Acquired: true, Queued: waiter != "" && t.More, Wait: m.ttl + slack}, owner, nil
+		return waitq.Result{Acquired: true, Token: vals[1], Queued: waiter != "" && t.More, Wait: m.ttl + slack}, owner, nil
 	}
 	// The backstop: re-check when the lease we wait behind would run out, plus slack, since
 	// an expiring lease publishes nothing. The slack keeps an idle waiter to one command per
@@ -311,9 +330,31 @@ func (m *Mutex) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Resu
 	pttl := time.Duration(vals[1]) * time.Millisecond
 	wait := pttl + min(slack, pttl/2) + time.Millisecond
 	if len(vals) > 2 && vals[2] == 1 {
-		wait = pttl + 2*time.Millisecond // someone else's reservation: it publishes nothing if it lapses
+		wait = pttl + 2*time.Millisecond // an unconfirmed grant to another waiter: it publishes nothing if it lapses
 	}
 	return waitq.Result{Queued: waiter != "", Wait: wait}, owner, nil
+}
+
+// hold makes the acquisition under owner m's current hold, with its lease on the renewal loop.
+func (m *Mutex) hold(owner string, token int64, sent, deadline time.Time, first *scripts.Call) error {
+	l := m.c.Hold(core.LeaseSpec{
+		Key: m.lock, Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent,
+		Deadline: deadline, First: first,
+		Release: func(ctx context.Context, l *core.Lease) error {
+			_, err := m.release(ctx, l)
+			return err
+		},
+	})
+	if l.Err() != nil { // the handle closed while the lock was being taken
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, _ = m.release(rctx, l)
+		cancel()
+		return core.ErrClosed
+	}
+	m.mu.Lock()
+	m.lease = l
+	m.mu.Unlock()
+	return nil
 }
 
 // abandon is the waitq.Abandon of Lock and TryLock.
@@ -322,16 +363,22 @@ func (m *Mutex) abandon(ctx context.Context, owner string, dequeue bool) error {
 	if dequeue {
 		waiter = m.waiter
 	}
-	return scripts.MutexLeave.Exec(ctx, m.c.Client, m.releaseKeys,
-		[]string{waiter, owner, m.windowArg, m.chanPrefix, m.c.Pub, ms(voidTTL)}).Error()
+	return scripts.MutexLeave.Exec(ctx, m.c.Client, m.keys,
+		[]string{waiter, owner, m.windowArg, m.fenceArg, m.chanPrefix, m.c.Pub, ms(voidTTL)}).Error()
 }
 
-// parse is the waitq.Parse of m's channel (see internal/scripts/lib/queue.lua): "r <backup>"
-// (the lock is reserved for m), "w <ms>" (watch another waiter's reservation), "c" (claimed).
+// parse is the waitq.Parse of m's channel (see internal/scripts/lib/queue.lua):
+// "g <token> <backup>" (the lock is granted to m), "w <ms>" (watch another waiter's grant),
+// "c" (the watched grant was confirmed).
 func (m *Mutex) parse(p string) waitq.Signal {
 	switch {
-	case strings.HasPrefix(p, "r "):
-		return waitq.Signal{Kind: waitq.Grant, Backup: p[2:]}
+	case strings.HasPrefix(p, "g "):
+		tok, backup, _ := strings.Cut(p[2:], " ")
+		n, err := strconv.ParseInt(tok, 10, 64)
+		if err != nil {
+			return waitq.Signal{Kind: waitq.Recheck}
+		}
+		return waitq.Signal{Kind: waitq.Granted, Grant: waitq.Grant{Owner: "~" + m.waiter + ":" + tok, Token: n, Backup: backup}}
 	case strings.HasPrefix(p, "w "):
 		n, err := strconv.ParseInt(p[2:], 10, 64)
 		if err != nil {
@@ -339,7 +386,7 @@ func (m *Mutex) parse(p string) waitq.Signal {
 		}
 		return waitq.Signal{Kind: waitq.Watch, Window: time.Duration(n) * time.Millisecond}
 	case p == "c":
-		return waitq.Signal{Kind: waitq.Claimed}
+		return waitq.Signal{Kind: waitq.Confirmed}
 	}
 	return waitq.Signal{Kind: waitq.Recheck}
 }

@@ -493,6 +493,44 @@ func TestWaitingProcessesAreServedInOrder(t *testing.T) {
 	})
 }
 
+// A waiter whose process died while queued costs the others at most one hand-off window: the
+// next waiter in line watches the reservation and takes the lock when it lapses.
+func TestDeadWaiterCostsOneHandoffWindow(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl, window = 30 * time.Second, 300 * time.Millisecond
+		prefix := b.Prefix(t)
+		opts := []distsync.Option{distsync.WithLeaseTTL(ttl), distsync.WithHandoffWindow(window)}
+		holder := newPod(t, b, prefix, opts...).mutex(t, "dead")
+		dying := newPod(t, b, prefix, opts...)
+		live := newPod(t, b, prefix, opts...).mutex(t, "dead")
+		lockWithin(t, holder, 5*time.Second)
+		deadRes := lockAsync(context.Background(), dying.mutex(t, "dead"))
+		waitQueued(t, b, prefix, "dead", 1)
+		liveRes := lockAsync(context.Background(), live)
+		waitQueued(t, b, prefix, "dead", 2)
+		dying.raw.Close() // dies queued: nobody removes its entry
+		if r := wait(t, deadRes, 5*time.Second); r.err == nil {
+			t.Fatal("Lock on a closed client succeeded")
+		}
+
+		start := time.Now()
+		unlock(t, holder) // reserves the lock for the dead waiter, asks the live one to watch
+		r := wait(t, liveRes, ttl)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		d := r.at.Sub(start)
+		if d < window/2 {
+			t.Fatalf("live waiter got the lock %v after Unlock, inside the dead waiter's reservation (%v)", d, window)
+		}
+		if d > window+2*time.Second {
+			t.Fatalf("live waiter got the lock %v after Unlock; the dead waiter should cost one window (%v)", d, window)
+		}
+		t.Logf("dead waiter skipped after %v (window %v)", d, window)
+		unlock(t, live)
+	})
+}
+
 // Goroutines of one process get the lock in the order they called Lock.
 func TestGoroutinesOfOneProcessAreServedInOrder(t *testing.T) {
 	b := redistest.Open(t, redistest.Mini)

@@ -31,6 +31,12 @@ type LeaseSpec struct {
 	Sent time.Time
 	// Release gives the claim back; Handle.Close calls it for leases still held.
 	Release func(ctx context.Context, l *Lease) error
+	// Deadline, if set, is the lease's first local deadline instead of Sent + TTL (less
+	// drift): for a claim granted by another client, whose expiry this client can only bound.
+	Deadline time.Time
+	// First, if set, is sent at once in place of the first renewal (it confirms a grant).
+	// It must reply 1 if the claim is still held and extended to TTL, 0 if not.
+	First *scripts.Call
 }
 
 // Lease is one held claim: renewed by the handle's loop, and ended (Done closed, Err set) when
@@ -45,8 +51,9 @@ type Lease struct {
 	Public any
 
 	// Guarded by the renewer's mutex.
-	deadline time.Time // local validity: past it, the claim may be gone from Redis
-	next     time.Time // next renewal
+	deadline time.Time     // local validity: past it, the claim may be gone from Redis
+	next     time.Time     // next renewal
+	first    *scripts.Call // sent instead of extend.lua for the next renewal, then cleared
 	inflight bool
 }
 
@@ -57,17 +64,23 @@ func (h *Handle) Hold(spec LeaseSpec) *Lease {
 	if wrapLease != nil {
 		l.Public = wrapLease(l)
 	}
-	l.deadline = spec.Sent.Add(spec.TTL - drift(spec.TTL))
+	l.deadline = spec.Sent.Add(spec.TTL - Drift(spec.TTL))
+	if !spec.Deadline.IsZero() {
+		l.deadline = spec.Deadline
+	}
 	l.next = spec.Sent.Add(spec.TTL / RenewDivisor)
+	if spec.First != nil {
+		l.first, l.next = spec.First, spec.Sent
+	}
 	if !h.ren.add(l) {
 		l.End(ErrClosed)
 	}
 	return l
 }
 
-// drift is the margin taken off a lease's local validity for clock rate differences between
+// Drift is the margin taken off a lease's local validity for clock rate differences between
 // client and server and for scheduling: 1% of the TTL plus 2 ms (as Redlock does).
-func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+func Drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
 // Token returns the fencing token of the acquisition.
 func (l *Lease) Token() int64 { return l.spec.Token }
@@ -103,6 +116,19 @@ func (l *Lease) Stop() error {
 	return l.Err()
 }
 
+// Unsent returns the lease's First call if the renewal loop has not sent it (and will not: call
+// it after Stop), else nil. A release must send it first: it may do more than extend the claim
+// (a confirm also queues the holder's other waiters again).
+func (l *Lease) Unsent() *scripts.Call {
+	r := l.h.ren
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l.inflight {
+		return nil // the loop took it: it goes out with the batch being built
+	}
+	return l.first // sending it twice (a retried release) is harmless
+}
+
 func lost(reason string) error { return fmt.Errorf("%w: %s", ErrLost, reason) }
 
 // renewer is the handle's renewal loop: one goroutine and one timer for every lease, renewals
@@ -131,7 +157,7 @@ func (r *renewer) add(l *Lease) bool {
 	// Wake the loop only if it would look too late: a new lease renewed at the usual
 	// period mostly falls after the wake-up already planned, and then costs no context switch.
 	due := l.deadline
-	if l.spec.Renew && l.next.Before(due) {
+	if (l.spec.Renew || l.first != nil) && l.next.Before(due) {
 		due = l.next
 	}
 	early := !r.wakeAt.IsZero() && due.Before(r.wakeAt)
@@ -179,7 +205,7 @@ func (r *renewer) run(ctx context.Context) {
 				continue
 			}
 			at := l.deadline
-			if l.spec.Renew && !l.inflight {
+			if (l.spec.Renew || l.first != nil) && !l.inflight {
 				period := l.spec.TTL / RenewDivisor
 				// Renew everything due within the next eighth of its period now, so that
 				// leases taken at nearly the same time share one pipeline.
@@ -221,17 +247,23 @@ func (r *renewer) run(ctx context.Context) {
 // renew extends every lease of batch in one DoMulti (rueidis sends one pipeline per node).
 func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 	calls := make([]scripts.Call, len(batch))
+	r.mu.Lock()
 	limit := batch[0].deadline
 	for i, l := range batch {
-		calls[i] = scripts.Call{
-			Script: scripts.Extend,
-			Keys:   []string{l.spec.Key},
-			Args:   []string{l.spec.Kind, l.spec.Owner, strconv.FormatInt(l.spec.TTL.Milliseconds(), 10)},
+		if l.first != nil {
+			calls[i] = *l.first
+		} else {
+			calls[i] = scripts.Call{
+				Script: scripts.Extend,
+				Keys:   []string{l.spec.Key},
+				Args:   []string{l.spec.Kind, l.spec.Owner, strconv.FormatInt(l.spec.TTL.Milliseconds(), 10)},
+			}
 		}
 		if l.deadline.Before(limit) {
 			limit = l.deadline
 		}
 	}
+	r.mu.Unlock()
 	sent := time.Now()
 	// No renewal reply is worth waiting for past the first deadline of the batch: the loop
 	// ends that lease then anyway, and the others are retried.
@@ -253,7 +285,8 @@ func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 		switch {
 		case err == nil && ok == 1:
 			l.next = sent.Add(period)
-			l.deadline = sent.Add(l.spec.TTL - drift(l.spec.TTL))
+			l.deadline = sent.Add(l.spec.TTL - Drift(l.spec.TTL))
+			l.first = nil
 		case err == nil || isWrongType(err):
 			delete(r.leases, l)
 			gone = append(gone, l)
@@ -291,6 +324,9 @@ func (r *renewer) closeAll(ctx context.Context) error {
 	var errs []error
 	for _, l := range held {
 		l.End(ErrClosed) // first: the release below must not record the end as a release
+		r.mu.Lock()
+		l.inflight = false // the loop is stopping: whatever it did not send, the release sends
+		r.mu.Unlock()
 		if l.spec.Release != nil {
 			if err := l.spec.Release(ctx, l); err != nil && !errors.Is(err, ErrLost) {
 				errs = append(errs, err)

@@ -1,6 +1,6 @@
 -- mutex_acquire.lua: take a mutex, or join its queue.
 --
--- KEYS[1] lock   the mutex: owner value, or '~'..waiter id while reserved for that waiter
+-- KEYS[1] lock   the mutex: the holder's owner value ('~<waiter>:<token>' for a grant)
 -- KEYS[2] fence  the last fencing token handed out for this name
 -- KEYS[3] q      queue: waiter id -> arrival (µs)
 -- KEYS[4] qx     queue: waiter id -> entry deadline (ms)
@@ -11,18 +11,25 @@
 -- ARGV[5] flags      one character each, '1' or '0':
 --                    [1] requeue: more goroutines of this process wait; keep it queued, at the tail
 --                    [2] queued: the waiter may be in the queue; a success must take it out
---                    [3] granted: a reservation for the waiter was announced; try claiming first
+--                    [3] granted: a grant to the waiter was announced; look for it first
 -- ARGV[6] slack      ms a queue entry outlives the lease it waits behind (the waiter re-checks before)
 -- ARGV[7] prefix     channel prefix; waiter w listens on prefix..':'..w
 -- ARGV[8] pub        'PUBLISH' or 'SPUBLISH'
--- ARGV[9] backup     waiter to tell once a reservation is claimed ('' if none)
+-- ARGV[9] backup     waiter watching a grant to this waiter ('' if none)
+-- ARGV[10] last      the largest token the caller's process queue acquired ('0' if none):
+--                    grants up to it were taken by one of its goroutines already
 -- Reply: {1, token}            acquired; token is the fencing token
---        {0, pttl, reserved}   not acquired: the lock (or a reservation for another waiter,
---                              reserved = 1) ends in pttl ms unless renewed or claimed
+--        {0, pttl, granted}    not acquired: the lock (or a grant to another waiter, not yet
+--                              confirmed: granted = 1) ends in pttl ms unless renewed
+--
+-- A grant to the caller's waiter id whose message the caller missed (or could not use in time)
+-- is adopted here, unless its token shows that a goroutine of the same process took it
+-- already: the caller becomes its holder, with its token.
 --
 -- The fast path (a free mutex, nobody queued) is four calls: ZSCORE, SET NX, TIME, SET GET.
 
 -- #include lib/clock.lua
+-- #include lib/fence.lua
 -- #include lib/queue.lua
 
 local lock, fence, q, qx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -36,16 +43,19 @@ if redis.call('ZSCORE', qx, '!' .. owner) then
   return {0, 0, 0}
 end
 
-local claimed = false
+local token
 local cur = false
 if granted then
   cur = redis.call('GET', lock)
 end
 if cur or not redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
   cur = cur or redis.call('GET', lock)
-  if waiter ~= '' and cur == '~' .. waiter then
-    redis.call('SET', lock, owner, 'PX', ttl) -- claim the reservation made for this waiter
-    claimed = true
+  if granted_to(cur, waiter) and tonumber(string.sub(cur, #waiter + 3)) > tonumber(ARGV[10]) then
+    redis.call('SET', lock, owner, 'PX', ttl) -- adopt the grant
+    token = tonumber(string.sub(cur, #waiter + 3))
+    if ARGV[9] ~= '' then
+      redis.call(ARGV[8], ARGV[7] .. ':' .. ARGV[9], 'c') -- the backup can stop watching
+    end
   else
     local pttl = redis.call('PTTL', lock)
     if pttl < 0 then
@@ -55,24 +65,20 @@ if cur or not redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
       local now_ms, now_us = now()
       enqueue(q, qx, waiter, now_ms, now_us, pttl + tonumber(ARGV[6]))
     end
-    local reserved = 0
+    local g = 0
     if string.sub(cur, 1, 1) == '~' then
-      reserved = 1
+      g = 1
     end
-    return {0, pttl, reserved}
+    return {0, pttl, g}
   end
 end
 
--- Acquired. The token is max(last + 1, server time in µs): strictly increasing while the
--- fence key lives, and, because it follows the clock, still larger than any token a
--- failed-over primary handed out but never replicated once the promoted replica's clock has
--- passed it (see docs/guarantees.md).
-local now_ms, now_us = now()
-local token = now_us
-local last = redis.call('SET', fence, int(now_us), 'PX', ARGV[3], 'GET')
-if last and tonumber(last) >= token then
-  token = tonumber(last) + 1 -- the clock is behind the last token: count on from it
-  redis.call('SET', fence, int(token), 'PX', ARGV[3])
+local now_ms, now_us
+if again or not token then
+  now_ms, now_us = now()
+end
+if not token then
+  token = next_token(fence, ARGV[3], now_us)
 end
 if waiter ~= '' then
   if again then
@@ -80,8 +86,5 @@ if waiter ~= '' then
   elseif queued and redis.call('ZREM', q, waiter) == 1 then
     redis.call('ZREM', qx, waiter)
   end
-end
-if claimed and ARGV[9] ~= '' then
-  redis.call(ARGV[8], ARGV[7] .. ':' .. ARGV[9], 'c') -- the backup can stop watching
 end
 return {1, token}

@@ -26,6 +26,7 @@ var (
 	MutexAcquire = load("mutex_acquire.lua")
 	MutexRelease = load("mutex_release.lua")
 	MutexLeave   = load("mutex_leave.lua")
+	MutexConfirm = load("mutex_confirm.lua")
 )
 
 // Script is one loaded Lua script.

@@ -45,12 +45,17 @@ func setup(t *testing.T, b *redistest.Backend) *env {
 // acquire runs mutex_acquire.lua: ttl 10 s, requeue as given, entry slack 5 s.
 func (e *env) acquire(owner, waiter string, requeue bool) []int64 {
 	e.t.Helper()
-	flags := "01" // queued
+	flags := "010" // queued
 	if requeue {
-		flags = "11"
+		flags = "110"
 	}
+	return e.acquireWith(owner, waiter, flags, "", "0")
+}
+
+func (e *env) acquireWith(owner, waiter, flags, backup, last string) []int64 {
+	e.t.Helper()
 	v, err := scripts.MutexAcquire.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
-		[]string{owner, "10000", "60000", waiter, flags, "5000", e.k.ch, e.k.pub, ""}).AsIntSlice()
+		[]string{owner, "10000", "60000", waiter, flags, "5000", e.k.ch, e.k.pub, backup, last}).AsIntSlice()
 	if err != nil {
 		e.t.Fatalf("acquire: %v", err)
 	}
@@ -59,22 +64,47 @@ func (e *env) acquire(owner, waiter string, requeue bool) []int64 {
 
 func (e *env) release(owner string) int64 {
 	e.t.Helper()
-	v, err := scripts.MutexRelease.Exec(context.Background(), e.c, []string{e.k.lock, e.k.q, e.k.qx},
-		[]string{owner, "500", e.k.ch, e.k.pub}).AsInt64()
+	v, err := scripts.MutexRelease.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
+		[]string{owner, "500", "60000", e.k.ch, e.k.pub}).AsInt64()
 	if err != nil {
 		e.t.Fatalf("release: %v", err)
 	}
 	return v
 }
 
+func (e *env) confirm(owner, waiter string, requeue bool, backup string) int64 {
+	e.t.Helper()
+	r := "0"
+	if requeue {
+		r = "1"
+	}
+	v, err := scripts.MutexConfirm.Exec(context.Background(), e.c, []string{e.k.lock, e.k.q, e.k.qx},
+		[]string{owner, "10000", waiter, r, "5000", e.k.ch, e.k.pub, backup}).AsInt64()
+	if err != nil {
+		e.t.Fatalf("confirm: %v", err)
+	}
+	return v
+}
+
 func (e *env) leave(waiter, owner string) int64 {
 	e.t.Helper()
-	v, err := scripts.MutexLeave.Exec(context.Background(), e.c, []string{e.k.lock, e.k.q, e.k.qx},
-		[]string{waiter, owner, "500", e.k.ch, e.k.pub, "60000"}).AsInt64()
+	v, err := scripts.MutexLeave.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
+		[]string{waiter, owner, "500", "60000", e.k.ch, e.k.pub, "60000"}).AsInt64()
 	if err != nil {
 		e.t.Fatalf("leave: %v", err)
 	}
 	return v
+}
+
+// grantee returns the waiter and token of the grant the lock holds, or "" if it holds none.
+func (e *env) grantee() (string, int64) {
+	v := e.get(e.k.lock)
+	if !strings.HasPrefix(v, "~") {
+		return "", 0
+	}
+	w, tok, _ := strings.Cut(v[1:], ":")
+	n, _ := strconv.ParseInt(tok, 10, 64)
+	return w, n
 }
 
 // listen subscribes to the channels of the given waiters and returns what arrives on them.
@@ -168,19 +198,24 @@ func TestAcquireRelease(t *testing.T) {
 		if e.release("o1") != 1 {
 			t.Fatal("release by the owner failed")
 		}
-		// w2 was queued: the lock is now reserved for it.
-		if v := e.get(e.k.lock); v != "~w2" {
-			t.Fatalf("after release, lock = %q, want reserved for w2", v)
+		// w2 was queued: the lock is now granted to it, with the next token, for the window.
+		w, tok := e.grantee()
+		if w != "w2" || tok <= got[1] {
+			t.Fatalf("after release, lock = %q, want a grant to w2 with a token above %d", e.get(e.k.lock), got[1])
 		}
 		if ttl, _ := e.do(e.c.B().Pttl().Key(e.k.lock).Build()).AsInt64(); ttl <= 0 || ttl > 500 {
-			t.Fatalf("reservation TTL %d ms, want the 500 ms window", ttl)
+			t.Fatalf("grant TTL %d ms, want the 500 ms window", ttl)
+		}
+		if n, _ := e.do(e.c.B().Zcard().Key(e.k.q).Build()).AsInt64(); n != 0 {
+			t.Fatalf("the grantee is still queued (%d entries)", n)
 		}
 	})
 }
 
-// Only the waiter a reservation names may claim it; TryLock (no waiter) may not. The waiter
-// is told on its own channel, the next in line is asked to watch, and told when it is claimed.
-func TestReservationIsForItsWaiterOnly(t *testing.T) {
+// A release grants the lock to the head of the queue and tells only it, and asks the next in
+// line to watch; nobody else can take the lock meanwhile; the grantee's confirm extends the
+// grant to its lease and tells the watcher.
+func TestGrantGoesToTheHeadOnly(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		e.acquire("o1", "", false)
@@ -188,26 +223,51 @@ func TestReservationIsForItsWaiterOnly(t *testing.T) {
 		e.acquire("o3", "w3", false)
 		msgs := e.listen("w2", "w3")
 		e.release("o1")
-		e.expect(msgs, "w2", "r w3", "w3", "w 500")
-		if got := e.acquire("o4", "", false); got[0] != 0 || got[2] != 1 {
-			t.Fatalf("TryLock during a reservation = %v, want {0, window, 1}", got)
+		_, tok := e.grantee()
+		e.expect(msgs, "w2", "g "+strconv.FormatInt(tok, 10)+" w3", "w3", "w 500")
+		if got := e.acquireWith("o4", "", "000", "", "0"); got[0] != 0 || got[2] != 1 {
+			t.Fatalf("TryLock during a grant = %v, want {0, window, 1}", got)
 		}
 		if got := e.acquire("o5", "w3", false); got[0] != 0 || got[2] != 1 {
-			t.Fatalf("claim by the wrong waiter = %v", got)
+			t.Fatalf("acquire by the next waiter during a grant = %v", got)
 		}
-		got, err := scripts.MutexAcquire.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
-			[]string{"o6", "10000", "60000", "w2", "01", "5000", e.k.ch, e.k.pub, "w3"}).AsIntSlice()
-		if err != nil || got[0] != 1 {
-			t.Fatalf("claim by the reserved waiter = %v, %v", got, err)
+		owner := "~w2:" + strconv.FormatInt(tok, 10)
+		if e.confirm(owner, "w2", false, "w3") != 1 {
+			t.Fatal("confirm by the grantee failed")
 		}
 		e.expect(msgs, "w3", "c")
-		if v := e.get(e.k.lock); v != "o6" {
-			t.Fatalf("lock = %q after the claim", v)
+		if ttl, _ := e.do(e.c.B().Pttl().Key(e.k.lock).Build()).AsInt64(); ttl <= 9000 {
+			t.Fatalf("PTTL %d after the confirm, want the 10 s lease", ttl)
+		}
+		if e.confirm("~w2:1", "w2", false, "") != 0 {
+			t.Fatal("confirm of a grant that is not held succeeded")
 		}
 		// w3 is next.
-		e.release("o6")
-		if v := e.get(e.k.lock); v != "~w3" {
-			t.Fatalf("lock = %q, want reserved for w3", v)
+		e.release(owner)
+		if w, _ := e.grantee(); w != "w3" {
+			t.Fatalf("lock = %q, want a grant to w3", e.get(e.k.lock))
+		}
+	})
+}
+
+// A grant whose message was missed is adopted by its waiter's next attempt, unless the
+// attempt says that the process took that grant already.
+func TestGrantIsAdoptedOnce(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		e.acquire("o1", "", false)
+		e.acquire("o2", "w2", false)
+		e.release("o1")
+		_, tok := e.grantee()
+		last := strconv.FormatInt(tok, 10)
+		if got := e.acquireWith("o3", "w2", "011", "", last); got[0] != 0 {
+			t.Fatalf("an attempt adopted a grant its process had taken: %v", got)
+		}
+		if got := e.acquireWith("o4", "w2", "011", "", "0"); got[0] != 1 || got[1] != tok {
+			t.Fatalf("adopting the grant = %v, want {1, %d}", got, tok)
+		}
+		if v := e.get(e.k.lock); v != "o4" {
+			t.Fatalf("lock = %q after adoption", v)
 		}
 	})
 }
@@ -222,9 +282,10 @@ func TestTokenNeverGoesBack(t *testing.T) {
 		if got[1] != ahead+1 {
 			t.Fatalf("token %d, want %d", got[1], ahead+1)
 		}
-		e.release("o1")
-		if got := e.acquire("o2", "", false); got[1] != ahead+2 {
-			t.Fatalf("token %d, want %d", got[1], ahead+2)
+		e.acquire("x", "w", false)
+		e.release("o1") // grants to w, with the next token
+		if _, tok := e.grantee(); tok != ahead+2 {
+			t.Fatalf("grant token %d, want %d", tok, ahead+2)
 		}
 		if v := e.get(e.k.fence); v != strconv.FormatInt(ahead+2, 10) {
 			t.Fatalf("fence stored as %q (exponent notation would lose digits)", v)
@@ -232,20 +293,33 @@ func TestTokenNeverGoesBack(t *testing.T) {
 	})
 }
 
-// Requeue keeps a process queued (at the tail) after it acquires, for its other goroutines.
+// Requeue keeps a process queued (at the tail) after it takes the lock, for its other
+// goroutines: on acquiring, and on confirming a grant.
 func TestRequeueGoesToTheTail(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		e.acquire("o1", "w1", false)
 		e.acquire("x", "w2", false)
 		e.acquire("x", "w3", false)
-		e.release("o1") // reserved for w2
-		if got := e.acquire("o2", "w2", true); got[0] != 1 {
-			t.Fatalf("claim = %v", got)
+		e.release("o1") // grants to w2
+		_, tok := e.grantee()
+		if e.confirm("~w2:"+strconv.FormatInt(tok, 10), "w2", true, "w3") != 1 {
+			t.Fatal("confirm failed")
 		}
-		order, _ := e.do(e.c.B().Zrange().Key(e.k.q).Min("0").Max("-1").Build()).AsStrSlice()
-		if strings.Join(order, ",") != "w3,w2" {
-			t.Fatalf("queue after a requeue = %v, want w3,w2", order)
+		order := func() string {
+			ids, _ := e.do(e.c.B().Zrange().Key(e.k.q).Min("0").Max("-1").Build()).AsStrSlice()
+			return strings.Join(ids, ",")
+		}
+		if got := order(); got != "w3,w2" {
+			t.Fatalf("queue after a requeue = %v, want w3,w2", got)
+		}
+		e.release("~w2:" + strconv.FormatInt(tok, 10)) // grants to w3
+		_, tok3 := e.grantee()
+		if got := e.acquireWith("o3", "w3", "111", "", "0"); got[0] != 1 || got[1] != tok3 {
+			t.Fatalf("adopt with requeue = %v", got)
+		}
+		if got := order(); got != "w2,w3" {
+			t.Fatalf("queue after a requeue = %v, want w2,w3", got)
 		}
 		e.everyKeyExpires()
 	})
@@ -260,16 +334,16 @@ func TestDeadWaitersAreSkipped(t *testing.T) {
 		e.acquire("x", "alive", false)
 		e.do(e.c.B().Zadd().Key(e.k.qx).ScoreMember().ScoreMember(1, "dead").Build()) // lapsed long ago
 		e.release("o1")
-		if v := e.get(e.k.lock); v != "~alive" {
-			t.Fatalf("lock = %q, want reserved for the live waiter", v)
+		if w, _ := e.grantee(); w != "alive" {
+			t.Fatalf("lock = %q, want a grant to the live waiter", e.get(e.k.lock))
 		}
 		if n, _ := e.do(e.c.B().Zcard().Key(e.k.q).Build()).AsInt64(); n != 0 {
 			t.Fatalf("%d entries left in the queue", n)
 		}
-		e.acquire("o2", "alive", false)
+		_, tok := e.grantee()
 		e.acquire("x", "dead2", false)
 		e.do(e.c.B().Zadd().Key(e.k.qx).ScoreMember().ScoreMember(1, "dead2").Build())
-		e.release("o2")
+		e.release("~alive:" + strconv.FormatInt(tok, 10))
 		if v := e.get(e.k.lock); v != "" {
 			t.Fatalf("with only dead waiters, lock = %q after release, want free", v)
 		}
@@ -277,8 +351,8 @@ func TestDeadWaitersAreSkipped(t *testing.T) {
 }
 
 // An attempt voided by leave fails when it arrives late, even on a free lock; an attempt that
-// ran before leave is undone and passed on.
-func TestLeaveVoidsOrPassesOnAnAbandonedAttempt(t *testing.T) {
+// ran before leave is undone and passed on; a grant is passed on by its exact owner only.
+func TestLeaveVoidsOrPassesOn(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		if e.leave("", "late") != 0 {
@@ -297,15 +371,21 @@ func TestLeaveVoidsOrPassesOnAnAbandonedAttempt(t *testing.T) {
 		if e.leave("w1", "early") != 1 {
 			t.Fatal("leave did not pass on the lock an abandoned attempt took")
 		}
-		if v := e.get(e.k.lock); v != "~w2" {
-			t.Fatalf("lock = %q, want reserved for w2", v)
+		_, tok := e.grantee()
+		if e.leave("w2", "") != 0 {
+			t.Fatal("leave without an owner passed on a grant (another goroutine may hold it)")
 		}
-		// w2 gives up too: its reservation goes on (here: nobody left, so the lock is freed).
-		if e.leave("w2", "") != 1 {
-			t.Fatal("leave did not pass on a reservation for the leaving waiter")
+		if w, _ := e.grantee(); w != "w2" {
+			t.Fatalf("lock = %q, want the grant to w2 untouched", e.get(e.k.lock))
+		}
+		if e.leave("w2", "~w2:"+strconv.FormatInt(tok, 10)) != 1 {
+			t.Fatal("leave did not pass on a grant nobody waits for")
 		}
 		if v := e.get(e.k.lock); v != "" {
 			t.Fatalf("lock = %q, want free", v)
+		}
+		if n, _ := e.do(e.c.B().Zscore().Key(e.k.qx).Member("!~w2:" + strconv.FormatInt(tok, 10)).Build()).AsFloat64(); n != 0 {
+			t.Fatal("leave voided a grant")
 		}
 	})
 }

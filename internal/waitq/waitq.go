@@ -2,15 +2,15 @@
 // waits on a pub/sub channel.
 //
 // The goroutines of one process that wait for the same primitive form a local FIFO (a Room).
-// Only its head talks to Redis: it attempts, and on failure waits for a message on the
-// primitive's channel, a re-subscription, the backstop deadline the attempt returned, or its
-// context. The others wait for their turn without a timer or a command. The Room is the
-// channel's listener: a release message wakes the head only.
+// Only its head talks to Redis: it attempts, and on failure waits for a message on the Room's
+// own channel, a re-subscription, the backstop deadline the attempt returned, or its context.
+// The others wait for their turn without a timer or a command.
 //
 // A Room has one waiter id in Redis (the primitive's queue holds one entry per waiting
-// process). The attempt tells whether it left that entry queued; when the last local waiter
-// goes while the entry is queued, or an attempt's reply was not awaited, the primitive's
-// abandon function cleans up.
+// process). A release hands the claim to the head of that queue inside Redis and tells only
+// that process (a Grant): its head then holds the claim without a round trip. The next
+// process in line is told to watch the grant (Watch); its Room arms a timer, not a goroutine,
+// and re-checks only if the grant is not confirmed in time.
 package waitq
 
 import (
@@ -25,15 +25,24 @@ import (
 	"github.com/distsync/distsync/internal/pubsub"
 )
 
-// Result is the outcome of one attempt in Redis.
+// Result is the outcome of one attempt.
 type Result struct {
 	// Acquired reports success.
 	Acquired bool
+	// Token is the fencing token of a success.
+	Token int64
 	// Queued reports that the Room's waiter id is in the Redis queue after the attempt.
 	Queued bool
 	// Wait is how long the head may wait, if no message comes, before re-checking: the end
-	// of the lease it waits behind plus slack, or the end of someone else's reservation.
+	// of the lease it waits behind plus slack, or the end of a grant to someone else.
 	Wait time.Duration
+}
+
+// Grant is a claim handed to this Room inside Redis.
+type Grant struct {
+	Owner  string // the owner value the claim is held under
+	Token  int64  // its fencing token
+	Backup string // the waiter watching the grant, to tell once it is confirmed ("" if none)
 }
 
 // Try describes the Room when an attempt is made.
@@ -44,60 +53,67 @@ type Try struct {
 	// Queued says that the Room's waiter id may be in the Redis queue: an acquiring attempt
 	// must take it out (unless More).
 	Queued bool
-	// Granted says that a Grant woke the Room: the claim is most likely reserved for it.
-	Granted bool
-	// Backup is the waiter to notify once a reservation for this Room is claimed: the
-	// Signal.Backup of the Grant that woke the Room, or "".
-	Backup string
+	// Grant, if not nil, is a claim granted to the Room: the attempt may take it as held
+	// without a round trip, or, if it cannot (see QueuedAt), look for it in Redis.
+	Grant *Grant
+	// QueuedAt is when the last command that left the Room queued was sent: every grant was
+	// made after it, so a grant's local deadline can safely be counted from it.
+	QueuedAt time.Time
+	// LastToken is the largest token the Room acquired: a grant with a token up to it was
+	// taken by one of the Room's goroutines already, and must not be taken again.
+	LastToken int64
 }
 
-// Attempt tries once. owner is the value the attempt used; the Room passes it to Abandon if
-// the attempt's reply was not awaited.
-type Attempt func(ctx context.Context, t Try) (res Result, owner string, err error)
-
-// Abandon cleans up in Redis after waiters gave up. owner is the value of an attempt whose
-// outcome is unknown, or ""; dequeue says that no local waiter is left and the Room's queue
-// entry must go. It runs in the background with its own context.
-type Abandon func(ctx context.Context, owner string, dequeue bool) error
+// Hooks are what a primitive gives its Room.
+type Hooks struct {
+	// Parse interprets a message published on the Room's channel.
+	Parse func(payload string) Signal
+	// Attempt tries once. owner is the value the attempt used; the Room passes it to Abandon
+	// if the attempt's reply was not awaited.
+	Attempt func(ctx context.Context, t Try) (res Result, owner string, err error)
+	// Abandon cleans up in Redis after waiters gave up: owner is the value of an acquisition
+	// nobody will use (an attempt whose outcome is unknown, a grant that found the Room
+	// empty), or ""; dequeue says that no local waiter is left and the Room's queue entry must
+	// go. It runs in the background with its own context.
+	Abandon func(ctx context.Context, owner string, dequeue bool) error
+}
 
 // Kind is what a message on the Room's channel asks of it.
 type Kind int
 
 const (
-	Ignore  Kind = iota // nothing
-	Recheck             // attempt now
-	Grant               // the claim was reserved for this Room: attempt now; it left the Redis queue
-	Watch               // another waiter holds a reservation: re-check if it is not claimed in time
-	Claimed             // the watched reservation was claimed
+	Ignore    Kind = iota // nothing
+	Recheck               // attempt now
+	Granted               // the claim was granted to this Room (Signal.Grant)
+	Watch                 // another waiter holds an unconfirmed grant: re-check if it lapses
+	Confirmed             // the watched grant was confirmed
 )
 
 // Signal is a parsed message.
 type Signal struct {
 	Kind   Kind
-	Window time.Duration // Watch: how long the reservation lasts
-	Backup string        // Grant: the waiter watching this reservation
+	Window time.Duration // Watch: how long the grant lasts unless confirmed
+	Grant  Grant         // Granted
 }
-
-// Parse interprets a message published on the Room's channel.
-type Parse func(payload string) Signal
 
 // Room is the local queue of one primitive in one process.
 type Room struct {
 	h       *core.Handle
 	channel string
-	parse   Parse
+	hooks   Hooks
 
-	mu      sync.Mutex
-	head    *waiter
-	tail    *waiter
-	n       int
-	sub     *pubsub.Subscription
-	now     bool        // re-check at once (message, re-subscription, a head that gave up)
-	granted bool        // a Grant arrived since the last attempt
-	backup  string      // from the last Grant, for the next attempt
-	watch   *time.Timer // fires when a watched reservation lapses unclaimed
-	queued  bool        // the waiter id is in the Redis queue, as far as this process knows
-	checkAt time.Time   // backstop: the head re-checks by itself then
+	mu        sync.Mutex
+	head      *waiter
+	tail      *waiter
+	n         int
+	sub       *pubsub.Subscription
+	now       bool        // re-check at once (message, re-subscription, a head that gave up)
+	grant     *Grant      // a grant not yet taken
+	lastToken int64       // the largest token this Room acquired: older grants are stale
+	watch     *time.Timer // fires when a watched grant lapses unconfirmed
+	queued    bool        // the waiter id is in the Redis queue, as far as this process knows
+	queuedAt  time.Time   // see Try.QueuedAt
+	checkAt   time.Time   // backstop: the head re-checks by itself then
 }
 
 type waiter struct {
@@ -107,40 +123,50 @@ type waiter struct {
 }
 
 // NewRoom returns the Room of a primitive; its waiters listen on channel, the Room's own.
-func NewRoom(h *core.Handle, channel string, parse Parse) *Room {
-	return &Room{h: h, channel: channel, parse: parse}
+func NewRoom(h *core.Handle, channel string, hooks Hooks) *Room {
+	return &Room{h: h, channel: channel, hooks: hooks}
 }
 
 // Message implements pubsub.Listener.
-//
-// Watching a reservation costs the Room a timer, not a wake-up of its goroutines: the timer
-// wakes the head only if the reservation lapses unclaimed, and a claim stops it.
 func (r *Room) Message(payload string) {
-	sig := r.parse(payload)
+	sig := r.hooks.Parse(payload)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch sig.Kind {
 	case Recheck:
 		r.now = true
 		r.signalLocked()
-	case Grant:
-		r.now, r.queued, r.granted, r.backup = true, false, true, sig.Backup
+	case Granted:
+		if sig.Grant.Token <= r.lastToken {
+			return // already taken, by an attempt that found it in Redis
+		}
+		r.queued = false // the release took the Room out of the queue
+		if r.head == nil {
+			// Nobody waits any more: give the claim back (it goes to the next in line).
+			g := sig.Grant
+			r.h.Background("passing on a grant nobody waits for", cleanupTimeout,
+				func(ctx context.Context) error { return r.hooks.Abandon(ctx, g.Owner, true) })
+			return
+		}
+		g := sig.Grant
+		r.grant, r.now = &g, true
 		r.signalLocked()
 	case Watch:
+		// A timer, not a goroutine: the head wakes only if the grant lapses unconfirmed.
 		d := sig.Window + 2*time.Millisecond
 		if r.watch == nil {
 			r.watch = time.AfterFunc(d, r.lapsed)
 		} else {
 			r.watch.Reset(d)
 		}
-	case Claimed:
+	case Confirmed:
 		if r.watch != nil {
 			r.watch.Stop()
 		}
 	}
 }
 
-// lapsed runs when a watched reservation was not claimed in time.
+// lapsed runs when a watched grant was not confirmed in time.
 func (r *Room) lapsed() {
 	r.mu.Lock()
 	r.now = true
@@ -175,7 +201,7 @@ func (r *Room) Waiting() int {
 // Acquire waits its turn in the Room, then attempts until an attempt acquires, ctx ends or
 // the handle closes. It returns nil on success, ctx's error, core.ErrClosed, or the error of
 // an attempt that is not core.Transient (a transient error is retried with backoff).
-func (r *Room) Acquire(ctx context.Context, try Attempt, abandon Abandon) error {
+func (r *Room) Acquire(ctx context.Context) error {
 	w := &waiter{turn: make(chan struct{}), wake: make(chan struct{}, 1)}
 	r.mu.Lock()
 	if r.tail == nil {
@@ -191,25 +217,24 @@ func (r *Room) Acquire(ctx context.Context, try Attempt, abandon Abandon) error 
 	var owner string
 	select {
 	case <-w.turn:
-		owner, err = r.contend(ctx, w, try, abandon)
+		owner, err = r.contend(ctx, w)
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-r.h.Done():
 		err = core.ErrClosed
 	}
-	r.leave(w, err != nil, owner, abandon)
+	r.leave(w, err != nil, owner)
 	return err
 }
 
 // contend is the head's loop. It returns the owner value of an attempt whose reply it did
 // not get, with the error that ended the loop.
-func (r *Room) contend(ctx context.Context, w *waiter, try Attempt, abandon Abandon) (string, error) {
+func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
 	r.mu.Lock()
 	if r.sub == nil {
 		r.sub = r.h.Notifier.Attach(r.channel, r)
 	}
 	must := !r.queued || r.now || r.sub == nil
-	r.now = false
 	r.mu.Unlock()
 
 	var timer *time.Timer
@@ -222,21 +247,25 @@ func (r *Room) contend(ctx context.Context, w *waiter, try Attempt, abandon Aban
 	for {
 		if must {
 			r.mu.Lock()
-			t := Try{More: r.n > 1, Queued: r.queued, Granted: r.granted, Backup: r.backup}
-			r.granted, r.backup = false, ""
+			if r.grant != nil && r.grant.Token <= r.lastToken {
+				r.grant = nil // taken already, by an attempt that found it in Redis
+			}
+			t := Try{More: r.n > 1, Queued: r.queued, Grant: r.grant, QueuedAt: r.queuedAt, LastToken: r.lastToken}
+			r.grant, r.now = nil, false
 			subscribed := r.sub != nil
 			r.mu.Unlock()
 
-			res, owner, err := try(ctx, t)
+			sent := time.Now()
+			res, owner, err := r.hooks.Attempt(ctx, t)
 			if err != nil {
-				if ctx.Err() != nil {
-					return owner, ctx.Err()
-				}
 				// The attempt may have queued this Room: count it as queued, so that the
 				// entry is removed by the next success or the last waiter to leave.
 				r.mu.Lock()
 				r.queued = true
 				r.mu.Unlock()
+				if ctx.Err() != nil {
+					return owner, ctx.Err()
+				}
 				if !core.Transient(err) {
 					if isRedisErr(err) {
 						return "", err // the script failed in Redis: nothing pending
@@ -246,9 +275,9 @@ func (r *Room) contend(ctx context.Context, w *waiter, try Attempt, abandon Aban
 				// A connection error, or a failover in progress: the wait goes on (only ctx
 				// bounds it). The attempt may have run, so undo it before trying again.
 				r.h.Log().Debug("distsync: attempt failed, retrying", "channel", r.channel, "err", err, "in", backoff)
-				if owner != "" && abandon != nil {
+				if owner != "" {
 					actx, cancel := context.WithTimeout(ctx, time.Second)
-					_ = abandon(actx, owner, false)
+					_ = r.hooks.Abandon(actx, owner, false)
 					cancel()
 				}
 				select {
@@ -259,12 +288,19 @@ func (r *Room) contend(ctx context.Context, w *waiter, try Attempt, abandon Aban
 					return "", core.ErrClosed
 				}
 				backoff = min(2*backoff, maxBackoff)
+				must = true
 				continue
 			}
 			backoff = minBackoff
 			r.mu.Lock()
 			r.queued = res.Queued
+			if res.Queued {
+				r.queuedAt = sent
+			}
 			r.checkAt = time.Now().Add(res.Wait)
+			if res.Acquired && res.Token > r.lastToken {
+				r.lastToken = res.Token
+			}
 			r.mu.Unlock()
 			if res.Acquired {
 				return "", nil
@@ -292,7 +328,6 @@ func (r *Room) contend(ctx context.Context, w *waiter, try Attempt, abandon Aban
 
 		r.mu.Lock()
 		if r.now {
-			r.now = false
 			r.mu.Unlock()
 			must = true
 			continue
@@ -319,7 +354,7 @@ func (r *Room) contend(ctx context.Context, w *waiter, try Attempt, abandon Aban
 
 // leave takes w out of the Room, hands the turn to the next waiter, and cleans up what the
 // Room leaves in Redis when its last waiter goes.
-func (r *Room) leave(w *waiter, failed bool, owner string, abandon Abandon) {
+func (r *Room) leave(w *waiter, failed bool, owner string) {
 	r.mu.Lock()
 	wasHead := r.head == w
 	if wasHead {
@@ -343,15 +378,17 @@ func (r *Room) leave(w *waiter, failed bool, owner string, abandon Abandon) {
 	r.n--
 	last := r.n == 0
 	dequeue := last && r.queued
+	var pending *Grant
 	var sub *pubsub.Subscription
 	if last {
 		sub, r.sub = r.sub, nil
-		r.queued, r.now, r.granted, r.backup = false, false, false, ""
+		pending, r.grant = r.grant, nil
+		r.queued, r.now = false, false
 		if r.watch != nil {
 			r.watch.Stop()
 		}
 	} else if failed && wasHead {
-		// A reservation may be waiting for this Room: the next head checks at once.
+		// A grant may be on its way to this Room: the next head checks at once.
 		r.now = true
 	}
 	r.mu.Unlock()
@@ -359,9 +396,14 @@ func (r *Room) leave(w *waiter, failed bool, owner string, abandon Abandon) {
 	if sub != nil {
 		sub.Close()
 	}
-	if (owner != "" || dequeue) && abandon != nil {
+	if pending != nil {
+		// A grant arrived for a head that gave up, and nobody is left to take it.
+		r.h.Background("passing on a grant nobody waits for", cleanupTimeout,
+			func(ctx context.Context) error { return r.hooks.Abandon(ctx, pending.Owner, true) })
+	}
+	if owner != "" || dequeue {
 		r.h.Background("cleanup after a cancelled wait (the entry expires by itself)", cleanupTimeout,
-			func(ctx context.Context) error { return abandon(ctx, owner, dequeue) })
+			func(ctx context.Context) error { return r.hooks.Abandon(ctx, owner, dequeue) })
 	}
 }
 

@@ -8,6 +8,11 @@
 -- listens on its own channel, <channel prefix>:<waiter id>, so that a release wakes only the
 -- process it concerns.
 --
+-- Messages: 'g <token> <backup>' to the waiter a lock is granted to; 'w <ms>' to the backup
+-- (re-check if the grant is not confirmed within <ms>); 'c' to the backup (confirmed).
+--
+-- Requires lib/clock.lua and lib/fence.lua.
+
 -- live_for() makes key live at least ms more milliseconds, never shortening its life: the
 -- queue keys go away after the last of their entries could have died.
 local function live_for(key, ms)
@@ -15,10 +20,6 @@ local function live_for(key, ms)
     redis.call('PEXPIRE', key, ms)
   end
 end
-
--- Messages: 'r <backup>' to the waiter a lock is reserved for (claim it; tell <backup>, if
--- any, once claimed); 'w <ms>' to the backup (re-check if the reservation lapses in <ms>);
--- 'c' to the backup (claimed: stop watching).
 
 -- enqueue() registers waiter, keeping its place if it is queued already, with an entry that
 -- dies live ms from now.
@@ -39,15 +40,22 @@ local function requeue(q, qx, waiter, now_ms, now_us, live)
   redis.call('PEXPIRE', qx, live)
 end
 
--- pass_on() gives a free lock to the oldest live waiter, or frees it when nobody waits.
+-- granted_to() reports whether the lock value cur is a grant to waiter.
+local function granted_to(cur, waiter)
+  local mine = '~' .. waiter .. ':'
+  return waiter ~= '' and cur and string.sub(cur, 1, #mine) == mine
+end
+
+-- pass_on() hands a free lock to the oldest live waiter, or frees it when nobody waits.
 --
--- The lock is not handed over outright: it becomes a reservation ('~'..id) that only that
--- waiter's process may claim, for `window` ms. Only that process is woken (one claim instead
--- of a herd of retries), and the next waiter in line is asked to watch the reservation, so that
--- a dead or stalled waiter costs at most `window`. Claiming is the acquire script itself, so
--- the claimer computes its own token and lease. Waiters whose entries lapsed are dropped.
-local function pass_on(lock, q, qx, window, prefix, pub)
-  local now_ms = now()
+-- The lock is granted outright: its value becomes '~<waiter>:<token>', the owner value of the
+-- new holder, with the fencing token computed here, and only that waiter's process is woken.
+-- The grant lasts `window` ms; the new holder confirms it (mutex_confirm.lua extends it to its
+-- lease) right after it wakes, without making its Lock wait for that. The next waiter in line
+-- is asked to watch the grant, so that a dead or stalled waiter costs at most `window`.
+-- Waiters whose entries lapsed are dropped.
+local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub)
+  local now_ms, now_us
   for _ = 1, 1000 do
     local ids = redis.call('ZRANGE', q, 0, 1)
     local head = ids[1]
@@ -55,10 +63,14 @@ local function pass_on(lock, q, qx, window, prefix, pub)
       break
     end
     redis.call('ZREM', q, head)
+    if not now_ms then
+      now_ms, now_us = now()
+    end
     if tonumber(redis.call('ZSCORE', qx, head) or '0') > now_ms then
-      redis.call('SET', lock, '~' .. head, 'PX', window)
+      local token = int(next_token(fence, fence_ttl, now_us))
+      redis.call('SET', lock, '~' .. head .. ':' .. token, 'PX', window)
       local backup = ids[2] or ''
-      redis.call(pub, prefix .. ':' .. head, 'r ' .. backup)
+      redis.call(pub, prefix .. ':' .. head, 'g ' .. token .. ' ' .. backup)
       if backup ~= '' then
         redis.call(pub, prefix .. ':' .. backup, 'w ' .. window)
       end
