@@ -9,11 +9,12 @@
 //
 // Fairness: waiting processes are served in the order they first waited, one hold each, and
 // the goroutines of one process in the order they called Lock. A Lock that finds the mutex
-// free takes it at once, even while others are queued behind a reservation that just expired.
+// free takes it at once, even while others are queued (a grant to a waiter that died lapsed).
 //
 // A Mutex is not reentrant: a goroutine that locks a Mutex it holds waits for itself until
 // its context ends. Like a sync.Mutex, a locked Mutex is not tied to a goroutine: one may
-// Lock and another Unlock.
+// Lock and another Unlock; and a Lock on a Mutex value that is held waits for its Unlock, even
+// if the hold was lost in Redis meanwhile (so that Unlock cannot release a later hold).
 package mutex
 
 import (
@@ -29,7 +30,6 @@ import (
 
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/core"
-	"github.com/distsync/distsync/internal/keys"
 	"github.com/distsync/distsync/internal/scripts"
 	"github.com/distsync/distsync/internal/waitq"
 )
@@ -56,7 +56,8 @@ type Mutex struct {
 	ttlArg, fenceArg, slackArg, windowArg string
 
 	mu    sync.Mutex
-	lease *core.Lease // the current hold, nil when this Mutex is not held
+	lease *core.Lease   // the current hold, nil when this Mutex is not held
+	free  chan struct{} // closed while lease is nil: the Room's gate
 }
 
 // Option configures a Mutex.
@@ -95,7 +96,7 @@ func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mutex %q: %w", name, err)
 	}
-	m.setKeys(ks)
+	m.lock, m.fence, m.q, m.qx, m.chanPrefix = ks.Key(), ks.Part("fence"), ks.Part("q"), ks.Part("qx"), ks.Channel()
 	m.keys = []string{m.lock, m.fence, m.q, m.qx}
 	m.confirmKeys = []string{m.lock, m.q, m.qx}
 	// A queue entry outlives the lease it waits behind by two renewal periods: one for the
@@ -103,12 +104,17 @@ func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
 	m.ttlArg, m.fenceArg, m.slackArg = ms(m.ttl), ms(c.Config.FenceTTL), ms(2*m.ttl/core.RenewDivisor)
 	m.windowArg = ms(c.Config.HandoffWindow)
 	m.waiter = c.NewID()
-	m.room = waitq.NewRoom(c, m.chanPrefix+":"+m.waiter, waitq.Hooks{Parse: m.parse, Attempt: m.attempt, Abandon: m.abandon})
+	m.free = make(chan struct{})
+	close(m.free)
+	m.room = waitq.NewRoom(c, m.chanPrefix+":"+m.waiter, waitq.Hooks{Parse: m.parse, Attempt: m.attempt, Abandon: m.abandon, Gate: m.gate})
 	return m, nil
 }
 
-func (m *Mutex) setKeys(ks keys.Space) {
-	m.lock, m.fence, m.q, m.qx, m.chanPrefix = ks.Key(), ks.Part("fence"), ks.Part("q"), ks.Part("qx"), ks.Channel()
+// gate is the waitq.Hooks.Gate of m: closed while m is not held locally.
+func (m *Mutex) gate() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.free
 }
 
 // Name returns the name the Mutex was made with.
@@ -140,12 +146,17 @@ func (m *Mutex) Lock(ctx context.Context) error {
 }
 
 // TryLock tries to lock m once, without waiting. It returns true if it took the lock and
-// false, with a nil error, if the lock was held or reserved for a waiting process. ctx bounds
+// false, with a nil error, if the lock was held or just granted to a waiting process. ctx bounds
 // the one round trip; if it ends before the reply, TryLock returns ctx's error (matching
 // [distsync.ErrNotAcquired]) and makes sure the attempt takes nothing.
 func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, m.notAcquired(err)
+	}
+	select {
+	case <-m.gate():
+	default:
+		return false, nil // held by a goroutine of this process
 	}
 	res, owner, err := m.try(ctx, "", waitq.Try{})
 	if err != nil {
@@ -173,7 +184,10 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 func (m *Mutex) Unlock(ctx context.Context) error {
 	m.mu.Lock()
 	l := m.lease
-	m.lease = nil
+	if l != nil {
+		m.lease = nil
+		close(m.free)
+	}
 	m.mu.Unlock()
 	if l == nil {
 		return fmt.Errorf("mutex %q: unlock of unlocked mutex: %w", m.name, distsync.ErrNotHeld)
@@ -353,6 +367,7 @@ func (m *Mutex) hold(owner string, token int64, sent, deadline time.Time, first 
 	}
 	m.mu.Lock()
 	m.lease = l
+	m.free = make(chan struct{})
 	m.mu.Unlock()
 	return nil
 }

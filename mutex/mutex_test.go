@@ -345,6 +345,39 @@ func TestLossIsSignalled(t *testing.T) {
 	})
 }
 
+// A Lock on a Mutex value that is held waits for its Unlock, as with sync.Mutex, even when
+// the hold was lost in Redis: otherwise that Unlock would release the new hold.
+func TestLockWaitsForLocalUnlockAfterLoss(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 600 * time.Millisecond
+		prefix := b.Prefix(t)
+		m := newPod(t, b, prefix).mutex(t, "local", mutex.WithTTL(ttl))
+		lockWithin(t, m, 5*time.Second)
+		lease := m.Lease()
+		b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Del().Key(keyOf(prefix, "local", "")).Build() })
+		<-lease.Done()
+		if ok, err := m.TryLock(context.Background()); ok || err != nil {
+			t.Fatalf("TryLock on a held Mutex value = %v, %v; want false, nil", ok, err)
+		}
+		res := lockAsync(context.Background(), m)
+		select {
+		case r := <-res:
+			t.Fatalf("Lock returned (%v) before the lost hold was unlocked", r.err)
+		case <-time.After(3 * ttl):
+		}
+		if err := m.Unlock(context.Background()); !isBoth(err, distsync.ErrNotHeld, distsync.ErrLost) {
+			t.Fatalf("Unlock of the lost hold = %v", err)
+		}
+		if r := wait(t, res, 5*time.Second); r.err != nil {
+			t.Fatal(r.err)
+		}
+		if err := m.Lease().Err(); err != nil {
+			t.Fatalf("the new hold: %v", err)
+		}
+		unlock(t, m)
+	})
+}
+
 // A held lock stays held past many TTLs while the Handle renews it.
 func TestRenewalKeepsTheLock(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
@@ -451,12 +484,12 @@ func TestCancelledWaiterLeavesNothingBehind(t *testing.T) {
 		}
 		redistest.WaitGoroutines(t, baseline, 5*time.Second)
 
-		// Nothing was reserved for the departed waiter: Unlock frees the lock outright.
+		// Nothing was granted to the departed waiter: Unlock frees the lock outright.
 		unlock(t, holder)
 		if n, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed {
 			return c.B().Exists().Key(keyOf(prefix, "cancel", "")).Build()
 		}).AsInt64(); n != 0 {
-			t.Fatal("Unlock reserved the lock for a waiter that had left")
+			t.Fatal("Unlock granted the lock to a waiter that had left")
 		}
 	})
 }
@@ -494,7 +527,7 @@ func TestWaitingProcessesAreServedInOrder(t *testing.T) {
 }
 
 // A waiter whose process died while queued costs the others at most one hand-off window: the
-// next waiter in line watches the reservation and takes the lock when it lapses.
+// next waiter in line watches the grant and takes the lock when it lapses.
 func TestDeadWaiterCostsOneHandoffWindow(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl, window = 30 * time.Second, 300 * time.Millisecond
@@ -514,14 +547,14 @@ func TestDeadWaiterCostsOneHandoffWindow(t *testing.T) {
 		}
 
 		start := time.Now()
-		unlock(t, holder) // reserves the lock for the dead waiter, asks the live one to watch
+		unlock(t, holder) // grants the lock to the dead waiter, asks the live one to watch
 		r := wait(t, liveRes, ttl)
 		if r.err != nil {
 			t.Fatal(r.err)
 		}
 		d := r.at.Sub(start)
 		if d < window/2 {
-			t.Fatalf("live waiter got the lock %v after Unlock, inside the dead waiter's reservation (%v)", d, window)
+			t.Fatalf("live waiter got the lock %v after Unlock, inside the grant to the dead waiter (%v)", d, window)
 		}
 		if d > window+2*time.Second {
 			t.Fatalf("live waiter got the lock %v after Unlock; the dead waiter should cost one window (%v)", d, window)

@@ -76,6 +76,10 @@ type Hooks struct {
 	// empty), or ""; dequeue says that no local waiter is left and the Room's queue entry must
 	// go. It runs in the background with its own context.
 	Abandon func(ctx context.Context, owner string, dequeue bool) error
+	// Gate, if set, returns a channel that is closed while the head may attempt. A mutex
+	// closes it while no goroutine of the process holds it: as with sync.Mutex, a Lock waits
+	// for the local Unlock, even if the hold was lost in Redis meanwhile.
+	Gate func() <-chan struct{}
 }
 
 // Kind is what a message on the Room's channel asks of it.
@@ -245,6 +249,15 @@ func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
 	}()
 	backoff := minBackoff
 	for {
+		if must && r.hooks.Gate != nil {
+			select {
+			case <-r.hooks.Gate():
+			case <-ctx.Done():
+				return "", ctx.Err()
+			case <-r.h.Done():
+				return "", core.ErrClosed
+			}
+		}
 		if must {
 			r.mu.Lock()
 			if r.grant != nil && r.grant.Token <= r.lastToken {
