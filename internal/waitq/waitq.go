@@ -234,10 +234,23 @@ func (r *Room) Acquire(ctx context.Context) error {
 // contend is the head's loop. It returns the owner value of an attempt whose reply it did
 // not get, with the error that ended the loop.
 func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
+	// Attach outside r.mu: the notifier calls Message with its own lock held, so the lock
+	// order is notifier, then Room.
 	r.mu.Lock()
-	if r.sub == nil {
-		r.sub = r.h.Notifier.Attach(r.channel, r)
+	attached := r.sub != nil
+	r.mu.Unlock()
+	if !attached {
+		if sub := r.h.Notifier.Attach(r.channel, r); sub != nil {
+			r.mu.Lock()
+			if r.sub == nil {
+				r.sub = sub
+			} else {
+				defer sub.Close() // cannot happen: only the head subscribes
+			}
+			r.mu.Unlock()
+		}
 	}
+	r.mu.Lock()
 	must := !r.queued || r.now || r.sub == nil
 	r.mu.Unlock()
 
