@@ -32,10 +32,10 @@ const (
 	// more than this; without an expiry, every lock name ever used would leave a key behind.
 	DefaultFenceRetention = 7 * 24 * time.Hour
 
-	// DefaultHandoffWindow is how long a released lock stays reserved for the next waiting
-	// process. A live waiter claims it within a round trip or two; the window bounds what a
-	// waiter that died while queued can cost: one pause of this length, after which every
-	// other waiter re-checks.
+	// DefaultHandoffWindow is how long a lock granted to the next waiting process at release
+	// lasts until that process confirms it. A live waiter confirms within a round trip or
+	// two; the window bounds what a waiter that died while queued can cost: one pause of this
+	// length, after which the next waiter takes the lock.
 	DefaultHandoffWindow = 500 * time.Millisecond
 )
 
@@ -61,8 +61,8 @@ func WithLeaseTTL(ttl time.Duration) Option { return func(c *core.Config) { c.Le
 // acquisition. It must be positive. The default is [DefaultFenceRetention].
 func WithFenceRetention(d time.Duration) Option { return func(c *core.Config) { c.FenceTTL = d } }
 
-// WithHandoffWindow sets how long a released lock stays reserved for the next waiting
-// process. It must be positive. The default is [DefaultHandoffWindow].
+// WithHandoffWindow sets how long a lock granted to the next waiting process lasts until
+// that process confirms it. It must be positive. The default is [DefaultHandoffWindow].
 func WithHandoffWindow(d time.Duration) Option {
 	return func(c *core.Config) { c.HandoffWindow = d }
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/distsync/distsync"
-	"github.com/distsync/distsync/internal/counting"
 	"github.com/distsync/distsync/mutex"
 )
 
@@ -63,10 +62,39 @@ func libByName(name string) (lib, error) {
 	return lib{}, fmt.Errorf("unknown library %q", name)
 }
 
+// ---- counting the commands a rueidis client sends
+
+// countingClient counts the commands sent through a rueidis client, with one atomic add (a
+// benchmark must not slow the libraries it measures). rueidis' own health-check PINGs do not
+// go through it.
+type countingClient struct {
+	rueidis.Client
+	n atomic.Int64
+}
+
+func (c *countingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	c.n.Add(1)
+	return c.Client.Do(ctx, cmd)
+}
+
+func (c *countingClient) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	c.n.Add(int64(len(multi)))
+	return c.Client.DoMulti(ctx, multi...)
+}
+
+func (c *countingClient) Receive(ctx context.Context, sub rueidis.Completed, fn func(rueidis.PubSubMessage)) error {
+	c.n.Add(1)
+	return c.Client.Receive(ctx, sub, fn)
+}
+
+func (c *countingClient) Total() int64 { return c.n.Load() }
+
+func count(raw rueidis.Client) *countingClient { return &countingClient{Client: raw} }
+
 // ---- distsync
 
 type distsyncSession struct {
-	c  *counting.Client
+	c  *countingClient
 	h  *distsync.Handle
 	mu sync.Mutex
 	ms map[string]*mutex.Mutex
@@ -77,7 +105,7 @@ func openDistsync(addr string) (session, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := counting.New(raw)
+	c := count(raw)
 	h, err := distsync.New(c, distsync.WithKeyPrefix("bench:"), distsync.WithLeaseTTL(leaseTTL))
 	if err != nil {
 		return nil, err
@@ -99,7 +127,7 @@ func (s *distsyncSession) New(key string) locker {
 	return m
 }
 
-func (s *distsyncSession) Commands() int64 { return int64(s.c.Total()) }
+func (s *distsyncSession) Commands() int64 { return s.c.Total() }
 func (s *distsyncSession) Close() {
 	_ = s.h.Close(context.Background())
 	s.c.Close()
@@ -110,7 +138,7 @@ func (s *distsyncSession) Close() {
 var floorRelease = rueidis.NewLuaScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
 type floorSession struct {
-	c   *counting.Client
+	c   *countingClient
 	seq atomic.Int64
 }
 
@@ -119,7 +147,7 @@ func openFloor(addr string) (session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &floorSession{c: counting.New(raw)}, nil
+	return &floorSession{c: count(raw)}, nil
 }
 
 type floorLock struct {
@@ -129,7 +157,7 @@ type floorLock struct {
 }
 
 func (s *floorSession) New(key string) locker { return &floorLock{s: s, key: "floor:" + key} }
-func (s *floorSession) Commands() int64       { return int64(s.c.Total()) }
+func (s *floorSession) Commands() int64       { return s.c.Total() }
 func (s *floorSession) Close()                { s.c.Close() }
 
 func (l *floorLock) Lock(ctx context.Context) error {
@@ -157,7 +185,7 @@ func (l *floorLock) Unlock(ctx context.Context) error {
 // ---- rueidislock
 
 type rueidislockSession struct {
-	c *counting.Client
+	c *countingClient
 	l rueidislock.Locker
 }
 
@@ -172,7 +200,7 @@ func openRueidislock(addr string) (session, error) {
 			if err != nil {
 				return nil, err
 			}
-			s.c = counting.New(raw)
+			s.c = count(raw)
 			return s.c, nil
 		},
 	})
@@ -190,7 +218,7 @@ type rueidislockLock struct {
 }
 
 func (s *rueidislockSession) New(key string) locker { return &rueidislockLock{s: s, key: key} }
-func (s *rueidislockSession) Commands() int64       { return int64(s.c.Total()) }
+func (s *rueidislockSession) Commands() int64       { return s.c.Total() }
 func (s *rueidislockSession) Close()                { s.l.Close() }
 
 func (l *rueidislockLock) Lock(ctx context.Context) error {

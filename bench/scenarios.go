@@ -37,7 +37,7 @@ func uncontended(ls []lib, addr string, iters int) (map[string][2]time.Duration,
 			return nil, err
 		}
 		defer s.Close()
-		lockers[i] = s.New("uncontended")
+		lockers[i] = s.New(l.name + ":uncontended")
 	}
 	d := make([][]time.Duration, len(ls))
 	for i := range iters + iters/10 {
@@ -76,7 +76,7 @@ func distinctKeys(l lib, addr string, goroutines int, dur time.Duration) (float6
 		return 0, err
 	}
 	defer s.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), dur+time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), dur+30*time.Second)
 	defer cancel()
 	var pairs atomic.Int64
 	var wg sync.WaitGroup
@@ -84,7 +84,7 @@ func distinctKeys(l lib, addr string, goroutines int, dur time.Duration) (float6
 	start := time.Now()
 	deadline := start.Add(dur)
 	for g := range goroutines {
-		lk := s.New("distinct:" + strconv.Itoa(g))
+		lk := s.New(l.name + ":distinct:" + strconv.Itoa(g))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -122,13 +122,13 @@ func idleWaiter(l lib, addr string, window time.Duration) (float64, error) {
 		return 0, err
 	}
 	defer waiter.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), window+time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), window+15*time.Second)
 	defer cancel()
-	hl := holder.New("idle")
+	hl := holder.New(l.name + ":idle")
 	if err := hl.Lock(ctx); err != nil {
 		return 0, err
 	}
-	wl := waiter.New("idle")
+	wl := waiter.New(l.name + ":idle")
 	got := make(chan error, 1)
 	go func() { got <- wl.Lock(ctx) }()
 	time.Sleep(time.Second) // settle: first attempt, subscription
@@ -245,7 +245,7 @@ func runWorker(libName, addr, key string, proc, goroutines int, start, until tim
 
 func contended(l lib, addr string, processes, goroutines int, dur, hold time.Duration) (contention, error) {
 	out := contention{processes: processes, perProc: goroutines}
-	key := fmt.Sprintf("contended-%d", time.Now().UnixNano())
+	key := fmt.Sprintf("%s:contended:%d", l.name, time.Now().UnixNano())
 	before, err := commandstats(addr)
 	if err != nil {
 		return out, err

@@ -93,7 +93,7 @@ func wait(t *testing.T, ch <-chan lockResult, limit time.Duration) lockResult {
 	case r := <-ch:
 		return r
 	case <-time.After(limit):
-		t.Fatalf("Lock did not return within %v", limit)
+		t.Fatalf("Lock did not return within %v; goroutines:\n%s", limit, redistest.LibraryStacks())
 		return lockResult{}
 	}
 }

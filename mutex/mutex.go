@@ -52,7 +52,7 @@ type Mutex struct {
 	room               *waitq.Room
 
 	// Script arguments that never change, built once.
-	keys, confirmKeys                     []string
+	keys                                  []string
 	ttlArg, fenceArg, slackArg, windowArg string
 
 	mu    sync.Mutex
@@ -98,7 +98,6 @@ func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
 	}
 	m.lock, m.fence, m.q, m.qx, m.chanPrefix = ks.Key(), ks.Part("fence"), ks.Part("q"), ks.Part("qx"), ks.Channel()
 	m.keys = []string{m.lock, m.fence, m.q, m.qx}
-	m.confirmKeys = []string{m.lock, m.q, m.qx}
 	// A queue entry outlives the lease it waits behind by two renewal periods: one for the
 	// backstop slack, one for a late timer.
 	m.ttlArg, m.fenceArg, m.slackArg = ms(m.ttl), ms(c.Config.FenceTTL), ms(2*m.ttl/core.RenewDivisor)
@@ -300,8 +299,9 @@ func (m *Mutex) attempt(ctx context.Context, t waitq.Try) (waitq.Result, string,
 		window := m.c.Config.HandoffWindow
 		deadline := t.QueuedAt.Add(window - core.Drift(window))
 		if time.Until(deadline) > window/4 {
-			confirm := &scripts.Call{Script: scripts.MutexConfirm, Keys: m.confirmKeys,
-				Args: []string{g.Owner, m.ttlArg, m.waiter, flag(t.More), m.slackArg, m.chanPrefix, m.c.Pub, g.Backup}}
+			confirm := &scripts.Call{Script: scripts.MutexConfirm, Keys: m.keys,
+				Args: []string{g.Owner, m.ttlArg, m.waiter, flag(t.More), m.slackArg, m.chanPrefix, m.c.Pub, g.Backup,
+					m.windowArg, m.fenceArg}}
 			if err := m.hold(g.Owner, g.Token, time.Now(), deadline, confirm); err != nil {
 				return waitq.Result{}, "", err
 			}

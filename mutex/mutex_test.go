@@ -254,21 +254,21 @@ func TestLossWhenRedisIsUnreachable(t *testing.T) {
 	})
 }
 
-// A holder that vanishes without Unlock (its client closed, so no renewal) is replaced once
-// its lease runs out, not before; it learns of the loss itself.
+// A holder that vanishes without Unlock (cut off from Redis: no renewal) is replaced once its
+// lease runs out, not before; it learns of the loss itself.
 func TestCrashedHolderIsReplacedAfterTTL(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = time.Second
 		prefix := b.Prefix(t)
-		crashed := newPod(t, b, prefix, distsync.WithLeaseTTL(ttl))
-		holder := crashed.mutex(t, "crash")
+		net := redistest.NewNetwork()
+		holder := newPodVia(t, b, prefix, net, distsync.WithLeaseTTL(ttl)).mutex(t, "crash")
 		waiter := newPod(t, b, prefix, distsync.WithLeaseTTL(ttl)).mutex(t, "crash")
 		lockWithin(t, holder, 5*time.Second)
 		lease := holder.Lease()
 		res := lockAsync(context.Background(), waiter)
 		waitQueued(t, b, prefix, "crash", 1)
 
-		crashed.raw.Close()
+		net.Cut() // the holder's process is gone, as far as Redis can tell: no renewal, no Unlock
 		start := time.Now()
 		r := wait(t, res, 10*ttl)
 		if r.err != nil {
@@ -534,16 +534,21 @@ func TestDeadWaiterCostsOneHandoffWindow(t *testing.T) {
 		prefix := b.Prefix(t)
 		opts := []distsync.Option{distsync.WithLeaseTTL(ttl), distsync.WithHandoffWindow(window)}
 		holder := newPod(t, b, prefix, opts...).mutex(t, "dead")
-		dying := newPod(t, b, prefix, opts...)
+		net := redistest.NewNetwork()
+		dying := newPodVia(t, b, prefix, net, opts...)
 		live := newPod(t, b, prefix, opts...).mutex(t, "dead")
 		lockWithin(t, holder, 5*time.Second)
-		deadRes := lockAsync(context.Background(), dying.mutex(t, "dead"))
+		dyingCtx, kill := context.WithCancel(context.Background())
+		deadRes := lockAsync(dyingCtx, dying.mutex(t, "dead"))
 		waitQueued(t, b, prefix, "dead", 1)
 		liveRes := lockAsync(context.Background(), live)
 		waitQueued(t, b, prefix, "dead", 2)
-		dying.raw.Close() // dies queued: nobody removes its entry
+		// The dying process loses Redis, then gives up: its clean-up cannot get through, so its
+		// entry stays queued, as a crashed process's would.
+		net.Cut()
+		kill()
 		if r := wait(t, deadRes, 5*time.Second); r.err == nil {
-			t.Fatal("Lock on a closed client succeeded")
+			t.Fatal("Lock cut off from Redis succeeded")
 		}
 
 		start := time.Now()
@@ -789,12 +794,13 @@ func TestNoLeakedKeys(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		crash := pods[2].mutex(t, "leak-crash")
+		net := redistest.NewNetwork()
+		crash := newPodVia(t, b, prefix, net, opts...).mutex(t, "leak-crash")
 		lockWithin(t, crash, 5*time.Second)
 		waiter := pods[1].mutex(t, "leak-crash")
 		res := lockAsync(context.Background(), waiter)
 		waitQueued(t, b, prefix, "leak-crash", 1)
-		pods[2].raw.Close()
+		net.Cut() // the holder crashes
 		if r := wait(t, res, 10*time.Second); r.err != nil {
 			t.Fatal(r.err)
 		}

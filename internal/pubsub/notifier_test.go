@@ -133,6 +133,7 @@ func TestLingerKeepsTheSubscription(t *testing.T) {
 		}
 		again.Close()
 		waitFor(t, "the unsubscribe after the linger", func() bool { return b.Subscribers(t, channel) == 0 })
+		waitFor(t, "the channel to be dropped", func() bool { return n.Channels() == 0 })
 		if n.Attach(channel, newListener()) != nil {
 			t.Fatal("Attach after the unsubscribe returned a subscription")
 		}

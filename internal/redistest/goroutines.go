@@ -9,7 +9,9 @@ import (
 
 // libraryGoroutines counts the goroutines running distsync code (its internal packages and
 // primitives), not the test's own, not rueidis' connection goroutines.
-func libraryGoroutines() (int, string) {
+func libraryGoroutines() (int, string) { return goroutines(false) }
+
+func goroutines(withTests bool) (int, string) {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -25,7 +27,7 @@ func libraryGoroutines() (int, string) {
 		if !strings.Contains(g, "github.com/distsync/distsync/") {
 			continue
 		}
-		if strings.Contains(g, "_test.") || strings.Contains(g, "distsync/internal/redistest.") {
+		if !withTests && (strings.Contains(g, "_test.") || strings.Contains(g, "distsync/internal/redistest.")) {
 			continue
 		}
 		count++
@@ -33,6 +35,13 @@ func libraryGoroutines() (int, string) {
 		dump.WriteString("\n\n")
 	}
 	return count, dump.String()
+}
+
+// LibraryStacks returns the stacks of the goroutines running distsync code, for a test that
+// reports a hang.
+func LibraryStacks() string {
+	_, dump := goroutines(true)
+	return dump
 }
 
 // LibraryGoroutines returns the number of goroutines running distsync code.

@@ -2,30 +2,40 @@
 -- returns from Lock at once and sends this right after, through the handle's renewal loop:
 -- it extends the grant to the holder's lease and tells the backup to stop watching.
 --
--- KEYS[1] lock   KEYS[2] q   KEYS[3] qx   (as in mutex_acquire.lua)
--- ARGV[1] owner    the grant's owner value, '~<waiter>:<token>'
--- ARGV[2] ttl      lease in ms
--- ARGV[3] waiter   the holder's waiter id
--- ARGV[4] requeue  '1': more goroutines of the holder's process wait; queue it again, at the tail
--- ARGV[5] slack    ms a queue entry outlives the lease it waits behind
--- ARGV[6] prefix   channel prefix; waiter w listens on prefix..':'..w
--- ARGV[7] pub      'PUBLISH' or 'SPUBLISH'
--- ARGV[8] backup   waiter watching the grant ('' if none)
+-- KEYS[1] lock   KEYS[2] fence   KEYS[3] q   KEYS[4] qx   (as in mutex_acquire.lua)
+-- ARGV[1] owner      the grant's owner value, '~<waiter>:<token>'
+-- ARGV[2] ttl        lease in ms
+-- ARGV[3] waiter     the holder's waiter id
+-- ARGV[4] requeue    '1': more goroutines of the holder's process wait; queue it again, at the tail
+-- ARGV[5] slack      ms a queue entry outlives the lease it waits behind
+-- ARGV[6] prefix     channel prefix; waiter w listens on prefix..':'..w
+-- ARGV[7] pub        'PUBLISH' or 'SPUBLISH'
+-- ARGV[8] backup     waiter watching the grant ('' if none)
+-- ARGV[9] window     ms a grant lasts unless confirmed
+-- ARGV[10] fence_ttl ms the fence key outlives the last acquisition
 -- Reply: 1 confirmed; 0 the grant is gone (it expired, or was released already)
 
 -- #include lib/clock.lua
 -- #include lib/fence.lua
 -- #include lib/queue.lua
 
+local lock, fence, q, qx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local cur = redis.call('GET', lock)
 if ARGV[4] == '1' then
-  -- Whether or not the grant is still held: the other goroutines still wait.
+  -- Whether or not the grant is still held, the other goroutines still wait. The holder may
+  -- have released already (its release and this confirm travel on different connections):
+  -- then nobody will hand the free lock on, so hand it on here.
   local now_ms, now_us = now()
-  requeue(KEYS[2], KEYS[3], ARGV[3], now_ms, now_us, tonumber(ARGV[2]) + tonumber(ARGV[5]))
+  requeue(q, qx, ARGV[3], now_ms, now_us, tonumber(ARGV[2]) + tonumber(ARGV[5]))
+  if not cur then
+    pass_on(lock, fence, q, qx, ARGV[9], ARGV[10], ARGV[6], ARGV[7])
+    return 0
+  end
 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+if cur ~= ARGV[1] then
   return 0
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', lock, ARGV[2])
 if ARGV[8] ~= '' then
   redis.call(ARGV[7], ARGV[6] .. ':' .. ARGV[8], 'c')
 end

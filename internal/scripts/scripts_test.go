@@ -78,8 +78,8 @@ func (e *env) confirm(owner, waiter string, requeue bool, backup string) int64 {
 	if requeue {
 		r = "1"
 	}
-	v, err := scripts.MutexConfirm.Exec(context.Background(), e.c, []string{e.k.lock, e.k.q, e.k.qx},
-		[]string{owner, "10000", waiter, r, "5000", e.k.ch, e.k.pub, backup}).AsInt64()
+	v, err := scripts.MutexConfirm.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
+		[]string{owner, "10000", waiter, r, "5000", e.k.ch, e.k.pub, backup, "500", "60000"}).AsInt64()
 	if err != nil {
 		e.t.Fatalf("confirm: %v", err)
 	}
@@ -322,6 +322,29 @@ func TestRequeueGoesToTheTail(t *testing.T) {
 			t.Fatalf("queue after a requeue = %v, want w2,w3", got)
 		}
 		e.everyKeyExpires()
+	})
+}
+
+// A confirm that arrives after its holder already released (they travel on different
+// connections) requeues the holder's other waiters and, the lock being free, hands it on.
+func TestLateConfirmHandsTheFreeLockOn(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		e.acquire("o1", "", false)
+		e.acquire("x", "w2", false)
+		e.release("o1") // grants to w2, whose process has more goroutines waiting
+		_, tok := e.grantee()
+		owner := "~w2:" + strconv.FormatInt(tok, 10)
+		e.release(owner) // released before the confirm: nobody queued, the lock is freed
+		if v := e.get(e.k.lock); v != "" {
+			t.Fatalf("lock = %q", v)
+		}
+		if e.confirm(owner, "w2", true, "") != 0 {
+			t.Fatal("confirm of a released grant succeeded")
+		}
+		if w, tok2 := e.grantee(); w != "w2" || tok2 <= tok {
+			t.Fatalf("after the late confirm, lock = %q, want a new grant to w2", e.get(e.k.lock))
+		}
 	})
 }
 
