@@ -4,13 +4,21 @@
 package embedded
 
 import (
+	"context"
+	"sync"
+	"time"
+
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
 )
 
 // Server is an in-process Redis.
 type Server struct {
-	mr *miniredis.Miniredis
+	mr      *miniredis.Miniredis
+	mu      sync.Mutex
+	closers []func()
 }
 
 // Start starts an in-process Redis on a free loopback port. TTLs follow the real clock, as
@@ -42,8 +50,40 @@ func (s *Server) ClientOption() rueidis.ClientOption {
 // NewClient returns a new rueidis client of the server. Close it when done.
 func (s *Server) NewClient() (rueidis.Client, error) { return rueidis.NewClient(s.ClientOption()) }
 
+// NewHandle returns a distsync Handle on a new client of the server, as one process would
+// have; examples make several to play several processes. Close closes it and its client.
+func (s *Server) NewHandle(opts ...distsync.Option) (*distsync.Handle, error) {
+	c, err := s.NewClient()
+	if err != nil {
+		return nil, err
+	}
+	h, err := distsync.New(c, opts...)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	s.mu.Lock()
+	s.closers = append(s.closers, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = h.Close(ctx)
+		c.Close()
+	})
+	s.mu.Unlock()
+	return h, nil
+}
+
 // Miniredis returns the underlying miniredis, for tests that inspect or manipulate it.
 func (s *Server) Miniredis() *miniredis.Miniredis { return s.mr }
 
-// Close stops the server.
-func (s *Server) Close() { s.mr.Close() }
+// Close closes the Handles made by NewHandle, then stops the server.
+func (s *Server) Close() {
+	s.mu.Lock()
+	closers := s.closers
+	s.closers = nil
+	s.mu.Unlock()
+	for _, c := range closers {
+		c()
+	}
+	s.mr.Close()
+}

@@ -22,7 +22,7 @@ const RenewDivisor = 3
 type LeaseSpec struct {
 	Key   string        // key that carries the claim
 	Owner string        // owner value the claim is checked against
-	Kind  string        // how extend.lua checks it: "s" (string value == owner)
+	Kind  string        // how extend.lua checks it: "s" string == owner, "h" hash field, "z" zset member
 	TTL   time.Duration // lease length
 	Renew bool          // renew at TTL/RenewDivisor until stopped; false: a fixed lease
 	Token int64         // fencing token of the acquisition

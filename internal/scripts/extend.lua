@@ -2,16 +2,41 @@
 -- one call per held lease, pipelined per Redis node on each tick.
 --
 -- KEYS[1] key    the key that carries the claim
--- ARGV[1] kind   's': a string whose value is the owner
+-- ARGV[1] kind   's': a string whose value is the owner (mutex, rwmutex writer)
+--                'h': a hash with a field named owner (reentrant)
+--                'z': a sorted set of owner -> expiry in ms, server clock (rwmutex readers)
 -- ARGV[2] owner  the holder's owner value
 -- ARGV[3] ttl    new lease in ms, counted from now on the server's clock
 -- Reply: 1 renewed; 0 the claim is gone (expired or deleted) or belongs to someone else
 
-if ARGV[1] == 's' then
-  if redis.call('GET', KEYS[1]) == ARGV[2] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+-- #include lib/clock.lua
+
+local key, kind, owner, ttl = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+if kind == 's' then
+  if redis.call('GET', key) == owner then
+    redis.call('PEXPIRE', key, ttl)
+    return 1
+  end
+  return 0
+elseif kind == 'h' then
+  if redis.call('HEXISTS', key, owner) == 1 then
+    if redis.call('PTTL', key) < ttl then
+      redis.call('PEXPIRE', key, ttl)
+    end
+    return 1
+  end
+  return 0
+elseif kind == 'z' then
+  -- A member whose expiry has passed is a lost share, even if no script has pruned it yet.
+  local at = redis.call('ZSCORE', key, owner)
+  local now_ms = now()
+  if at and tonumber(at) > now_ms then
+    redis.call('ZADD', key, now_ms + ttl, owner)
+    if redis.call('PTTL', key) < ttl then
+      redis.call('PEXPIRE', key, ttl)
+    end
     return 1
   end
   return 0
 end
-return redis.error_reply('distsync: unknown lease kind ' .. tostring(ARGV[1]))
+return redis.error_reply('distsync: unknown lease kind ' .. tostring(kind))

@@ -27,6 +27,10 @@ var (
 	MutexRelease = load("mutex_release.lua")
 	MutexLeave   = load("mutex_leave.lua")
 	MutexConfirm = load("mutex_confirm.lua")
+
+	ReentrantLock    = load("reentrant_lock.lua")
+	ReentrantUnlock  = load("reentrant_unlock.lua")
+	ReentrantAbandon = load("reentrant_abandon.lua")
 )
 
 // Script is one loaded Lua script.
@@ -66,6 +70,9 @@ func expand(name string, depth int) string {
 
 // Name returns the script's file name.
 func (s *Script) Name() string { return s.name }
+
+// SHA returns the script's SHA1, as EVALSHA names it.
+func (s *Script) SHA() string { return s.sha }
 
 // Source returns the script as sent to Redis, includes expanded.
 func (s *Script) Source() string { return s.src }

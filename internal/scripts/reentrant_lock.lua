@@ -1,0 +1,53 @@
+-- reentrant_lock.lua: take a reentrant mutex, or take it once more for its owner.
+--
+-- KEYS[1] lock   hash: 'o:'..owner -> hold count (one owner at a time), 't' -> fencing token
+-- KEYS[2] fence  last fencing token of the name (lib/fence.lua)
+-- KEYS[3] ops    applied and voided request ids (lib/ops.lua)
+-- ARGV[1] owner      the owner token
+-- ARGV[2] id         request id of this attempt
+-- ARGV[3] ttl        lease in ms
+-- ARGV[4] fence_ttl  ms the fence key outlives the last acquisition
+-- ARGV[5] ops_ttl    ms request ids are remembered
+-- Reply: {1, count, token}  held: the owner's count after this call and the token of its
+--                           outermost acquisition
+--        {0, pttl}          held by another owner, for pttl more ms
+--        {-1}               the request was voided (its sender gave up on it): nothing done
+--
+-- The count is changed once per request id: an attempt whose reply is lost is voided by its
+-- sender (reentrant_abandon.lua) and never counted twice.
+
+-- #include lib/clock.lua
+-- #include lib/fence.lua
+-- #include lib/ops.lua
+
+local lock, fence, ops = KEYS[1], KEYS[2], KEYS[3]
+local field, id, ttl = 'o:' .. ARGV[1], ARGV[2], tonumber(ARGV[3])
+local state = op_state(ops, id)
+if state == 'void' then
+  return {-1}
+elseif state == 'applied' then
+  local n = redis.call('HGET', lock, field)
+  if n then
+    return {1, tonumber(n), tonumber(redis.call('HGET', lock, 't'))}
+  end
+  return {0, math.max(redis.call('PTTL', lock), 0)}
+end
+
+local now_ms, now_us = now()
+local n, token
+if redis.call('EXISTS', lock) == 0 then
+  token = next_token(fence, ARGV[4], now_us)
+  redis.call('HSET', lock, field, 1, 't', int(token))
+  redis.call('PEXPIRE', lock, ttl)
+  n = 1
+elseif redis.call('HEXISTS', lock, field) == 1 then
+  n = redis.call('HINCRBY', lock, field, 1)
+  token = tonumber(redis.call('HGET', lock, 't'))
+  if redis.call('PTTL', lock) < ttl then
+    redis.call('PEXPIRE', lock, ttl)
+  end
+else
+  return {0, math.max(redis.call('PTTL', lock), 0)}
+end
+op_mark(ops, '', id, now_ms, tonumber(ARGV[5]))
+return {1, n, token}

@@ -1,0 +1,418 @@
+// Package reentrant is a mutex that its owner may lock again while holding it, across
+// processes, on Redis: Java's ReentrantLock and Redisson's RLock, with an explicit owner.
+//
+// Go has no thread identity, so the owner is a token, an [Owner], carried in the
+// context.Context of each call: make one with [NewOwner], attach it with [WithOwner], and pass
+// that context down. Every call made under the same owner re-enters; a call under another
+// owner, in this process or another, waits like any other. Two processes may share an owner
+// (send its string to the other, which attaches it with WithOwner): the second then re-enters
+// the first's hold, and the mutex is free once both have unlocked.
+//
+// The hold count lives in Redis, in a hash: owner -> count. Lock adds one and Unlock takes one
+// away; the Unlock that brings it to zero frees the mutex and wakes the waiting processes. A
+// request is counted once however often it is sent: an Unlock retried after a lost reply is
+// recognised by its request id, and a Lock whose reply was lost is undone before it is tried
+// again. Each hold is a lease renewed by the Handle, with a loss signal; the fencing token is
+// that of the outermost Lock, the same for every nested one.
+package reentrant
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/scripts"
+	"github.com/distsync/distsync/internal/waitq"
+)
+
+// Owner identifies who holds a reentrant Mutex. Any non-empty string is an owner; NewOwner
+// makes a unique one.
+type Owner string
+
+// NewOwner returns a new owner, unique across processes (128 random bits).
+func NewOwner() Owner {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return Owner(hex.EncodeToString(b[:]))
+}
+
+type ownerKey struct{}
+
+// WithOwner returns a copy of ctx that carries o: Lock, TryLock and Unlock act for o.
+func WithOwner(ctx context.Context, o Owner) context.Context {
+	return context.WithValue(ctx, ownerKey{}, o)
+}
+
+// OwnerFrom returns the owner ctx carries, if any.
+func OwnerFrom(ctx context.Context) (Owner, bool) {
+	o, ok := ctx.Value(ownerKey{}).(Owner)
+	return o, ok && o != ""
+}
+
+// opsTTL is how long Redis remembers a request id (see internal/scripts/lib/ops.lua): far
+// longer than a command stays in flight or an Unlock is retried.
+const opsTTL = time.Minute
+
+// Mutex is a reentrant mutual exclusion lock shared by every process that uses the same name
+// on the same Redis. Make it with [New]; it is safe for concurrent use and must not be copied.
+type Mutex struct {
+	c     *core.Handle
+	name  string
+	ttl   time.Duration
+	renew bool
+
+	lock, channel string
+	keys          []string // lock, fence, ops
+	room          *waitq.Room
+
+	mu    sync.Mutex
+	holds map[Owner]*hold // this process's holds, by owner
+}
+
+// hold is what one owner holds of the mutex through this Mutex value.
+type hold struct {
+	n     int         // Locks not yet Unlocked
+	lease *core.Lease // renewed while n > 0
+}
+
+// Option configures a Mutex.
+type Option func(*Mutex)
+
+// WithTTL sets the lease of each hold; the Handle renews it at a third of ttl for as long as
+// the mutex is held. It must be at least a millisecond. The default is the Handle's lease TTL
+// ([distsync.DefaultLeaseTTL] unless [distsync.WithLeaseTTL] changed it).
+func WithTTL(ttl time.Duration) Option {
+	return func(m *Mutex) { m.ttl, m.renew = ttl, true }
+}
+
+// WithFixedLease makes each outermost hold a lease of ttl that is never renewed (re-entering
+// extends it to ttl again): Redis frees the mutex ttl after the last Lock, whatever the count.
+func WithFixedLease(ttl time.Duration) Option {
+	return func(m *Mutex) { m.ttl, m.renew = ttl, false }
+}
+
+// New returns the reentrant Mutex called name. It sends nothing to Redis. It returns an error
+// matching [distsync.ErrInvalid] for an empty name or a lease shorter than a millisecond.
+func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
+	c := core.Of(h)
+	if c == nil {
+		return nil, fmt.Errorf("reentrant: %w: nil handle", distsync.ErrInvalid)
+	}
+	m := &Mutex{c: c, name: name, ttl: c.Config.LeaseTTL, renew: true, holds: make(map[Owner]*hold)}
+	for _, o := range opts {
+		o(m)
+	}
+	if m.ttl < time.Millisecond {
+		return nil, fmt.Errorf("reentrant %q: %w: lease TTL must be at least 1ms, got %v", name, distsync.ErrInvalid, m.ttl)
+	}
+	ks, err := c.Keys("reentrant", name)
+	if err != nil {
+		return nil, fmt.Errorf("reentrant %q: %w", name, err)
+	}
+	m.lock, m.channel = ks.Key(), ks.Channel()
+	m.keys = []string{m.lock, ks.Part("fence"), ks.Part("ops")}
+	m.room = waitq.NewRoom(c, m.channel, waitq.Hooks{Parse: parse, Attempt: m.attempt, Abandon: m.abandon})
+	return m, nil
+}
+
+// Name returns the name the Mutex was made with.
+func (m *Mutex) Name() string { return m.name }
+
+// Lock locks m for the owner that ctx carries. If that owner holds m already, here or in
+// another process, Lock adds one to its count and returns at once. Otherwise it waits, without
+// polling, until m is free and it takes it, or ctx ends: there is no limit on tries or time.
+// On success it returns nil. If ctx ends first it returns an error matching both
+// [distsync.ErrNotAcquired] and ctx.Err(), and the count is as it was. It returns an error
+// matching [distsync.ErrInvalid] if ctx carries no owner, and one matching [distsync.ErrLost]
+// if the owner's hold here was lost (re-entering a lost hold would hide the loss).
+// Connection errors are retried while waiting; other Redis errors are returned.
+func (m *Mutex) Lock(ctx context.Context) error {
+	_, err := m.lock1(ctx, true)
+	return err
+}
+
+// TryLock is Lock without the wait: it returns true if the owner that ctx carries took or
+// re-entered m, and false with a nil error if another owner holds it. ctx bounds the one round
+// trip; if it ends first TryLock returns its error (matching [distsync.ErrNotAcquired]) and
+// the count is as it was.
+func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
+	return m.lock1(ctx, false)
+}
+
+func (m *Mutex) lock1(ctx context.Context, wait bool) (bool, error) {
+	o, ok := OwnerFrom(ctx)
+	if !ok {
+		return false, fmt.Errorf("reentrant %q: %w: no owner in the context (use reentrant.WithOwner)", m.name, distsync.ErrInvalid)
+	}
+	if err := ctx.Err(); err != nil {
+		return false, m.notAcquired(err)
+	}
+	m.mu.Lock()
+	h := m.holds[o]
+	m.mu.Unlock()
+	if h != nil {
+		if err := h.lease.Err(); err != nil {
+			return false, fmt.Errorf("reentrant %q: re-entering a hold that ended: %w", m.name, err)
+		}
+	}
+	// Re-entry, a TryLock, and a Lock while other goroutines of this process wait (the owner
+	// may hold m through another process, and must not queue behind those who wait for it)
+	// try once, outside the local queue.
+	if h != nil || !wait || m.room.Waiting() > 0 {
+		got, err := m.once(ctx, o, wait)
+		if err != nil || got || !wait {
+			return got, err
+		}
+		if h != nil {
+			return false, fmt.Errorf("reentrant %q: re-entering: %w: the hold was taken", m.name, distsync.ErrLost)
+		}
+	}
+	err := m.room.Acquire(ctx)
+	switch {
+	case err == nil:
+		return true, nil
+	case ctx.Err() != nil:
+		return false, m.notAcquired(ctx.Err())
+	case errors.Is(err, core.ErrClosed):
+		return false, fmt.Errorf("reentrant %q: %w", m.name, err)
+	default:
+		return false, fmt.Errorf("reentrant %q: lock: %w", m.name, err)
+	}
+}
+
+// once makes one attempt outside the Room; if retry, connection errors are retried until ctx
+// ends. An attempt whose reply was lost is undone first.
+func (m *Mutex) once(ctx context.Context, o Owner, retry bool) (bool, error) {
+	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		res, id, err := m.attempt(WithOwner(ctx, o), waitq.Try{})
+		if err == nil {
+			return res.Acquired, nil
+		}
+		if id != "" {
+			cctx, cancel := m.c.Detached(time.Second)
+			_ = m.abandon(cctx, id, false) // the attempt may have counted: undo it
+			cancel()
+		}
+		if ctx.Err() != nil {
+			return false, m.notAcquired(ctx.Err())
+		}
+		if !retry || !core.Transient(err) {
+			return false, fmt.Errorf("reentrant %q: lock: %w", m.name, err)
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return false, m.notAcquired(ctx.Err())
+		}
+	}
+}
+
+// attempt is the waitq.Attempt of Lock: one run of reentrant_lock.lua for the owner in ctx.
+// The value it returns for Abandon is "<request id> <owner>".
+func (m *Mutex) attempt(ctx context.Context, _ waitq.Try) (waitq.Result, string, error) {
+	o, _ := OwnerFrom(ctx)
+	id := m.c.NewID()
+	undo := id + " " + string(o)
+	sent := time.Now()
+	vals, err := scripts.ReentrantLock.Exec(ctx, m.c.Client, m.keys,
+		[]string{string(o), id, ms(m.ttl), ms(m.c.Config.FenceTTL), ms(opsTTL)}).AsIntSlice()
+	if err != nil {
+		return waitq.Result{}, undo, err
+	}
+	switch {
+	case len(vals) == 3 && vals[0] == 1:
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		h := m.holds[o]
+		if h == nil || h.lease.Err() != nil {
+			h = &hold{lease: m.c.Hold(core.LeaseSpec{
+				Key: m.lock, Owner: "o:" + string(o), Kind: "h", TTL: m.ttl, Renew: m.renew,
+				Token: vals[2], Sent: sent,
+				Release: func(ctx context.Context, l *core.Lease) error { return m.releaseAll(ctx, o) },
+			})}
+			m.holds[o] = h
+		}
+		h.n++
+		return waitq.Result{Acquired: true, Token: vals[2]}, "", nil
+	case len(vals) == 2 && vals[0] == 0:
+		// The backstop, as for mutex: re-check when the holder's lease would run out, plus
+		// slack; at most one command per lease against a holder that renews.
+		pttl := time.Duration(vals[1]) * time.Millisecond
+		return waitq.Result{Wait: pttl + min(m.ttl/core.RenewDivisor, pttl/2) + time.Millisecond}, "", nil
+	}
+	return waitq.Result{}, "", core.Permanent(fmt.Errorf("unexpected reply %v from %s", vals, scripts.ReentrantLock))
+}
+
+// abandon is the waitq.Abandon of Lock: it undoes the attempt named by undo, if it counted.
+func (m *Mutex) abandon(ctx context.Context, undo string, _ bool) error {
+	id, o, ok := strings.Cut(undo, " ")
+	if !ok {
+		return nil
+	}
+	return scripts.ReentrantAbandon.Exec(ctx, m.c.Client, []string{m.keys[0], m.keys[2]},
+		[]string{o, id, ms(opsTTL), m.channel, m.c.Pub}).Error()
+}
+
+// Unlock takes one hold of the owner that ctx carries away; the last one frees m and wakes
+// the processes waiting for it. It returns nil if the hold was given back. It returns an error
+// matching [distsync.ErrNotHeld] if the owner holds no Lock of m through this Mutex value
+// (the count in Redis is then unchanged), and one matching both ErrNotHeld and
+// [distsync.ErrLost] if the owner's hold was lost. A connection error is retried with the same
+// request id, which Redis counts once; if ctx ends first, or Redis stays unreachable, Unlock
+// returns the error and the Handle keeps trying in the background until the lease would have
+// run out anyway. Either way the hold is given up locally when Unlock returns.
+func (m *Mutex) Unlock(ctx context.Context) error {
+	o, ok := OwnerFrom(ctx)
+	if !ok {
+		return fmt.Errorf("reentrant %q: %w: no owner in the context (use reentrant.WithOwner)", m.name, distsync.ErrInvalid)
+	}
+	m.mu.Lock()
+	h := m.holds[o]
+	if h == nil {
+		m.mu.Unlock()
+		return fmt.Errorf("reentrant %q: unlock by an owner that does not hold it: %w", m.name, distsync.ErrNotHeld)
+	}
+	h.n--
+	last := h.n == 0
+	if last {
+		delete(m.holds, o)
+	}
+	m.mu.Unlock()
+	l := h.lease
+	if last {
+		if err := l.Stop(); err != nil {
+			return fmt.Errorf("reentrant %q: %w: %w", m.name, distsync.ErrNotHeld, err)
+		}
+	} else if err := l.Err(); err != nil {
+		return fmt.Errorf("reentrant %q: %w: %w", m.name, distsync.ErrNotHeld, err)
+	}
+
+	id := m.c.NewID()
+	left, err := m.unlock(ctx, o, id, 1)
+	for i, backoff := 0, 10*time.Millisecond; err != nil && core.Transient(err) && ctx.Err() == nil && i < 3; i, backoff = i+1, 2*backoff {
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+		}
+		left, err = m.unlock(ctx, o, id, 1) // the same id: counted once
+	}
+	switch {
+	case err == nil && left >= 0:
+		if last {
+			l.End(distsync.ErrReleased)
+		}
+		return nil
+	case err == nil:
+		lost := fmt.Errorf("%w: the hold had expired or been taken when it was released", distsync.ErrLost)
+		l.End(lost)
+		return fmt.Errorf("reentrant %q: %w: %w", m.name, distsync.ErrNotHeld, lost)
+	}
+	m.c.Background("unlock of reentrant mutex "+strconv.Quote(m.name)+" (the hold expires with its lease)", m.ttl,
+		func(bctx context.Context) error {
+			if last {
+				defer l.End(distsync.ErrReleased)
+			}
+			for backoff := 20 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+				if _, err := m.unlock(bctx, o, id, 1); err == nil {
+					return nil
+				}
+				select {
+				case <-time.After(backoff):
+				case <-bctx.Done():
+					return bctx.Err()
+				}
+			}
+		})
+	return fmt.Errorf("reentrant %q: unlock not confirmed (finishing in the background): %w", m.name, err)
+}
+
+// unlock runs reentrant_unlock.lua: the owner's count left, or -1 if it held nothing.
+func (m *Mutex) unlock(ctx context.Context, o Owner, id string, by int) (int64, error) {
+	vals, err := scripts.ReentrantUnlock.Exec(ctx, m.c.Client, []string{m.keys[0], m.keys[2]},
+		[]string{string(o), id, strconv.Itoa(by), ms(opsTTL), m.channel, m.c.Pub}).AsIntSlice()
+	if err != nil {
+		return 0, err
+	}
+	if len(vals) == 2 && vals[0] == 1 {
+		return vals[1], nil
+	}
+	return -1, nil
+}
+
+// releaseAll gives back every hold o has through m: the lease's Release, for Handle.Close.
+func (m *Mutex) releaseAll(ctx context.Context, o Owner) error {
+	m.mu.Lock()
+	h := m.holds[o]
+	delete(m.holds, o)
+	m.mu.Unlock()
+	if h == nil || h.n <= 0 {
+		return nil
+	}
+	_, err := m.unlock(ctx, o, m.c.NewID(), h.n)
+	return err
+}
+
+// HoldCount returns how many Locks the owner that ctx carries holds through this Mutex value
+// and has not yet Unlocked (0 for a context without an owner). It sends nothing to Redis: the
+// count there also includes the holds of other processes that share the owner.
+func (m *Mutex) HoldCount(ctx context.Context) int {
+	o, _ := OwnerFrom(ctx)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h := m.holds[o]; h != nil {
+		return h.n
+	}
+	return 0
+}
+
+// Lease returns the hold of the owner that ctx carries, or nil if it holds no Lock of m through
+// this Mutex value. The lease carries the fencing token of the outermost Lock and the loss
+// signal; it ends when the last Unlock gives the hold back or the hold is lost.
+func (m *Mutex) Lease(ctx context.Context) *distsync.Lease {
+	o, _ := OwnerFrom(ctx)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h := m.holds[o]; h != nil {
+		return h.lease.Public.(*distsync.Lease)
+	}
+	return nil
+}
+
+// Locker returns a [sync.Locker] whose Lock and Unlock call m's for owner o with
+// context.Background(). Because sync.Locker has no error to return, they panic on any error:
+// a Redis error, or an Unlock of a mutex o does not hold or lost.
+func (m *Mutex) Locker(o Owner) sync.Locker { return locker{m, WithOwner(context.Background(), o)} }
+
+type locker struct {
+	m   *Mutex
+	ctx context.Context
+}
+
+func (l locker) Lock() {
+	if err := l.m.Lock(l.ctx); err != nil {
+		panic("reentrant: Locker.Lock: " + err.Error())
+	}
+}
+
+func (l locker) Unlock() {
+	if err := l.m.Unlock(l.ctx); err != nil {
+		panic("reentrant: Locker.Unlock: " + err.Error())
+	}
+}
+
+// parse is the waitq.Parse of the name's channel: every message means "the mutex was freed".
+func parse(string) waitq.Signal { return waitq.Signal{Kind: waitq.Recheck} }
+
+func (m *Mutex) notAcquired(err error) error {
+	return fmt.Errorf("reentrant %q: %w: %w", m.name, distsync.ErrNotAcquired, err)
+}
+
+func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

@@ -1,0 +1,572 @@
+package reentrant_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/internal/scripts"
+	"github.com/distsync/distsync/reentrant"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+func newMutex(t *testing.T, p *redistest.Pod, name string, opts ...reentrant.Option) *reentrant.Mutex {
+	t.Helper()
+	m, err := reentrant.New(p.H, name, opts...)
+	if err != nil {
+		t.Fatalf("reentrant.New(%q): %v", name, err)
+	}
+	return m
+}
+
+func owned(o reentrant.Owner) context.Context { return reentrant.WithOwner(context.Background(), o) }
+
+func within(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d)
+}
+
+func lock(t *testing.T, m *reentrant.Mutex, ctx context.Context) {
+	t.Helper()
+	ctx, cancel := within(ctx, 10*time.Second)
+	defer cancel()
+	if err := m.Lock(ctx); err != nil {
+		t.Fatalf("Lock(%s): %v", m.Name(), err)
+	}
+}
+
+func unlock(t *testing.T, m *reentrant.Mutex, ctx context.Context) {
+	t.Helper()
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock(%s): %v", m.Name(), err)
+	}
+}
+
+func tryLock(t *testing.T, m *reentrant.Mutex, ctx context.Context) bool {
+	t.Helper()
+	ok, err := m.TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock(%s): %v", m.Name(), err)
+	}
+	return ok
+}
+
+func key(prefix, name string) string { return prefix + "{" + name + "}:reentrant" }
+
+// count returns the hold count Redis has for owner o (0 when the mutex is free).
+func count(t *testing.T, b *redistest.Backend, prefix, name string, o reentrant.Owner) int64 {
+	t.Helper()
+	res := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+		return c.B().Hget().Key(key(prefix, name)).Field("o:" + string(o)).Build()
+	})
+	if rueidis.IsRedisNil(res.Error()) {
+		return 0
+	}
+	n, err := res.AsInt64()
+	if err != nil {
+		t.Fatalf("HGET count: %v", err)
+	}
+	return n
+}
+
+// Nested calls by one owner count up and down in Redis; another owner is kept out until the
+// last Unlock; every nested Lock has the outermost Lock's token.
+func TestReentryCountsNestedCalls(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		m := newMutex(t, b.Pod(t, prefix), "nest")
+		other := newMutex(t, b.Pod(t, prefix), "nest")
+		a, z := owned(reentrant.NewOwner()), owned(reentrant.NewOwner())
+		ao, _ := reentrant.OwnerFrom(a)
+
+		var token int64
+		for depth := 1; depth <= 3; depth++ {
+			lock(t, m, a)
+			if got := count(t, b, prefix, "nest", ao); got != int64(depth) {
+				t.Fatalf("after %d Locks Redis counts %d", depth, got)
+			}
+			if got := m.HoldCount(a); got != depth {
+				t.Fatalf("HoldCount = %d after %d Locks", got, depth)
+			}
+			tok := m.Lease(a).Token()
+			if depth == 1 {
+				token = tok
+			} else if tok != token {
+				t.Fatalf("nested Lock %d has token %d, the outermost %d", depth, tok, token)
+			}
+			if tryLock(t, other, z) {
+				t.Fatalf("another owner took the mutex held %d times", depth)
+			}
+		}
+		for depth := 2; depth >= 0; depth-- {
+			unlock(t, m, a)
+			if got := count(t, b, prefix, "nest", ao); got != int64(depth) {
+				t.Fatalf("after Unlock down to %d Redis counts %d", depth, got)
+			}
+			if depth > 0 && tryLock(t, other, z) {
+				t.Fatalf("another owner took the mutex still held %d times", depth)
+			}
+		}
+		if m.Lease(a) != nil || m.HoldCount(a) != 0 {
+			t.Fatal("the owner still has a hold after its last Unlock")
+		}
+		if !tryLock(t, other, z) {
+			t.Fatal("another owner could not take the mutex after the last Unlock")
+		}
+		if tok := other.Lease(z).Token(); tok <= token {
+			t.Fatalf("next outermost token %d not above %d", tok, token)
+		}
+		unlock(t, other, z)
+	})
+}
+
+// Goroutines sharing one owner re-enter each other's hold concurrently; the count ends
+// where it started and another owner never gets in while any of them holds.
+func TestGoroutinesSharingAnOwner(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const goroutines, rounds = 8, 10
+		prefix := b.Prefix(t)
+		m := newMutex(t, b.Pod(t, prefix), "shared")
+		other := newMutex(t, b.Pod(t, prefix), "shared")
+		o := reentrant.NewOwner()
+		a := owned(o)
+		lock(t, m, a) // the base hold: the others re-enter it
+
+		var wg sync.WaitGroup
+		errs := make(chan error, goroutines*rounds)
+		for range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range rounds {
+					ctx, cancel := within(a, 10*time.Second)
+					if err := m.Lock(ctx); err != nil {
+						errs <- err
+						cancel()
+						return
+					}
+					if err := m.Unlock(ctx); err != nil {
+						errs <- err
+					}
+					cancel()
+				}
+			}()
+		}
+		z := owned(reentrant.NewOwner())
+		for range 5 {
+			if tryLock(t, other, z) {
+				t.Error("another owner took the mutex while goroutines of its owner held it")
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if got := count(t, b, prefix, "shared", o); got != 1 {
+			t.Fatalf("count %d after %d balanced Lock/Unlock pairs on a hold of 1", got, goroutines*rounds)
+		}
+		unlock(t, m, a)
+		if !tryLock(t, other, z) {
+			t.Fatal("mutex not free after the base hold was unlocked")
+		}
+		unlock(t, other, z)
+	})
+}
+
+// A second process given the owner re-enters the first's hold; the mutex is free (and a
+// waiter woken) only when both have unlocked.
+func TestTwoProcessesShareAnOwner(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		p1 := newMutex(t, b.Pod(t, prefix), "handover")
+		p2 := newMutex(t, b.Pod(t, prefix), "handover")
+		waiter := newMutex(t, b.Pod(t, prefix), "handover")
+		o := reentrant.NewOwner()
+		lock(t, p1, owned(o))
+		token := p1.Lease(owned(o)).Token()
+
+		// The token travels as a string, as it would in a message to another process.
+		carried := reentrant.Owner(string(o))
+		if !tryLock(t, p2, owned(carried)) {
+			t.Fatal("a second process with the owner could not re-enter")
+		}
+		if got := p2.Lease(owned(carried)).Token(); got != token {
+			t.Fatalf("re-entry from another process has token %d, want the outermost %d", got, token)
+		}
+		if got := count(t, b, prefix, "handover", o); got != 2 {
+			t.Fatalf("count %d, want 2", got)
+		}
+
+		z := owned(reentrant.NewOwner())
+		ctx, cancel := within(z, 20*time.Second)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- waiter.Lock(ctx) }()
+
+		unlock(t, p1, owned(o))
+		select {
+		case err := <-done:
+			t.Fatalf("waiter returned (%v) while the second process still held the owner's hold", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		start := time.Now()
+		unlock(t, p2, owned(carried))
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("waiter woken %v after the last Unlock", time.Since(start))
+		case <-time.After(5 * time.Second):
+			t.Fatal("waiter not woken by the last Unlock")
+		}
+		unlock(t, waiter, z)
+	})
+}
+
+// Several pods, several owners each, nested Locks of random depth: never two owners inside at
+// once, and each outermost acquisition's token is above the one before.
+func TestOwnersExcludeEachOther(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const pods, goroutines, rounds = 3, 3, 8
+		prefix := b.Prefix(t)
+		var inside atomic.Int32
+		var mu sync.Mutex
+		var tokens []int64
+		var wg sync.WaitGroup
+		errs := make(chan error, pods*goroutines*rounds)
+		for range pods {
+			m := newMutex(t, b.Pod(t, prefix), "hot")
+			for range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := within(owned(reentrant.NewOwner()), time.Minute)
+					defer cancel()
+					for range rounds {
+						depth := 1 + rand.IntN(3)
+						for d := range depth {
+							if err := m.Lock(ctx); err != nil {
+								errs <- err
+								return
+							}
+							if d == 0 {
+								if n := inside.Add(1); n != 1 {
+									errs <- fmt.Errorf("%d owners inside", n)
+								}
+								mu.Lock()
+								tokens = append(tokens, m.Lease(ctx).Token())
+								mu.Unlock()
+							}
+						}
+						inside.Add(-1)
+						for range depth {
+							if err := m.Unlock(ctx); err != nil {
+								errs <- err
+								return
+							}
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if len(tokens) != pods*goroutines*rounds {
+			t.Fatalf("%d outermost acquisitions, want %d", len(tokens), pods*goroutines*rounds)
+		}
+		if !slices.IsSorted(tokens) || len(slices.Compact(slices.Clone(tokens))) != len(tokens) {
+			t.Fatalf("tokens do not strictly increase: %v", tokens)
+		}
+	})
+}
+
+// A Lock or Unlock whose reply is lost is retried and still counts once.
+func TestLostRepliesCountOnce(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		d := redistest.NewDropper(b.Client(t))
+		m := newMutex(t, b.PodOn(t, d, prefix), "flaky")
+		o := reentrant.NewOwner()
+		a := owned(o)
+		script := func(s *scripts.Script) func([]string) bool {
+			return func(cmd []string) bool {
+				return len(cmd) > 1 && (cmd[1] == s.SHA() || cmd[1] == s.Source())
+			}
+		}
+		want := func(n int64) {
+			t.Helper()
+			if got := count(t, b, prefix, "flaky", o); got != n {
+				t.Fatalf("Redis counts %d, want %d", got, n)
+			}
+			if got := m.HoldCount(a); int64(got) != n {
+				t.Fatalf("HoldCount %d, want %d", got, n)
+			}
+		}
+
+		d.Drop(1, script(scripts.ReentrantLock))
+		lock(t, m, a) // outermost, through the waiting room
+		want(1)
+		d.Drop(1, script(scripts.ReentrantLock))
+		lock(t, m, a) // re-entry
+		want(2)
+		d.Drop(1, script(scripts.ReentrantUnlock))
+		unlock(t, m, a)
+		want(1)
+		d.Drop(2, script(scripts.ReentrantUnlock))
+		unlock(t, m, a)
+		want(0)
+		if got := d.Dropped(); got != 5 {
+			t.Fatalf("%d replies dropped, want 5: the test did not inject what it meant to", got)
+		}
+		if n := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Exists().Key(key(prefix, "flaky")).Build()
+		}); must(n.AsInt64()) != 0 {
+			t.Fatal("mutex key left behind")
+		}
+	})
+}
+
+func must(n int64, err error) int64 {
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+// Unlock by an owner that does not hold, more Unlocks than Locks, a call without an owner:
+// clear errors, and Redis unchanged.
+func TestMisuse(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		p := b.Pod(t, prefix)
+		m := newMutex(t, p, "misuse")
+		o := reentrant.NewOwner()
+		a := owned(o)
+		lock(t, m, a)
+		snapshot := func() string {
+			res := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+				return c.B().Hgetall().Key(key(prefix, "misuse")).Build()
+			})
+			kv, err := res.AsStrMap()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fmt.Sprint(kv)
+		}
+		before := snapshot()
+		check := func(what string, err error, target error) {
+			t.Helper()
+			if !errors.Is(err, target) {
+				t.Errorf("%s: %v, want %v", what, err, target)
+			}
+			if after := snapshot(); after != before {
+				t.Errorf("%s changed Redis: %s -> %s", what, before, after)
+			}
+		}
+		check("Unlock by a non-owner", m.Unlock(owned(reentrant.NewOwner())), distsync.ErrNotHeld)
+		check("Unlock without an owner", m.Unlock(context.Background()), distsync.ErrInvalid)
+		check("Lock without an owner", m.Lock(context.Background()), distsync.ErrInvalid)
+		_, err := m.TryLock(context.Background())
+		check("TryLock without an owner", err, distsync.ErrInvalid)
+		// The same owner through another process that never locked: not its hold to give back.
+		check("Unlock by a process that holds nothing", newMutex(t, b.Pod(t, prefix), "misuse").Unlock(a), distsync.ErrNotHeld)
+
+		unlock(t, m, a)
+		before = snapshot()
+		check("Unlock after the last Unlock", m.Unlock(a), distsync.ErrNotHeld)
+
+		if _, err := reentrant.New(p.H, ""); !errors.Is(err, distsync.ErrInvalid) {
+			t.Errorf("New with an empty name: %v", err)
+		}
+		if _, err := reentrant.New(p.H, "x", reentrant.WithTTL(0)); !errors.Is(err, distsync.ErrInvalid) {
+			t.Errorf("New with a zero TTL: %v", err)
+		}
+		if _, err := reentrant.New(p.H, "x", reentrant.WithFixedLease(-time.Second)); !errors.Is(err, distsync.ErrInvalid) {
+			t.Errorf("New with a negative lease: %v", err)
+		}
+	})
+}
+
+// An idle waiter sends at most the backstop re-check (one per lease) while the holder renews,
+// and is woken soon after the Unlock, long before the lease would have run out.
+func TestIdleWaiterDoesNotPollAndWakesPromptly(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = time.Second
+		prefix := b.Prefix(t)
+		holder := newMutex(t, b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)), "idle")
+		wp := b.Pod(t, prefix, distsync.WithLeaseTTL(ttl))
+		waiter := newMutex(t, wp, "idle")
+		a, z := owned(reentrant.NewOwner()), owned(reentrant.NewOwner())
+		lock(t, holder, a)
+		lock(t, holder, a)
+
+		ctx, cancel := within(z, 30*time.Second)
+		defer cancel()
+		done := make(chan time.Time, 1)
+		go func() {
+			if err := waiter.Lock(ctx); err != nil {
+				t.Error(err)
+			}
+			done <- time.Now()
+		}()
+		time.Sleep(300 * time.Millisecond) // subscribe and first check
+		const window = 3 * time.Second
+		from := time.Now()
+		time.Sleep(window)
+		sent := wp.Client.Since(from)
+		if limit := int(window/ttl) + 1; len(sent) > limit {
+			t.Fatalf("idle waiter sent %d commands in %v (lease %v), want at most %d", len(sent), window, ttl, limit)
+		}
+		if err := holder.Lease(a).Err(); err != nil {
+			t.Fatalf("holder lost its renewed hold: %v", err)
+		}
+		unlock(t, holder, a)
+		unlock(t, holder, a)
+		released := time.Now()
+		select {
+		case at := <-done:
+			if d := at.Sub(released); d > ttl/2 {
+				t.Fatalf("waiter took %v after the Unlock; the lease is %v", d, ttl)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("waiter not woken")
+		}
+		unlock(t, waiter, z)
+	})
+}
+
+// A waiter whose context ends returns an error matching both ErrNotAcquired and the context's
+// error, and leaves no count behind: the holder's count is untouched, and after the holder's
+// Unlock the mutex is free.
+func TestCancelledWaiterLeavesNothing(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		holder := newMutex(t, b.Pod(t, prefix), "cancel")
+		wp := b.Pod(t, prefix)
+		waiter := newMutex(t, wp, "cancel")
+		o := reentrant.NewOwner()
+		lock(t, holder, owned(o))
+		ctx, cancel := within(owned(reentrant.NewOwner()), 300*time.Millisecond)
+		defer cancel()
+		err := waiter.Lock(ctx)
+		if !errors.Is(err, distsync.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("cancelled Lock returned %v", err)
+		}
+		if got := count(t, b, prefix, "cancel", o); got != 1 {
+			t.Fatalf("holder's count %d after a waiter gave up", got)
+		}
+		unlock(t, holder, owned(o))
+		ok := redistest.Eventually(3*time.Second, func() bool {
+			for _, k := range b.Keys(t, prefix) {
+				if k == key(prefix, "cancel") {
+					return false
+				}
+			}
+			return true
+		})
+		if !ok {
+			t.Fatalf("keys left: %v", b.Keys(t, prefix))
+		}
+		for _, k := range b.Keys(t, prefix) {
+			pttl := must(b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Pttl().Key(k).Build() }).AsInt64())
+			if pttl < 0 {
+				t.Errorf("key %s has no TTL", k)
+			}
+		}
+	})
+}
+
+// Deleting the hold behind the holder's back fires its loss signal within a renewal period;
+// Unlock then reports the loss, and re-entering a lost hold fails rather than hide it.
+func TestLossIsSignalled(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 900 * time.Millisecond
+		prefix := b.Prefix(t)
+		m := newMutex(t, b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)), "loss")
+		a := owned(reentrant.NewOwner())
+		lock(t, m, a)
+		lock(t, m, a)
+		lease := m.Lease(a)
+		b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Del().Key(key(prefix, "loss")).Build() })
+		select {
+		case <-lease.Done():
+		case <-time.After(ttl/3 + time.Second):
+			t.Fatal("loss not signalled within a renewal period")
+		}
+		if !errors.Is(lease.Err(), distsync.ErrLost) {
+			t.Fatalf("lease ended with %v, want ErrLost", lease.Err())
+		}
+		if err := m.Lock(a); !errors.Is(err, distsync.ErrLost) {
+			t.Fatalf("re-entering a lost hold: %v, want ErrLost", err)
+		}
+		if err := m.Unlock(a); !errors.Is(err, distsync.ErrNotHeld) || !errors.Is(err, distsync.ErrLost) {
+			t.Fatalf("Unlock after the loss: %v, want ErrNotHeld and ErrLost", err)
+		}
+		if err := m.Unlock(a); !errors.Is(err, distsync.ErrNotHeld) || !errors.Is(err, distsync.ErrLost) {
+			t.Fatalf("second Unlock after the loss: %v", err)
+		}
+		if err := m.Unlock(a); !errors.Is(err, distsync.ErrNotHeld) || errors.Is(err, distsync.ErrLost) {
+			t.Fatalf("Unlock beyond the Locks: %v, want plain ErrNotHeld", err)
+		}
+		lock(t, m, a) // a fresh outermost hold works
+		unlock(t, m, a)
+	})
+}
+
+// A holder that vanishes (network cut: no renewal, no Unlock) is replaced after its lease.
+func TestCrashedHolderIsReplacedAfterTTL(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = time.Second
+		prefix := b.Prefix(t)
+		net := redistest.NewNetwork()
+		holder := newMutex(t, b.PodVia(t, prefix, net, distsync.WithLeaseTTL(ttl)), "crash")
+		waiter := newMutex(t, b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)), "crash")
+		a, z := owned(reentrant.NewOwner()), owned(reentrant.NewOwner())
+		lock(t, holder, a)
+		lock(t, holder, a)
+		net.Cut()
+		start := time.Now()
+		lock(t, waiter, z)
+		if d := time.Since(start); d < ttl/2 || d > 3*ttl {
+			t.Fatalf("waiter got the mutex %v after the crash; lease %v", d, ttl)
+		}
+		select {
+		case <-holder.Lease(a).Done():
+		case <-time.After(2 * ttl):
+			t.Fatal("the crashed holder's lease did not end")
+		}
+		unlock(t, waiter, z)
+	})
+}
+
+func TestLocker(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		m := newMutex(t, b.Pod(t, b.Prefix(t)), "locker")
+		l := m.Locker(reentrant.NewOwner())
+		l.Lock()
+		l.Lock()
+		l.Unlock()
+		l.Unlock()
+		defer func() {
+			if recover() == nil {
+				t.Fatal("Locker.Unlock of an unheld mutex did not panic")
+			}
+		}()
+		l.Unlock()
+	})
+}
