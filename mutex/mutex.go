@@ -194,51 +194,12 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := l.Stop(); err != nil {
 		return fmt.Errorf("mutex %q: %w: %w", m.name, distsync.ErrNotHeld, err)
 	}
-	ok, err := m.release(ctx, l)
-	// A connection error leaves the outcome unknown; try again a few times at once (the
-	// release is a compare-and-delete, safe to repeat). If a retry finds the lock no longer
-	// ours, the most likely reason by far is that the first attempt went through.
-	for i, backoff := 0, 10*time.Millisecond; err != nil && core.Transient(err) && i < 3; i, backoff = i+1, 2*backoff {
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		if ok, err = m.release(ctx, l); err == nil {
-			ok = true
-		}
+	err := m.c.Release(ctx, "unlock of mutex "+strconv.Quote(m.name), l,
+		func(ctx context.Context) (bool, error) { return m.release(ctx, l) })
+	if err != nil {
+		return fmt.Errorf("mutex %q: unlock: %w", m.name, err)
 	}
-	switch {
-	case err == nil && ok:
-		l.End(distsync.ErrReleased)
-		return nil
-	case err == nil:
-		lost := fmt.Errorf("%w: the lock had expired or been taken when it was released", distsync.ErrLost)
-		l.End(lost)
-		return fmt.Errorf("mutex %q: %w: %w", m.name, distsync.ErrNotHeld, lost)
-	}
-	// No confirmation (ctx ended, the connection failed, Redis answered with an error): retry
-	// in the background until the lease would have run out anyway. A retry that finds the
-	// lock gone means the first attempt went through.
-	m.c.Background("unlock of mutex "+strconv.Quote(m.name)+" (the lock expires with its lease)", l.TTL(),
-		func(bctx context.Context) error {
-			defer l.End(distsync.ErrReleased)
-			backoff := 20 * time.Millisecond
-			for {
-				if _, err := m.release(bctx, l); err == nil {
-					return nil
-				}
-				select {
-				case <-time.After(backoff):
-				case <-bctx.Done():
-					return err
-				}
-				backoff = min(2*backoff, time.Second)
-			}
-		})
-	return fmt.Errorf("mutex %q: unlock not confirmed (finishing in the background): %w", m.name, err)
+	return nil
 }
 
 // release runs the release script for l: true if it released the lock, false if the lock was

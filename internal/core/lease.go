@@ -335,3 +335,49 @@ func (r *renewer) closeAll(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Release gives back the claim of l, which the caller has Stopped, with release: one
+// compare-and-delete, safe to repeat, that reports whether the claim was still l's. A
+// connection error is retried a few times at once; a retry that finds the claim gone counts
+// as the release (the first attempt went through, by far the likeliest reason). It returns nil
+// once released; an error matching ErrNotHeld and ErrLost if the claim was not l's any more;
+// and otherwise (ctx ended, Redis unreachable or failing) the error, while the handle goes on
+// trying in the background until the lease would have run out anyway. l ends either way.
+func (h *Handle) Release(ctx context.Context, what string, l *Lease, release func(ctx context.Context) (bool, error)) error {
+	ok, err := release(ctx)
+	for i, backoff := 0, 10*time.Millisecond; err != nil && Transient(err) && i < 3; i, backoff = i+1, 2*backoff {
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if ok, err = release(ctx); err == nil {
+			ok = true
+		}
+	}
+	switch {
+	case err == nil && ok:
+		l.End(ErrReleased)
+		return nil
+	case err == nil:
+		lost := lost("the claim had expired or been taken when it was released")
+		l.End(lost)
+		return fmt.Errorf("%w: %w", ErrNotHeld, lost)
+	}
+	h.Background(what+" (the claim expires with its lease)", l.TTL(), func(bctx context.Context) error {
+		defer l.End(ErrReleased)
+		for backoff := 20 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+			if _, err := release(bctx); err == nil {
+				return nil
+			}
+			select {
+			case <-time.After(backoff):
+			case <-bctx.Done():
+				return bctx.Err()
+			}
+		}
+	})
+	return fmt.Errorf("release not confirmed (finishing in the background): %w", err)
+}

@@ -31,6 +31,10 @@ var (
 	ReentrantLock    = load("reentrant_lock.lua")
 	ReentrantUnlock  = load("reentrant_unlock.lua")
 	ReentrantAbandon = load("reentrant_abandon.lua")
+
+	RWMutexLock   = load("rwmutex_lock.lua")
+	RWMutexUnlock = load("rwmutex_unlock.lua")
+	RWMutexLeave  = load("rwmutex_leave.lua")
 )
 
 // Script is one loaded Lua script.

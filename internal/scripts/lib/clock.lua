@@ -13,3 +13,11 @@ end
 local function int(n)
   return string.format('%.0f', n)
 end
+
+-- live_for() makes key live at least ms more milliseconds, never shortening its life: a
+-- key that holds entries goes away after the last of them could have lapsed.
+local function live_for(key, ms)
+  if redis.call('PTTL', key) < ms then -- -1 (no TTL yet) included
+    redis.call('PEXPIRE', key, ms)
+  end
+end

@@ -13,14 +13,6 @@
 --
 -- Requires lib/clock.lua and lib/fence.lua.
 
--- live_for() makes key live at least ms more milliseconds, never shortening its life: the
--- queue keys go away after the last of their entries could have died.
-local function live_for(key, ms)
-  if redis.call('PTTL', key) < ms then -- -1 (no TTL yet) included
-    redis.call('PEXPIRE', key, ms)
-  end
-end
-
 -- enqueue() registers waiter, keeping its place if it is queued already, with an entry that
 -- dies live ms from now.
 local function enqueue(q, qx, waiter, now_ms, now_us, live)

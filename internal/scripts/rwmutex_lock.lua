@@ -1,0 +1,56 @@
+-- rwmutex_lock.lua: RLock or Lock attempt of a read-write mutex.
+--
+-- KEYS and ARGV: see lib/rw.lua.
+-- Reply: {1, token}  acquired: a writer's new fencing token; for a reader, the last writer's
+--                    token (0 if none is kept)
+--        {0, wait}   not acquired: re-check within wait ms if nothing is published; the
+--                    waiter id, if any, is marked as waiting until wait + slack
+--        {-1}        the attempt was voided by its sender (rwmutex_leave.lua): nothing done
+--
+-- A reader gets in unless a writer holds, or a writer waits and the reader was not admitted
+-- by the last writer's Unlock. A writer gets in when no writer holds, no reader holds a live
+-- share and no admitted reader is still to come.
+
+-- #include lib/clock.lua
+-- #include lib/fence.lua
+-- #include lib/ops.lua
+-- #include lib/rw.lua
+
+if op_state(K.ops, A.owner) == 'void' then
+  return {-1}
+end
+local now_ms, now_us = now()
+prune(now_ms)
+local wait = writer_left()
+
+if A.mode == 'r' then
+  if wait < 0 and (A.waiter == '' or not redis.call('ZSCORE', K.ra, A.waiter)) then
+    wait = left(K.ww, now_ms)
+  end
+  if wait >= 0 then
+    mark(K.rq, now_ms, wait)
+    return {0, wait}
+  end
+  redis.call('ZADD', K.r, now_ms + A.ttl, A.owner)
+  live_for(K.r, A.ttl)
+  if A.waiter ~= '' then
+    redis.call('ZREM', K.rq, A.waiter)
+    if not A.more then
+      redis.call('ZREM', K.ra, A.waiter) -- the last of its process: the admission is used
+    end
+  end
+  return {1, tonumber(redis.call('GET', K.fence) or 0)}
+end
+
+if wait < 0 then
+  wait = math.max(left(K.r, now_ms), left(K.ra, now_ms))
+end
+if wait >= 0 then
+  mark(K.ww, now_ms, wait)
+  return {0, wait}
+end
+redis.call('SET', K.w, A.owner, 'PX', A.ttl)
+if A.waiter ~= '' and not A.more then
+  redis.call('ZREM', K.ww, A.waiter)
+end
+return {1, next_token(K.fence, A.fence_ttl, now_us)}

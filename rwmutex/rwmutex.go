@@ -1,0 +1,383 @@
+// Package rwmutex is sync.RWMutex across processes: many readers or one writer for a name,
+// on Redis.
+//
+// The lock can be held by any number of readers, in any processes, or by one writer. Like
+// sync.RWMutex it prefers writers: once a writer waits in Lock, new RLock calls wait behind it,
+// so a steady stream of readers cannot keep a writer out; and when a writer unlocks, the readers
+// that were waiting then get in before the next writer, so a stream of writers cannot keep
+// readers out either. Waiting is woken by pub/sub, never by polling: a writer's Unlock wakes
+// every waiting reader with one publish, and the last reader's RUnlock wakes the writers.
+//
+// Every hold is a [distsync.Lease] renewed by the Handle, with a loss signal: each RLock is its
+// own share, so a reader that crashes gives its share back by itself after its lease, and a
+// waiting writer then proceeds. A writer waiting to lock marks itself for as long as it waits
+// and no longer, so a writer that crashed while waiting holds readers back for at most about a
+// lease. Write holds carry a fencing token; a read hold carries the token of the last write.
+//
+// As with sync.RWMutex, a reader must not rely on taking a second read hold while it holds one
+// (a writer may be waiting between the two), and a Lock on a RWMutex value whose write hold
+// has not been Unlocked waits for that Unlock.
+package rwmutex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/scripts"
+	"github.com/distsync/distsync/internal/waitq"
+)
+
+// opsTTL is how long an abandoned attempt stays void (see internal/scripts/lib/ops.lua): far
+// longer than a command can stay in flight.
+const opsTTL = time.Minute
+
+// RWMutex is a reader/writer mutual exclusion lock shared by every process that uses the same
+// name on the same Redis. Make it with [New]; it is safe for concurrent use and must not be
+// copied.
+type RWMutex struct {
+	c     *core.Handle
+	name  string
+	ttl   time.Duration
+	renew bool
+
+	keys        []string // see internal/scripts/lib/rw.lua
+	fixed       []string // ARGV[5:]: ttl, slack, window, fence_ttl, ops_ttl, channel, pub
+	waiterR     string   // this value's waiter id for RLock, in Redis
+	waiterW     string   // this value's waiter id for Lock
+	readers     *waitq.Room
+	writers     *waitq.Room
+	readersChan string
+
+	mu     sync.Mutex
+	wlease *core.Lease   // the write hold, nil when not held by this value
+	free   chan struct{} // closed while wlease is nil: the writers' Room's gate
+	rholds []*core.Lease // the read holds of this value, oldest first
+}
+
+// Option configures a RWMutex.
+type Option func(*RWMutex)
+
+// WithTTL sets the lease of each hold, read or write; the Handle renews it at a third of ttl
+// for as long as it is held. It must be at least a millisecond. The default is the Handle's
+// lease TTL ([distsync.DefaultLeaseTTL] unless [distsync.WithLeaseTTL] changed it).
+func WithTTL(ttl time.Duration) Option {
+	return func(m *RWMutex) { m.ttl, m.renew = ttl, true }
+}
+
+// WithFixedLease makes each hold a lease of ttl that is never renewed: Redis drops the hold
+// ttl after it was taken, and its lease ends with [distsync.ErrLost] then.
+func WithFixedLease(ttl time.Duration) Option {
+	return func(m *RWMutex) { m.ttl, m.renew = ttl, false }
+}
+
+// New returns the RWMutex called name. It sends nothing to Redis. It returns an error
+// matching [distsync.ErrInvalid] for an empty name or a lease shorter than a millisecond.
+func New(h *distsync.Handle, name string, opts ...Option) (*RWMutex, error) {
+	c := core.Of(h)
+	if c == nil {
+		return nil, fmt.Errorf("rwmutex: %w: nil handle", distsync.ErrInvalid)
+	}
+	m := &RWMutex{c: c, name: name, ttl: c.Config.LeaseTTL, renew: true}
+	for _, o := range opts {
+		o(m)
+	}
+	if m.ttl < time.Millisecond {
+		return nil, fmt.Errorf("rwmutex %q: %w: lease TTL must be at least 1ms, got %v", name, distsync.ErrInvalid, m.ttl)
+	}
+	ks, err := c.Keys("rwmutex", name)
+	if err != nil {
+		return nil, fmt.Errorf("rwmutex %q: %w", name, err)
+	}
+	m.keys = []string{ks.Key(), ks.Part("r"), ks.Part("ww"), ks.Part("rq"), ks.Part("ra"), ks.Part("fence"), ks.Part("ops")}
+	// A waiting mark outlives the wait it reported by two renewal periods: one for the
+	// waiter's backstop slack, one for a late timer.
+	m.fixed = []string{ms(m.ttl), ms(2 * m.ttl / core.RenewDivisor), ms(c.Config.HandoffWindow),
+		ms(c.Config.FenceTTL), ms(opsTTL), ks.Channel(), c.Pub}
+	m.waiterR, m.waiterW = c.NewID(), c.NewID()
+	m.readersChan = ks.Channel() + ":r"
+	m.free = make(chan struct{})
+	close(m.free)
+	m.readers = waitq.NewRoom(c, m.readersChan, waitq.Hooks{Parse: recheck,
+		Attempt: func(ctx context.Context, t waitq.Try) (waitq.Result, string, error) {
+			return m.attempt(ctx, "r", m.waiterR, t.More)
+		},
+		Abandon: func(ctx context.Context, owner string, dequeue bool) error {
+			return m.leave(ctx, "r", m.waiterR, owner, dequeue)
+		}})
+	m.writers = waitq.NewRoom(c, ks.Channel()+":w", waitq.Hooks{Parse: recheck, Gate: m.gate,
+		Attempt: func(ctx context.Context, t waitq.Try) (waitq.Result, string, error) {
+			return m.attempt(ctx, "w", m.waiterW, t.More)
+		},
+		Abandon: func(ctx context.Context, owner string, dequeue bool) error {
+			return m.leave(ctx, "w", m.waiterW, owner, dequeue)
+		}})
+	return m, nil
+}
+
+// Name returns the name the RWMutex was made with.
+func (m *RWMutex) Name() string { return m.name }
+
+// RLock locks m for reading. It waits, without polling, while a writer holds m or waits for
+// it, until it gets a read hold or ctx ends: there is no limit on tries or time. On success it
+// returns nil. If ctx ends first it returns an error matching both [distsync.ErrNotAcquired]
+// and ctx.Err(), and leaves nothing behind in Redis. Connection errors are retried while
+// waiting; other Redis errors are returned.
+func (m *RWMutex) RLock(ctx context.Context) error {
+	return m.wait(ctx, m.readers)
+}
+
+// TryRLock tries to lock m for reading once, without waiting: true if it did, false with a
+// nil error if a writer holds m or waits for it. ctx bounds the one round trip.
+func (m *RWMutex) TryRLock(ctx context.Context) (bool, error) {
+	return m.try(ctx, "r")
+}
+
+// RUnlock gives back one read hold of m (the most recent this RWMutex value took). It returns
+// nil if it was held; an error matching [distsync.ErrNotHeld] if this value holds no read hold
+// (Redis is then unchanged), and one matching both ErrNotHeld and [distsync.ErrLost] if the
+// hold had been lost. Connection errors are retried as for [RWMutex.Unlock].
+func (m *RWMutex) RUnlock(ctx context.Context) error {
+	m.mu.Lock()
+	n := len(m.rholds)
+	if n == 0 {
+		m.mu.Unlock()
+		return fmt.Errorf("rwmutex %q: RUnlock without RLock: %w", m.name, distsync.ErrNotHeld)
+	}
+	l := m.rholds[n-1]
+	m.rholds = m.rholds[:n-1]
+	m.mu.Unlock()
+	return m.release(ctx, "r", l)
+}
+
+// Lock locks m for writing. It waits, without polling, until no writer holds m and every
+// reader has gone, then takes it, or until ctx ends: there is no limit on tries or time. While
+// it waits, new readers wait behind it. On success it returns nil and [RWMutex.Lease]
+// describes the hold. If ctx ends first it returns an error matching both
+// [distsync.ErrNotAcquired] and ctx.Err(), and leaves nothing behind in Redis (the readers it
+// held back go on).
+func (m *RWMutex) Lock(ctx context.Context) error {
+	return m.wait(ctx, m.writers)
+}
+
+// TryLock tries to lock m for writing once, without waiting: true if it did, false with a nil
+// error if m is held or a reader it owes a turn to has not come yet. ctx bounds the one
+// round trip.
+func (m *RWMutex) TryLock(ctx context.Context) (bool, error) {
+	select {
+	case <-m.gate():
+	default:
+		return false, nil // this value's write hold has not been Unlocked
+	}
+	return m.try(ctx, "w")
+}
+
+// Unlock gives back the write hold of m and wakes the waiting readers (all of them, with one
+// publish) or, if none waits, the writers. It returns nil if the hold was given back; an
+// error matching [distsync.ErrNotHeld] if m is not write-locked by this value (a reader's
+// Unlock included; Redis is then unchanged), and one matching both ErrNotHeld and
+// [distsync.ErrLost] if the hold had been lost. A connection error is retried a few times;
+// if ctx ends first, or Redis stays unreachable, Unlock returns the error and the Handle keeps
+// trying in the background until the lease would have run out anyway.
+func (m *RWMutex) Unlock(ctx context.Context) error {
+	m.mu.Lock()
+	l := m.wlease
+	if l != nil {
+		m.wlease = nil
+		close(m.free)
+	}
+	m.mu.Unlock()
+	if l == nil {
+		return fmt.Errorf("rwmutex %q: Unlock of a RWMutex not write-locked: %w", m.name, distsync.ErrNotHeld)
+	}
+	return m.release(ctx, "w", l)
+}
+
+// Lease returns the write hold of m, or nil if this RWMutex value does not hold it. Its
+// fencing token is larger than that of every write hold before it.
+func (m *RWMutex) Lease() *distsync.Lease {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.wlease == nil {
+		return nil
+	}
+	return m.wlease.Public.(*distsync.Lease)
+}
+
+// RLease returns the most recent read hold of this RWMutex value (the one RUnlock gives back
+// next), or nil if it holds none. Its Token is the token of the last write hold before it.
+func (m *RWMutex) RLease() *distsync.Lease {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.rholds) == 0 {
+		return nil
+	}
+	return m.rholds[len(m.rholds)-1].Public.(*distsync.Lease)
+}
+
+// RLocker returns a [sync.Locker] whose Lock and Unlock call m's RLock and RUnlock with
+// context.Background(). They panic on any error (sync.Locker has no error to return).
+func (m *RWMutex) RLocker() sync.Locker { return rlocker{m} }
+
+type rlocker struct{ m *RWMutex }
+
+func (r rlocker) Lock() {
+	if err := r.m.RLock(context.Background()); err != nil {
+		panic("rwmutex: RLocker.Lock: " + err.Error())
+	}
+}
+
+func (r rlocker) Unlock() {
+	if err := r.m.RUnlock(context.Background()); err != nil {
+		panic("rwmutex: RLocker.Unlock: " + err.Error())
+	}
+}
+
+func (m *RWMutex) wait(ctx context.Context, room *waitq.Room) error {
+	if err := ctx.Err(); err != nil {
+		return m.notAcquired(err)
+	}
+	err := room.Acquire(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return m.notAcquired(ctx.Err())
+	case errors.Is(err, core.ErrClosed):
+		return fmt.Errorf("rwmutex %q: %w", m.name, err)
+	default:
+		return fmt.Errorf("rwmutex %q: lock: %w", m.name, err)
+	}
+}
+
+func (m *RWMutex) try(ctx context.Context, mode string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, m.notAcquired(err)
+	}
+	res, owner, err := m.attempt(ctx, mode, "", false)
+	if err != nil {
+		if owner != "" {
+			m.c.Background("cleanup after a cancelled try", opsTTL,
+				func(actx context.Context) error { return m.leave(actx, mode, "", owner, false) })
+		}
+		if ctx.Err() != nil {
+			return false, m.notAcquired(ctx.Err())
+		}
+		return false, fmt.Errorf("rwmutex %q: try: %w", m.name, err)
+	}
+	return res.Acquired, nil
+}
+
+// args returns the ARGV of every rwmutex script (see internal/scripts/lib/rw.lua).
+func (m *RWMutex) args(mode, owner, waiter string, more bool) []string {
+	more1 := "0"
+	if more {
+		more1 = "1"
+	}
+	return append([]string{mode, owner, waiter, more1}, m.fixed...)
+}
+
+// attempt runs rwmutex_lock.lua once; waiter "" is a Try (no waiting mark).
+func (m *RWMutex) attempt(ctx context.Context, mode, waiter string, more bool) (waitq.Result, string, error) {
+	owner := m.c.NewID()
+	sent := time.Now()
+	vals, err := scripts.RWMutexLock.Exec(ctx, m.c.Client, m.keys, m.args(mode, owner, waiter, more)).AsIntSlice()
+	if err != nil {
+		return waitq.Result{}, owner, err
+	}
+	switch {
+	case len(vals) == 2 && vals[0] == 1:
+		if err := m.hold(mode, owner, vals[1], sent); err != nil {
+			return waitq.Result{}, "", err
+		}
+		// A writer with more local writers behind it keeps its waiting mark, so that readers
+		// stay behind them; its Room then waits for the release's message.
+		queued := mode == "w" && waiter != "" && more
+		return waitq.Result{Acquired: true, Token: vals[1], Queued: queued, Wait: m.ttl + m.ttl/core.RenewDivisor}, "", nil
+	case len(vals) == 2 && vals[0] == 0:
+		// The backstop, as for mutex: re-check when what we wait behind would lapse, plus
+		// slack; at most one command per lease against holders that renew.
+		wait := time.Duration(vals[1]) * time.Millisecond
+		return waitq.Result{Queued: waiter != "", Wait: wait + min(m.ttl/core.RenewDivisor, wait/2) + time.Millisecond}, "", nil
+	}
+	return waitq.Result{}, "", core.Permanent(fmt.Errorf("unexpected reply %v from %s", vals, scripts.RWMutexLock))
+}
+
+// hold records an acquisition and puts its lease on the renewal loop.
+func (m *RWMutex) hold(mode, owner string, token int64, sent time.Time) error {
+	spec := core.LeaseSpec{Key: m.keys[0], Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent}
+	if mode == "r" {
+		spec.Key, spec.Kind = m.keys[1], "z"
+	}
+	spec.Release = func(ctx context.Context, l *core.Lease) error {
+		_, err := m.unlock(ctx, mode, l)
+		return err
+	}
+	l := m.c.Hold(spec)
+	if l.Err() != nil { // the handle closed while the lock was being taken
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, _ = m.unlock(rctx, mode, l)
+		cancel()
+		return core.ErrClosed
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if mode == "r" {
+		m.rholds = append(m.rholds, l)
+		return nil
+	}
+	m.wlease = l
+	m.free = make(chan struct{})
+	return nil
+}
+
+func (m *RWMutex) release(ctx context.Context, mode string, l *core.Lease) error {
+	what := "Unlock"
+	if mode == "r" {
+		what = "RUnlock"
+	}
+	if err := l.Stop(); err != nil {
+		return fmt.Errorf("rwmutex %q: %s: %w: %w", m.name, what, distsync.ErrNotHeld, err)
+	}
+	err := m.c.Release(ctx, what+" of rwmutex "+strconv.Quote(m.name), l,
+		func(ctx context.Context) (bool, error) { return m.unlock(ctx, mode, l) })
+	if err != nil {
+		return fmt.Errorf("rwmutex %q: %s: %w", m.name, what, err)
+	}
+	return nil
+}
+
+// unlock runs rwmutex_unlock.lua for l: true if it was still held.
+func (m *RWMutex) unlock(ctx context.Context, mode string, l *core.Lease) (bool, error) {
+	n, err := scripts.RWMutexUnlock.Exec(ctx, m.c.Client, m.keys, m.args(mode, l.Owner(), "", false)).AsInt64()
+	return n == 1, err
+}
+
+// leave is the waitq.Abandon of RLock and Lock (and the cleanup of a cancelled try).
+func (m *RWMutex) leave(ctx context.Context, mode, waiter, owner string, dequeue bool) error {
+	if !dequeue {
+		waiter = ""
+	}
+	return scripts.RWMutexLeave.Exec(ctx, m.c.Client, m.keys, m.args(mode, owner, waiter, false)).Error()
+}
+
+// gate is the writers' waitq.Hooks.Gate: closed while this value's write hold is not held.
+func (m *RWMutex) gate() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.free
+}
+
+// recheck is the waitq.Parse of both channels: every message means "look again".
+func recheck(string) waitq.Signal { return waitq.Signal{Kind: waitq.Recheck} }
+
+func (m *RWMutex) notAcquired(err error) error {
+	return fmt.Errorf("rwmutex %q: %w: %w", m.name, distsync.ErrNotAcquired, err)
+}
+
+func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

@@ -1,0 +1,563 @@
+package rwmutex_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/rwmutex"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+func newRW(t *testing.T, p *redistest.Pod, name string, opts ...rwmutex.Option) *rwmutex.RWMutex {
+	t.Helper()
+	m, err := rwmutex.New(p.H, name, opts...)
+	if err != nil {
+		t.Fatalf("rwmutex.New(%q): %v", name, err)
+	}
+	return m
+}
+
+func key(prefix, name, part string) string {
+	k := prefix + "{" + name + "}:rwmutex"
+	if part != "" {
+		k += ":" + part
+	}
+	return k
+}
+
+func must(t *testing.T, what string, f func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := f(ctx); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// async runs f in a goroutine and returns a channel with its error.
+func async(ctx context.Context, f func(context.Context) error) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- f(ctx) }()
+	return ch
+}
+
+func waitFor(t *testing.T, what string, ch <-chan error, limit time.Duration) {
+	t.Helper()
+	select {
+	case err := <-ch:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(limit):
+		t.Fatalf("%s did not return within %v", what, limit)
+	}
+}
+
+func notYet(t *testing.T, what string, ch <-chan error, d time.Duration) {
+	t.Helper()
+	select {
+	case err := <-ch:
+		t.Fatalf("%s returned (%v) while it should wait", what, err)
+	case <-time.After(d):
+	}
+}
+
+// exists reports whether key k exists.
+func exists(t *testing.T, b *redistest.Backend, k string) bool {
+	t.Helper()
+	n, err := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Exists().Key(k).Build() }).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+// Readers and writers from several pods: readers are inside together (really: several at
+// once), never with a writer; writers are alone; write tokens strictly increase.
+func TestReadersShareWritersExclude(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const pods, goroutines, rounds = 3, 4, 12
+		prefix := b.Prefix(t)
+		var readers, writers, maxReaders atomic.Int32
+		var mu sync.Mutex
+		var tokens []int64
+		var wg sync.WaitGroup
+		errs := make(chan error, pods*goroutines*rounds)
+		for range pods {
+			m := newRW(t, b.Pod(t, prefix), "data")
+			for g := range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					for range rounds {
+						if g == 0 && rand.IntN(2) == 0 { // about 1 in 8 acquisitions writes
+							if err := m.Lock(ctx); err != nil {
+								errs <- err
+								return
+							}
+							if w, r := writers.Add(1), readers.Load(); w != 1 || r != 0 {
+								errs <- fmt.Errorf("writer inside with %d writers and %d readers", w, r)
+							}
+							mu.Lock()
+							tokens = append(tokens, m.Lease().Token())
+							mu.Unlock()
+							time.Sleep(time.Millisecond)
+							writers.Add(-1)
+							if err := m.Unlock(ctx); err != nil {
+								errs <- err
+								return
+							}
+							continue
+						}
+						if err := m.RLock(ctx); err != nil {
+							errs <- err
+							return
+						}
+						r := readers.Add(1)
+						if w := writers.Load(); w != 0 {
+							errs <- fmt.Errorf("reader inside with %d writers", w)
+						}
+						for cur := maxReaders.Load(); r > cur && !maxReaders.CompareAndSwap(cur, r); cur = maxReaders.Load() {
+						}
+						time.Sleep(3 * time.Millisecond)
+						readers.Add(-1)
+						if err := m.RUnlock(ctx); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if maxReaders.Load() < 2 {
+			t.Errorf("never more than %d reader inside at once: readers do not share", maxReaders.Load())
+		}
+		for i := 1; i < len(tokens); i++ {
+			if tokens[i] <= tokens[i-1] {
+				t.Fatalf("write token %d after %d", tokens[i], tokens[i-1])
+			}
+		}
+		t.Logf("%d writes, up to %d readers inside at once", len(tokens), maxReaders.Load())
+	})
+}
+
+// Readers in different processes hold at the same time: each waits inside for all the others.
+func TestReadersHoldTogether(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const n = 4
+		prefix := b.Prefix(t)
+		var inside sync.WaitGroup
+		inside.Add(n)
+		all := make(chan struct{})
+		done := make(chan error, n)
+		for range n {
+			m := newRW(t, b.Pod(t, prefix), "together")
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := m.RLock(ctx); err != nil {
+					inside.Done()
+					done <- err
+					return
+				}
+				inside.Done()
+				<-all
+				done <- m.RUnlock(ctx)
+			}()
+		}
+		waited := make(chan struct{})
+		go func() { inside.Wait(); close(waited) }()
+		select {
+		case <-waited:
+		case <-time.After(10 * time.Second):
+			t.Fatal("readers did not all get in together")
+		}
+		close(all)
+		for range n {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// With readers continuously re-acquiring, their holds overlapping so that some reader is
+// always inside, a writer still gets in: once it waits, new readers wait behind it.
+func TestWriterIsNotStarvedByReaders(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var reads atomic.Int64
+		for range 3 {
+			m := newRW(t, b.Pod(t, prefix), "hot")
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+						if m.RLock(ctx) == nil {
+							reads.Add(1)
+							time.Sleep(time.Duration(10+rand.IntN(20)) * time.Millisecond)
+							_ = m.RUnlock(ctx)
+						}
+						cancel()
+					}
+				}()
+			}
+		}
+		defer func() { close(stop); wg.Wait() }()
+		time.Sleep(300 * time.Millisecond)
+		if reads.Load() == 0 {
+			t.Fatal("readers made no progress")
+		}
+		w := newRW(t, b.Pod(t, prefix), "hot")
+		start := time.Now()
+		must(t, "writer Lock", w.Lock) // 15 s limit: the test runs readers for as long as it takes
+		d := time.Since(start)
+		if d > 2*time.Second {
+			t.Fatalf("writer waited %v behind readers that each hold for at most 30ms", d)
+		}
+		t.Logf("writer got in after %v among %d reads", d, reads.Load())
+		must(t, "writer Unlock", w.Unlock)
+	})
+}
+
+// With writers continuously re-acquiring, a reader still gets in: a writer's Unlock admits
+// the readers waiting then, before the next writer.
+func TestReaderIsNotStarvedByWriters(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var writes atomic.Int64
+		for range 2 {
+			m := newRW(t, b.Pod(t, prefix), "hotw")
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+						if m.Lock(ctx) == nil {
+							writes.Add(1)
+							time.Sleep(5 * time.Millisecond)
+							_ = m.Unlock(ctx)
+						}
+						cancel()
+					}
+				}()
+			}
+		}
+		defer func() { close(stop); wg.Wait() }()
+		time.Sleep(300 * time.Millisecond)
+		r := newRW(t, b.Pod(t, prefix), "hotw")
+		for i := range 3 {
+			start := time.Now()
+			must(t, "reader RLock", r.RLock)
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("reader %d waited %v behind writers that each hold for 5ms", i, d)
+			}
+			must(t, "reader RUnlock", r.RUnlock)
+		}
+		t.Logf("%d writes meanwhile", writes.Load())
+	})
+}
+
+// A reader that vanishes (network cut) gives its share back after its lease: a waiting writer
+// proceeds then, and not before.
+func TestCrashedReaderExpires(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = time.Second
+		prefix := b.Prefix(t)
+		net := redistest.NewNetwork()
+		reader := newRW(t, b.PodVia(t, prefix, net, distsync.WithLeaseTTL(ttl)), "crash")
+		writer := newRW(t, b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)), "crash")
+		must(t, "RLock", reader.RLock)
+		share := reader.RLease()
+		net.Cut()
+		start := time.Now()
+		must(t, "writer Lock", writer.Lock)
+		if d := time.Since(start); d < ttl/2 || d > 3*ttl {
+			t.Fatalf("writer got in %v after the reader crashed; lease %v", d, ttl)
+		}
+		select {
+		case <-share.Done():
+		case <-time.After(2 * ttl):
+			t.Fatal("the crashed reader's lease did not end")
+		}
+		must(t, "writer Unlock", writer.Unlock)
+	})
+}
+
+// A writer that vanishes while waiting holds new readers back only until its waiting mark
+// lapses (about a lease), not forever.
+func TestCrashedWaitingWriterDoesNotBlockReaders(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = time.Second
+		prefix := b.Prefix(t)
+		net := redistest.NewNetwork()
+		first := newRW(t, b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)), "ghost")
+		writer := newRW(t, b.PodVia(t, prefix, net, distsync.WithLeaseTTL(ttl)), "ghost")
+		late := newRW(t, b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)), "ghost")
+		must(t, "first RLock", first.RLock)
+		wctx, wcancel := context.WithCancel(context.Background())
+		defer wcancel()
+		wres := async(wctx, writer.Lock)
+		if !redistest.Eventually(5*time.Second, func() bool { return exists(t, b, key(prefix, "ghost", "ww")) }) {
+			t.Fatal("the writer never marked itself as waiting")
+		}
+		lres := async(context.Background(), late.RLock)
+		notYet(t, "RLock behind a waiting writer", lres, 200*time.Millisecond)
+		net.Cut() // the waiting writer is gone
+		start := time.Now()
+		must(t, "first RUnlock", first.RUnlock)
+		waitFor(t, "RLock after the writer vanished", lres, 5*ttl)
+		t.Logf("reader got in %v after the waiting writer vanished (lease %v)", time.Since(start), ttl)
+		must(t, "late RUnlock", late.RUnlock)
+		net.Restore() // so that the writer's process can end cleanly
+		wcancel()
+		<-wres
+	})
+}
+
+// Idle waiters, reader and writer, send at most the backstop re-check (one per lease) while a
+// writer holds and renews; the writer's Unlock wakes the readers promptly.
+func TestIdleWaitersDoNotPoll(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = time.Second
+		prefix := b.Prefix(t)
+		holder := newRW(t, b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)), "idle")
+		rp := b.Pod(t, prefix, distsync.WithLeaseTTL(ttl))
+		wp := b.Pod(t, prefix, distsync.WithLeaseTTL(ttl))
+		reader, writer := newRW(t, rp, "idle"), newRW(t, wp, "idle")
+		must(t, "Lock", holder.Lock)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		rres, wres := async(ctx, reader.RLock), async(ctx, writer.Lock)
+		time.Sleep(300 * time.Millisecond)
+		const window = 3 * time.Second
+		from := time.Now()
+		time.Sleep(window)
+		limit := int(window/ttl) + 1
+		for name, p := range map[string]*redistest.Pod{"reader": rp, "writer": wp} {
+			if sent := p.Client.Since(from); len(sent) > limit {
+				t.Errorf("idle %s sent %d commands in %v (lease %v), want at most %d: %v", name, len(sent), window, ttl, limit, sent)
+			}
+		}
+		start := time.Now()
+		must(t, "Unlock", holder.Unlock)
+		waitFor(t, "reader woken by Unlock", rres, ttl/2)
+		t.Logf("reader woken %v after the Unlock", time.Since(start))
+		notYet(t, "writer while a reader holds", wres, 100*time.Millisecond)
+		must(t, "RUnlock", reader.RUnlock)
+		waitFor(t, "writer woken by the last RUnlock", wres, ttl/2)
+		must(t, "writer Unlock", writer.Unlock)
+	})
+}
+
+// Waiters whose context ends leave no waiting mark: readers are not held back by a writer that
+// gave up, and after the holder leaves only keys with a TTL remain.
+func TestCancelledWaitersLeaveNothing(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		holder := newRW(t, b.Pod(t, prefix), "cancel")
+		reader := newRW(t, b.Pod(t, prefix), "cancel")
+		writer := newRW(t, b.Pod(t, prefix), "cancel")
+		must(t, "RLock", holder.RLock)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		err := writer.Lock(ctx)
+		cancel()
+		if !errors.Is(err, distsync.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("cancelled Lock: %v", err)
+		}
+		// Without the writer's mark, a new reader gets in at once.
+		ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if !redistest.Eventually(2*time.Second, func() bool { return !exists(t, b, key(prefix, "cancel", "ww")) }) {
+			t.Fatal("the cancelled writer's waiting mark is still there")
+		}
+		if ok, err := reader.TryRLock(ctx); err != nil || !ok {
+			t.Fatalf("TryRLock after the writer gave up: %v %v", ok, err)
+		}
+		must(t, "RUnlock", reader.RUnlock)
+		must(t, "holder RUnlock", holder.RUnlock)
+
+		must(t, "Lock", holder.Lock)
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		err = reader.RLock(ctx2)
+		cancel2()
+		if !errors.Is(err, distsync.ErrNotAcquired) {
+			t.Fatalf("cancelled RLock: %v", err)
+		}
+		must(t, "Unlock", holder.Unlock)
+		ok := redistest.Eventually(3*time.Second, func() bool {
+			for _, k := range b.Keys(t, prefix) {
+				if k != key(prefix, "cancel", "fence") && k != key(prefix, "cancel", "ops") {
+					return false
+				}
+			}
+			return true
+		})
+		if !ok {
+			t.Fatalf("keys left: %v", b.Keys(t, prefix))
+		}
+		for _, k := range b.Keys(t, prefix) {
+			if pttl, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Pttl().Key(k).Build() }).AsInt64(); pttl < 0 {
+				t.Errorf("key %s has no TTL", k)
+			}
+		}
+	})
+}
+
+// Misuse: clear errors, and Redis unchanged.
+func TestMisuse(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		p := b.Pod(t, prefix)
+		m := newRW(t, p, "misuse")
+		snapshot := func() string {
+			var out []string
+			for _, k := range b.Keys(t, prefix) {
+				typ, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Type().Key(k).Build() }).ToString()
+				var v string
+				switch typ {
+				case "string":
+					v, _ = b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Get().Key(k).Build() }).ToString()
+				case "zset":
+					vs, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Zrange().Key(k).Min("0").Max("-1").Build() }).AsStrSlice()
+					v = fmt.Sprint(vs)
+				}
+				out = append(out, k+"="+v)
+			}
+			sort.Strings(out)
+			return fmt.Sprint(out)
+		}
+		check := func(what string, err error, before string) {
+			t.Helper()
+			if !errors.Is(err, distsync.ErrNotHeld) {
+				t.Errorf("%s: %v, want ErrNotHeld", what, err)
+			}
+			if after := snapshot(); after != before {
+				t.Errorf("%s changed Redis:\n%s\n%s", what, before, after)
+			}
+		}
+		ctx := context.Background()
+		check("RUnlock without RLock", m.RUnlock(ctx), snapshot())
+		check("Unlock without Lock", m.Unlock(ctx), snapshot())
+		must(t, "RLock", m.RLock)
+		check("Unlock by a reader", m.Unlock(ctx), snapshot())
+		must(t, "RUnlock", m.RUnlock)
+		check("a second RUnlock", m.RUnlock(ctx), snapshot())
+		must(t, "Lock", m.Lock)
+		check("RUnlock by the writer", m.RUnlock(ctx), snapshot())
+		must(t, "Unlock", m.Unlock)
+
+		if _, err := rwmutex.New(p.H, ""); !errors.Is(err, distsync.ErrInvalid) {
+			t.Errorf("New with an empty name: %v", err)
+		}
+		if _, err := rwmutex.New(p.H, "x", rwmutex.WithTTL(0)); !errors.Is(err, distsync.ErrInvalid) {
+			t.Errorf("New with a zero TTL: %v", err)
+		}
+	})
+}
+
+// Write holds get increasing tokens; a read hold carries the last write's token.
+func TestTokens(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		a, c := newRW(t, b.Pod(t, prefix), "tok"), newRW(t, b.Pod(t, prefix), "tok")
+		must(t, "Lock", a.Lock)
+		t1 := a.Lease().Token()
+		must(t, "Unlock", a.Unlock)
+		must(t, "RLock", c.RLock)
+		if got := c.RLease().Token(); got != t1 {
+			t.Fatalf("read hold token %d, want the last write's %d", got, t1)
+		}
+		must(t, "RUnlock", c.RUnlock)
+		must(t, "Lock", c.Lock)
+		if t2 := c.Lease().Token(); t2 <= t1 {
+			t.Fatalf("write token %d not above %d", t2, t1)
+		}
+		must(t, "Unlock", c.Unlock)
+	})
+}
+
+// Deleting the holds behind their holders' backs fires the loss signals; the releases then
+// report the loss.
+func TestLossIsSignalled(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 900 * time.Millisecond
+		prefix := b.Prefix(t)
+		r := newRW(t, b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)), "loss")
+		must(t, "RLock", r.RLock)
+		share := r.RLease()
+		b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Del().Key(key(prefix, "loss", "r")).Build() })
+		select {
+		case <-share.Done():
+		case <-time.After(ttl/3 + time.Second):
+			t.Fatal("reader's loss not signalled within a renewal period")
+		}
+		if err := r.RUnlock(context.Background()); !errors.Is(err, distsync.ErrLost) || !errors.Is(err, distsync.ErrNotHeld) {
+			t.Fatalf("RUnlock after the loss: %v", err)
+		}
+		must(t, "Lock", r.Lock)
+		lease := r.Lease()
+		b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Set().Key(key(prefix, "loss", "")).Value("someone").Build() })
+		select {
+		case <-lease.Done():
+		case <-time.After(ttl/3 + time.Second):
+			t.Fatal("writer's loss not signalled within a renewal period")
+		}
+		if err := r.Unlock(context.Background()); !errors.Is(err, distsync.ErrLost) {
+			t.Fatalf("Unlock after the loss: %v", err)
+		}
+	})
+}
+
+func TestRLocker(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		m := newRW(t, b.Pod(t, b.Prefix(t)), "rlocker")
+		l := m.RLocker()
+		l.Lock()
+		l.Lock()
+		l.Unlock()
+		l.Unlock()
+		defer func() {
+			if recover() == nil {
+				t.Fatal("RLocker.Unlock without a read hold did not panic")
+			}
+		}()
+		l.Unlock()
+	})
+}
