@@ -533,7 +533,9 @@ func TestLossIsSignalled(t *testing.T) {
 		}
 		must(t, "Lock", r.Lock)
 		lease := r.Lease()
-		b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Set().Key(key(prefix, "loss", "")).Value("someone").Build() })
+		b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Set().Key(key(prefix, "loss", "")).Value("someone").Build()
+		})
 		select {
 		case <-lease.Done():
 		case <-time.After(ttl/3 + time.Second):
