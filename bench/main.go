@@ -1,7 +1,7 @@
 // Command bench compares distsync's mutex with the Go peers on one local redis-server, in one
 // run, and prints a Markdown table (docs/benchmarks.md holds the latest one).
 //
-//	cd bench && go run . [-redis 127.0.0.1:6379] [-quick]
+//	cd bench && go run . [-redis 127.0.0.1:6379] [-quick] [-primitives yes|no|only]
 //
 // Without -redis it starts a redis-server of its own (from PATH) on a free loopback port and
 // stops it at the end. Latencies are also given in Redis round trips: the median PING on an
@@ -29,6 +29,7 @@ func main() {
 		only       = flag.String("libs", "", "comma-separated libraries to run (default: all)")
 		processes  = flag.Int("processes", 4, "contention: worker processes")
 		goroutines = flag.Int("goroutines", 4, "contention: goroutines per process")
+		prims      = flag.String("primitives", "yes", "the distsync primitives table: yes, no, or only (without the peers)")
 		worker     = flag.Bool("worker", false, "internal: run as a contention worker")
 		wLib       = flag.String("lib", "", "internal")
 		wKey       = flag.String("key", "", "internal")
@@ -42,7 +43,7 @@ func main() {
 		runWorker(*wLib, *addr, *wKey, *wProc, *goroutines, time.Unix(0, *wStart), time.Unix(0, *wUntil), *wHold)
 		return
 	}
-	if err := run(*addr, *quick, *only, *processes, *goroutines); err != nil {
+	if err := run(*addr, *quick, *only, *prims, *processes, *goroutines); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -61,7 +62,7 @@ type row struct {
 	idleErr error
 }
 
-func run(addr string, quick bool, only string, processes, goroutines int) error {
+func run(addr string, quick bool, only, prims string, processes, goroutines int) error {
 	if addr == "" {
 		srv, err := startRedis()
 		if err != nil {
@@ -69,6 +70,10 @@ func run(addr string, quick bool, only string, processes, goroutines int) error 
 		}
 		defer srv.stop()
 		addr = srv.addr
+	}
+	if prims == "only" {
+		primitives(addr, quick)
+		return nil
 	}
 	// The idle window stays inside one lease (10 s, after a 1 s settle), so that the peers
 	// without renewal still hold their lock when it ends.
@@ -111,6 +116,9 @@ func run(addr string, quick bool, only string, processes, goroutines int) error 
 		rows = append(rows, r)
 	}
 	printTable(rows, un["PING"][0], processes, goroutines, dur, idleWin)
+	if prims != "no" {
+		primitives(addr, quick)
+	}
 	return nil
 }
 

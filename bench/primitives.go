@@ -1,0 +1,285 @@
+package main
+
+// The distsync primitives beyond the mutex, measured on the same redis-server as the peers.
+// Each scenario adds rows to a second table: what it measured, in absolute time and in Redis
+// round trips (a PING measured in the same scenario), and commands per operation.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/mutex"
+	"github.com/distsync/distsync/reentrant"
+	"github.com/distsync/distsync/rwmutex"
+)
+
+// primRow is one row of the primitives table.
+type primRow struct {
+	scenario   string
+	result     string
+	rtt        string  // the result in round trips, or ""
+	clientCmds float64 // per operation, or -1
+	redisCmds  float64 // per operation (INFO commandstats), or -1
+}
+
+// pod is one simulated process of a primitives scenario: its own client and handle.
+type pod struct {
+	c *countingClient
+	h *distsync.Handle
+}
+
+func openPods(addr string, n int) ([]pod, func(), error) {
+	var ps []pod
+	closeAll := func() {
+		for _, p := range ps {
+			_ = p.h.Close(context.Background())
+			p.c.Close()
+		}
+	}
+	for range n {
+		raw, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		c := count(raw)
+		h, err := distsync.New(c, distsync.WithKeyPrefix("bench:"), distsync.WithLeaseTTL(leaseTTL))
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		ps = append(ps, pod{c, h})
+	}
+	return ps, closeAll, nil
+}
+
+func clientTotal(ps []pod) int64 {
+	var n int64
+	for _, p := range ps {
+		n += p.c.Total()
+	}
+	return n
+}
+
+// pingP50 measures the median PING round trip over n pings.
+func pingP50(addr string, n int) time.Duration {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		return 0
+	}
+	defer c.Close()
+	var d []time.Duration
+	for range n {
+		t0 := time.Now()
+		if c.Do(context.Background(), c.B().Ping().Build()).Error() != nil {
+			return 0
+		}
+		d = append(d, time.Since(t0))
+	}
+	return pct(d, 50)
+}
+
+// readMostly runs pods × goroutines on one name for dur: each operation is a read (RLock,
+// hold, RUnlock) with probability readShare, else a write (Lock, hold, Unlock). With rw false
+// every operation takes the mutex instead, as a program without a read-write lock would.
+func readMostly(addr string, rw bool, pods, goroutines int, readShare float64, hold, dur time.Duration) (primRow, error) {
+	ps, closeAll, err := openPods(addr, pods)
+	if err != nil {
+		return primRow{}, err
+	}
+	defer closeAll()
+	name := fmt.Sprintf("readmostly:%v:%d", rw, time.Now().UnixNano())
+	type ops struct {
+		rlock, runlock, lock, unlock func(context.Context) error
+	}
+	var all []ops
+	for _, p := range ps {
+		if rw {
+			m, err := rwmutex.New(p.h, name)
+			if err != nil {
+				return primRow{}, err
+			}
+			all = append(all, ops{m.RLock, m.RUnlock, m.Lock, m.Unlock})
+		} else {
+			m, err := mutex.New(p.h, name)
+			if err != nil {
+				return primRow{}, err
+			}
+			all = append(all, ops{m.Lock, m.Unlock, m.Lock, m.Unlock})
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dur+time.Minute)
+	defer cancel()
+	before, err := commandstats(addr)
+	if err != nil {
+		return primRow{}, err
+	}
+	cl0 := clientTotal(ps)
+	var done, reads atomic.Int64
+	var firstErr atomic.Value
+	until := time.Now().Add(dur)
+	var wg sync.WaitGroup
+	for _, o := range all {
+		for range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(until) {
+					read := rand.Float64() < readShare
+					acquire, release := o.lock, o.unlock
+					if read {
+						acquire, release = o.rlock, o.runlock
+					}
+					if err := acquire(ctx); err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						return
+					}
+					time.Sleep(hold)
+					if err := release(ctx); err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						return
+					}
+					done.Add(1)
+					if read {
+						reads.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return primRow{}, err
+	}
+	after, err := commandstats(addr)
+	if err != nil {
+		return primRow{}, err
+	}
+	n := float64(done.Load())
+	what := "rwmutex"
+	if !rw {
+		what = "mutex (every operation exclusive)"
+	}
+	return primRow{
+		scenario:   fmt.Sprintf("read-mostly, %s: %d pods × %d goroutines, %.0f%% reads, %v held", what, pods, goroutines, 100*readShare, hold),
+		result:     fmt.Sprintf("%.0f ops/s", n/dur.Seconds()),
+		clientCmds: float64(clientTotal(ps)-cl0) / n,
+		redisCmds:  float64(after-before) / n,
+	}, nil
+}
+
+// reentry measures a re-entrant Lock+Unlock pair on a mutex the owner already holds, and the
+// first (outermost) Lock+Unlock, with PINGs interleaved as the unit.
+func reentry(addr string, iters int) ([]primRow, error) {
+	ps, closeAll, err := openPods(addr, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
+	pinger, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		return nil, err
+	}
+	defer pinger.Close()
+	m, err := reentrant.New(ps[0].h, "reentry")
+	if err != nil {
+		return nil, err
+	}
+	ctx := reentrant.WithOwner(context.Background(), reentrant.NewOwner())
+	var outer, lockOnly, pair, pings []time.Duration
+	var cmds int64
+	for i := range iters + iters/10 {
+		warm := i < iters/10
+		t0 := time.Now()
+		if err := pinger.Do(ctx, pinger.B().Ping().Build()).Error(); err != nil {
+			return nil, err
+		}
+		p := time.Since(t0)
+		t0 = time.Now()
+		if err := m.Lock(ctx); err != nil {
+			return nil, err
+		}
+		o := time.Since(t0)
+		c0 := ps[0].c.Total()
+		t0 = time.Now()
+		if err := m.Lock(ctx); err != nil {
+			return nil, err
+		}
+		l := time.Since(t0)
+		if err := m.Unlock(ctx); err != nil {
+			return nil, err
+		}
+		pr := time.Since(t0)
+		c1 := ps[0].c.Total()
+		t0 = time.Now()
+		if err := m.Unlock(ctx); err != nil {
+			return nil, err
+		}
+		o += time.Since(t0)
+		if !warm {
+			pings, outer, lockOnly, pair = append(pings, p), append(outer, o), append(lockOnly, l), append(pair, pr)
+			cmds += c1 - c0
+		}
+	}
+	rtt := pct(pings, 50)
+	inRTT := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(rtt)) }
+	return []primRow{
+		{scenario: "reentrant: re-entering Lock (the owner holds it)", result: pct(lockOnly, 50).Round(time.Microsecond).String() + " p50",
+			rtt: inRTT(pct(lockOnly, 50)), clientCmds: float64(cmds) / float64(2*len(pair)), redisCmds: -1},
+		{scenario: "reentrant: re-entering Lock + its Unlock", result: fmt.Sprintf("%v p50 (%v p99)", pct(pair, 50).Round(time.Microsecond), pct(pair, 99).Round(time.Microsecond)),
+			rtt: inRTT(pct(pair, 50)), clientCmds: -1, redisCmds: -1},
+		{scenario: "reentrant: outermost Lock + Unlock, uncontended", result: fmt.Sprintf("%v p50 (%v p99)", pct(outer, 50).Round(time.Microsecond), pct(outer, 99).Round(time.Microsecond)),
+			rtt: inRTT(pct(outer, 50)), clientCmds: -1, redisCmds: -1},
+	}, nil
+}
+
+// primitives runs every primitives scenario and prints their table.
+func primitives(addr string, quick bool) {
+	dur, iters := 4*time.Second, 2000
+	if quick {
+		dur, iters = time.Second, 300
+	}
+	var rows []primRow
+	fail := func(what string, err error) {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", what, err)
+		rows = append(rows, primRow{scenario: what, result: "error: " + err.Error(), clientCmds: -1, redisCmds: -1})
+	}
+	fmt.Fprintf(os.Stderr, "primitives: reentrant re-entry…\n")
+	if rs, err := reentry(addr, iters); err != nil {
+		fail("reentrant re-entry", err)
+	} else {
+		rows = append(rows, rs...)
+	}
+	for _, rw := range []bool{true, false} {
+		fmt.Fprintf(os.Stderr, "primitives: read-mostly (rwmutex %v)…\n", rw)
+		if r, err := readMostly(addr, rw, 4, 4, 0.9, time.Millisecond, dur); err != nil {
+			fail("read-mostly", err)
+		} else {
+			rows = append(rows, r)
+		}
+	}
+	rtt := pingP50(addr, 500)
+	fmt.Printf("\n### distsync primitives\n\nRound trip (PING p50) after the runs: %v.\n\n", rtt.Round(time.Microsecond))
+	fmt.Printf("| scenario | result | in RTT | client cmds / op | Redis cmds / op |\n|---|---|---|---|---|\n")
+	num := func(f float64) string {
+		if f < 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.2f", f)
+	}
+	for _, r := range rows {
+		in := r.rtt
+		if in == "" {
+			in = "—"
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s |\n", r.scenario, r.result, in, num(r.clientCmds), num(r.redisCmds))
+	}
+}
