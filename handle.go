@@ -37,6 +37,14 @@ const (
 	// two; the window bounds what a waiter that died while queued can cost: one pause of this
 	// length, after which the next waiter takes the lock.
 	DefaultHandoffWindow = 500 * time.Millisecond
+
+	// DefaultWaiterLease is the lease of a waiter's place in a queue kept in Redis (fair,
+	// semaphore): the waiter renews it every third of that (1 s) while it waits, batched with
+	// the Handle's other renewals, and a waiter whose process died is dropped from the queue
+	// once it lapses. It also bounds what a waiter that died can cost the others: a claim
+	// handed to it comes back after at most this long. Shorter makes dead waiters cheaper and
+	// costs more renewals; three seconds survives a second of pauses between two renewals.
+	DefaultWaiterLease = 3 * time.Second
 )
 
 // Handle is the shared machinery of the primitives made from one rueidis client: key layout,
@@ -67,6 +75,10 @@ func WithHandoffWindow(d time.Duration) Option {
 	return func(c *core.Config) { c.HandoffWindow = d }
 }
 
+// WithWaiterLease sets the lease of a waiter's place in a queue kept in Redis (fair,
+// semaphore). It must be at least 10ms. The default is [DefaultWaiterLease].
+func WithWaiterLease(d time.Duration) Option { return func(c *core.Config) { c.WaiterLease = d } }
+
 // WithLogger sets where the Handle reports what it cannot return as an error (a renewal
 // that failed and will be retried, a subscription that is being re-established). The default
 // discards everything.
@@ -88,6 +100,7 @@ func New(client rueidis.Client, opts ...Option) (*Handle, error) {
 		LeaseTTL:      DefaultLeaseTTL,
 		FenceTTL:      DefaultFenceRetention,
 		HandoffWindow: DefaultHandoffWindow,
+		WaiterLease:   DefaultWaiterLease,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -98,9 +111,9 @@ func New(client rueidis.Client, opts ...Option) (*Handle, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"lease TTL", cfg.LeaseTTL}, {"fence retention", cfg.FenceTTL}, {"hand-off window", cfg.HandoffWindow}} {
-		if d.v < time.Millisecond {
-			return nil, fmt.Errorf("distsync: %w: %s must be at least 1ms, got %v", ErrInvalid, d.name, d.v)
+	}{{"lease TTL", cfg.LeaseTTL}, {"fence retention", cfg.FenceTTL}, {"hand-off window", cfg.HandoffWindow}, {"waiter lease", cfg.WaiterLease}} {
+		if d.v < time.Millisecond || (d.name == "waiter lease" && d.v < 10*time.Millisecond) {
+			return nil, fmt.Errorf("distsync: %w: %s too short: %v", ErrInvalid, d.name, d.v)
 		}
 	}
 	if cfg.Logger == nil {

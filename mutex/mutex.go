@@ -343,25 +343,25 @@ func (m *Mutex) abandon(ctx context.Context, owner string, dequeue bool) error {
 		[]string{waiter, owner, m.windowArg, m.fenceArg, m.chanPrefix, m.c.Pub, ms(voidTTL)}).Error()
 }
 
-// parse is the waitq.Parse of m's channel (see internal/scripts/lib/queue.lua):
-// "g <token> <backup>" (the lock is granted to m), "w <ms>" (watch another waiter's grant),
-// "c" (the watched grant was confirmed).
+// parse is the waitq.Parse of m's channel (see internal/scripts/lib/queue.lua; each message
+// ends with the waiter id it is for, this Mutex's): "g <token> <backup>" (the lock is granted
+// to m), "w <ms>" (watch another waiter's grant), "c" (the watched grant was confirmed).
 func (m *Mutex) parse(p string) waitq.Signal {
+	f := strings.Split(p, " ")
 	switch {
-	case strings.HasPrefix(p, "g "):
-		tok, backup, _ := strings.Cut(p[2:], " ")
-		n, err := strconv.ParseInt(tok, 10, 64)
+	case f[0] == "g" && len(f) == 4:
+		n, err := strconv.ParseInt(f[1], 10, 64)
 		if err != nil {
 			return waitq.Signal{Kind: waitq.Recheck}
 		}
-		return waitq.Signal{Kind: waitq.Granted, Grant: waitq.Grant{Owner: "~" + m.waiter + ":" + tok, Token: n, Backup: backup}}
-	case strings.HasPrefix(p, "w "):
-		n, err := strconv.ParseInt(p[2:], 10, 64)
+		return waitq.Signal{Kind: waitq.Granted, Grant: waitq.Grant{Owner: "~" + m.waiter + ":" + f[1], Token: n, Backup: f[2]}}
+	case f[0] == "w" && len(f) == 3:
+		n, err := strconv.ParseInt(f[1], 10, 64)
 		if err != nil {
 			return waitq.Signal{Kind: waitq.Recheck}
 		}
 		return waitq.Signal{Kind: waitq.Watch, Window: time.Duration(n) * time.Millisecond}
-	case p == "c":
+	case f[0] == "c":
 		return waitq.Signal{Kind: waitq.Confirmed}
 	}
 	return waitq.Signal{Kind: waitq.Recheck}

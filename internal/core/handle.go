@@ -26,6 +26,7 @@ type Config struct {
 	LeaseTTL      time.Duration
 	FenceTTL      time.Duration
 	HandoffWindow time.Duration
+	WaiterLease   time.Duration
 	Logger        *slog.Logger
 }
 

@@ -85,6 +85,15 @@ func Drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecon
 // Token returns the fencing token of the acquisition.
 func (l *Lease) Token() int64 { return l.spec.Token }
 
+// Deadline returns the lease's local deadline: until then the claim is surely in Redis (it is
+// counted from when the last renewal that succeeded was sent).
+func (l *Lease) Deadline() time.Time {
+	r := l.h.ren
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return l.deadline
+}
+
 // Owner returns the owner value the claim is checked against.
 func (l *Lease) Owner() string { return l.spec.Owner }
 

@@ -54,7 +54,7 @@ if cur or not redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
     redis.call('SET', lock, owner, 'PX', ttl) -- adopt the grant
     token = tonumber(string.sub(cur, #waiter + 3))
     if ARGV[9] ~= '' then
-      redis.call(ARGV[8], ARGV[7] .. ':' .. ARGV[9], 'c') -- the backup can stop watching
+      tell(ARGV[8], ARGV[7], ARGV[9], 'c') -- the backup can stop watching
     end
   else
     local pttl = redis.call('PTTL', lock)

@@ -37,6 +37,6 @@ if cur ~= ARGV[1] then
 end
 redis.call('PEXPIRE', lock, ARGV[2])
 if ARGV[8] ~= '' then
-  redis.call(ARGV[7], ARGV[6] .. ':' .. ARGV[8], 'c')
+  tell(ARGV[7], ARGV[6], ARGV[8], 'c')
 end
 return 1

@@ -32,6 +32,9 @@ var (
 	ReentrantUnlock  = load("reentrant_unlock.lua")
 	ReentrantAbandon = load("reentrant_abandon.lua")
 
+	FairAcquire = load("fair_acquire.lua")
+	FairLeave   = load("fair_leave.lua")
+
 	RWMutexLock   = load("rwmutex_lock.lua")
 	RWMutexUnlock = load("rwmutex_unlock.lua")
 	RWMutexLeave  = load("rwmutex_leave.lua")

@@ -224,7 +224,7 @@ func TestGrantGoesToTheHeadOnly(t *testing.T) {
 		msgs := e.listen("w2", "w3")
 		e.release("o1")
 		_, tok := e.grantee()
-		e.expect(msgs, "w2", "g "+strconv.FormatInt(tok, 10)+" w3", "w3", "w 500")
+		e.expect(msgs, "w2", "g "+strconv.FormatInt(tok, 10)+" w3 w2", "w3", "w 500 w3")
 		if got := e.acquireWith("o4", "", "000", "", "0"); got[0] != 0 || got[2] != 1 {
 			t.Fatalf("TryLock during a grant = %v, want {0, window, 1}", got)
 		}
@@ -235,7 +235,7 @@ func TestGrantGoesToTheHeadOnly(t *testing.T) {
 		if e.confirm(owner, "w2", false, "w3") != 1 {
 			t.Fatal("confirm by the grantee failed")
 		}
-		e.expect(msgs, "w3", "c")
+		e.expect(msgs, "w3", "c w3")
 		if ttl, _ := e.do(e.c.B().Pttl().Key(e.k.lock).Build()).AsInt64(); ttl <= 9000 {
 			t.Fatalf("PTTL %d after the confirm, want the 10 s lease", ttl)
 		}
@@ -459,5 +459,66 @@ func TestDoMultiLoadsMissingScripts(t *testing.T) {
 				t.Fatalf("call %d = %v, %v; want %d", i, v, err, want)
 			}
 		}
+	})
+}
+
+// fairAcquire runs fair_acquire.lua for waiter w on e's keys: ttl 10 s, waiter lease 3 s.
+func (e *env) fairAcquire(w string, try bool) []int64 {
+	e.t.Helper()
+	t := "0"
+	if try {
+		t = "1"
+	}
+	v, err := scripts.FairAcquire.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
+		[]string{w, "10000", "60000", "3000", t, e.k.ch, e.k.pub, "", "5000"}).AsIntSlice()
+	if err != nil {
+		e.t.Fatalf("fair acquire: %v", err)
+	}
+	return v
+}
+
+// A fair lock goes in arrival order; a waiter that leaves while the lock is being handed to it
+// passes it on to the next waiter (not into a void), and a late attempt of a waiter that left
+// does nothing.
+func TestFairHandOffRacingWithLeave(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		if got := e.fairAcquire("p/holder", false); got[0] != 1 {
+			t.Fatalf("fair acquire of a free lock = %v", got)
+		}
+		for _, w := range []string{"p/a", "q/b", "p/c"} {
+			if got := e.fairAcquire(w, false); got[0] != 0 {
+				t.Fatalf("fair acquire of a held lock by %s = %v", w, got)
+			}
+		}
+		if got := e.fairAcquire("q/try", true); got[0] != 0 {
+			t.Fatalf("TryLock overtook the queue: %v", got)
+		}
+		msgs := e.listen("p", "q")
+		e.release("p/holder")
+		w, tok := e.grantee()
+		if w != "p/a" {
+			t.Fatalf("the lock was granted to %q, want the first waiter p/a", w)
+		}
+		e.expect(msgs, "p", "g "+strconv.FormatInt(tok, 10)+" q/b p/a", "q", "w 500 q/b")
+		// p/a gives up just as the grant reaches it: the lock goes on to q/b.
+		v, err := scripts.FairLeave.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
+			[]string{"p/a", "500", "60000", e.k.ch, e.k.pub, "60000"}).AsInt64()
+		if err != nil || v != 1 {
+			t.Fatalf("fair leave of the grantee = %v, %v; want the lock passed on", v, err)
+		}
+		w2, tok2 := e.grantee()
+		if w2 != "q/b" || tok2 <= tok {
+			t.Fatalf("after the grantee left, lock = %q, want a grant to q/b", e.get(e.k.lock))
+		}
+		e.expect(msgs, "q", "g "+strconv.FormatInt(tok2, 10)+" p/c q/b", "p", "w 500 p/c")
+		// A late attempt of the waiter that left does nothing.
+		if got := e.fairAcquire("p/a", false); got[0] != -1 {
+			t.Fatalf("late attempt of a waiter that left = %v, want {-1}", got)
+		}
+		if n, _ := e.do(e.c.B().Zscore().Key(e.k.q).Member("p/a").Build()).ToString(); n != "" {
+			t.Fatal("the waiter that left is queued again")
+		}
+		e.everyKeyExpires()
 	})
 }

@@ -8,8 +8,12 @@
 -- listens on its own channel, <channel prefix>:<waiter id>, so that a release wakes only the
 -- process it concerns.
 --
--- Messages: 'g <token> <backup>' to the waiter a lock is granted to; 'w <ms>' to the backup
--- (re-check if the grant is not confirmed within <ms>); 'c' to the backup (confirmed).
+-- A waiter id is '<process>' (mutex: one entry per waiting process) or '<process>/<call>'
+-- (fair, semaphore: one entry per waiting call); either way the messages for it go to its
+-- process's channel, <channel prefix>:<process>, and name it last:
+-- 'g <token> <backup> <waiter>' to the waiter a lock is granted to; 'w <ms> <waiter>' to the
+-- backup (re-check if the grant is not confirmed within <ms>); 'c <waiter>' to the backup
+-- (confirmed).
 --
 -- Requires lib/clock.lua and lib/fence.lua.
 
@@ -30,6 +34,11 @@ local function requeue(q, qx, waiter, now_ms, now_us, live)
   redis.call('ZADD', qx, now_ms + live, waiter)
   redis.call('PEXPIRE', q, live)
   redis.call('PEXPIRE', qx, live)
+end
+
+-- tell() publishes msg, for waiter id, on its process's channel.
+local function tell(pub, prefix, id, msg)
+  redis.call(pub, prefix .. ':' .. string.match(id, '^[^/]*'), msg .. ' ' .. id)
 end
 
 -- granted_to() reports whether the lock value cur is a grant to waiter.
@@ -62,9 +71,10 @@ local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub)
       local token = int(next_token(fence, fence_ttl, now_us))
       redis.call('SET', lock, '~' .. head .. ':' .. token, 'PX', window)
       local backup = ids[2] or ''
-      redis.call(pub, prefix .. ':' .. head, 'g ' .. token .. ' ' .. backup)
+      redis.call('ZREM', qx, head)
+      tell(pub, prefix, head, 'g ' .. token .. ' ' .. backup)
       if backup ~= '' then
-        redis.call(pub, prefix .. ':' .. backup, 'w ' .. window)
+        tell(pub, prefix, backup, 'w ' .. window)
       end
       return head
     end

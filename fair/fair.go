@@ -1,0 +1,390 @@
+// Package fair is a strictly first-in, first-out lock across processes, on Redis: the order
+// of ZooKeeper's lock recipe, with the hand-off done inside Redis.
+//
+// Every Lock call that finds the lock held joins a queue in Redis, in the order its request
+// arrived there, and gets the lock in that order: no caller, in any process, overtakes
+// another. Unlock hands the lock to the head of the queue inside Redis and wakes that caller
+// only; its Lock returns without another round trip. A caller whose context ends leaves the
+// queue at once, and if the lock was being handed to it just then, it goes on to the next.
+//
+// A waiter keeps a short lease on its place ([distsync.DefaultWaiterLease], 3 s), renewed while
+// it waits, batched with the Handle's other renewals. A waiter whose process died is dropped
+// once its lease lapses, and a lock handed to a waiter that died comes back after at most that
+// long: the next waiter watches the hand-off and takes over. Holds are leases with fencing
+// tokens and loss signals, as for [mutex.Mutex].
+package fair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/scripts"
+	"github.com/distsync/distsync/internal/waitq"
+)
+
+// voidTTL is how long a waiter that gave up stays void (see fair_leave.lua): far longer than
+// a command can stay in flight.
+const voidTTL = time.Minute
+
+// Mutex is a FIFO mutual exclusion lock shared by every process that uses the same name on
+// the same Redis. Make it with [New]; it is safe for concurrent use and must not be copied.
+type Mutex struct {
+	c     *core.Handle
+	name  string
+	ttl   time.Duration
+	renew bool
+
+	keys       []string // lock, fence, q, qx
+	chanPrefix string
+	proc       string // this Mutex value's part of its waiter ids, and its channel's suffix
+	box        *waitq.Mailbox
+
+	// Script arguments that never change.
+	ttlArg, fenceArg, wleaseArg, slackArg string
+
+	mu    sync.Mutex
+	holds []*core.Lease // this value's holds, oldest first (more than one only after a loss)
+}
+
+// Option configures a Mutex.
+type Option func(*Mutex)
+
+// WithTTL sets the lease of each hold; the Handle renews it at a third of ttl for as long as
+// the lock is held. It must be at least a millisecond. The default is the Handle's lease TTL.
+func WithTTL(ttl time.Duration) Option {
+	return func(m *Mutex) { m.ttl, m.renew = ttl, true }
+}
+
+// WithFixedLease makes each hold a lease of ttl that is never renewed: Redis frees the lock
+// ttl after it was acquired, and the hold's lease ends with [distsync.ErrLost] then.
+func WithFixedLease(ttl time.Duration) Option {
+	return func(m *Mutex) { m.ttl, m.renew = ttl, false }
+}
+
+// New returns the fair Mutex called name. It sends nothing to Redis. It returns an error
+// matching [distsync.ErrInvalid] for an empty name or a lease shorter than a millisecond.
+func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
+	c := core.Of(h)
+	if c == nil {
+		return nil, fmt.Errorf("fair: %w: nil handle", distsync.ErrInvalid)
+	}
+	m := &Mutex{c: c, name: name, ttl: c.Config.LeaseTTL, renew: true}
+	for _, o := range opts {
+		o(m)
+	}
+	if m.ttl < time.Millisecond {
+		return nil, fmt.Errorf("fair %q: %w: lease TTL must be at least 1ms, got %v", name, distsync.ErrInvalid, m.ttl)
+	}
+	ks, err := c.Keys("fair", name)
+	if err != nil {
+		return nil, fmt.Errorf("fair %q: %w", name, err)
+	}
+	m.keys = []string{ks.Key(), ks.Part("fence"), ks.Part("q"), ks.Part("qx")}
+	m.chanPrefix = ks.Channel()
+	m.proc = c.NewID()
+	m.ttlArg, m.fenceArg = ms(m.ttl), ms(c.Config.FenceTTL)
+	m.wleaseArg, m.slackArg = ms(c.Config.WaiterLease), ms(2*m.ttl/core.RenewDivisor)
+	m.box = waitq.NewMailbox(c, m.chanPrefix+":"+m.proc, parse)
+	return m, nil
+}
+
+// Name returns the name the Mutex was made with.
+func (m *Mutex) Name() string { return m.name }
+
+// Lock locks m, after every Lock call that reached Redis before this one and has not given
+// up. It waits, without polling, until the lock is handed to it or ctx ends: there is no limit
+// on tries or time. On success it returns nil and [Mutex.Lease] describes the hold. If ctx
+// ends first it returns an error matching both [distsync.ErrNotAcquired] and ctx.Err(), and
+// leaves the queue (passing the lock on if it was just handed to it). Connection errors are
+// retried while waiting; other Redis errors end the wait and are returned.
+func (m *Mutex) Lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return m.notAcquired(err)
+	}
+	w := m.proc + "/" + m.c.NewID()
+	slot, err := m.box.Open(ctx, w)
+	if err != nil {
+		return m.fail(ctx, err)
+	}
+	defer slot.Close()
+	err = m.wait(ctx, w, slot)
+	if err != nil {
+		m.c.Background("leaving the queue of fair lock "+strconv.Quote(m.name), voidTTL,
+			func(bctx context.Context) error { return m.leave(bctx, w) })
+		return m.fail(ctx, err)
+	}
+	return nil
+}
+
+// wait is Lock's loop: attempt, then wait for a grant, a message or the backstop.
+func (m *Mutex) wait(ctx context.Context, w string, slot *waitq.Slot) error {
+	var (
+		place   *core.Lease // the lease on w's place in the queue
+		backup  string      // who watches a grant to w
+		timer   = time.NewTimer(time.Hour)
+		watch   *time.Timer
+		watchC  <-chan time.Time
+		backoff = 10 * time.Millisecond
+	)
+	defer func() {
+		timer.Stop()
+		if watch != nil {
+			watch.Stop()
+		}
+		if place != nil {
+			place.Stop()
+		}
+	}()
+	for {
+		sent := time.Now()
+		vals, err := scripts.FairAcquire.Exec(ctx, m.c.Client, m.keys,
+			[]string{w, m.ttlArg, m.fenceArg, m.wleaseArg, "0", m.chanPrefix, m.c.Pub, backup, m.slackArg}).AsIntSlice()
+		switch {
+		case err != nil && ctx.Err() == nil && core.Transient(err):
+			// The attempt is idempotent for w: try it again.
+			m.c.Log().Debug("distsync: fair attempt failed, retrying", "name", m.name, "err", err, "in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-m.c.Done():
+				return core.ErrClosed
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		case err != nil:
+			return err
+		case len(vals) == 2 && vals[0] == 1:
+			return m.hold(w, vals[1], sent, time.Time{}, nil)
+		case len(vals) != 3 || vals[0] != 0:
+			return core.Permanent(fmt.Errorf("unexpected reply %v from %s", vals, scripts.FairAcquire))
+		}
+		backoff = 10 * time.Millisecond
+		if place == nil || place.Err() != nil {
+			// Keep the place: a lease on w's entry, renewed with the Handle's other leases.
+			// If a renewal finds the entry gone, the loop re-checks (and queues w again).
+			place = m.c.Hold(core.LeaseSpec{Key: m.keys[3], Owner: w, Kind: "z", TTL: m.c.Config.WaiterLease,
+				Renew: true, Sent: sent, Release: func(ctx context.Context, _ *core.Lease) error { return m.leave(ctx, w) }})
+		}
+		// The backstop, as for mutex: an expiring lease publishes nothing.
+		pttl := time.Duration(vals[1]) * time.Millisecond
+		wait := pttl + min(m.ttl/core.RenewDivisor, pttl/2) + time.Millisecond
+		if vals[2] == 1 {
+			wait = pttl + 2*time.Millisecond // an unconfirmed grant to another waiter
+		}
+		timer.Reset(wait)
+
+	listen:
+		for {
+			select {
+			case sig := <-slot.C:
+				switch sig.Kind {
+				case waitq.Granted:
+					// The release granted the lock to w. Redis keeps the grant for a waiter
+					// lease after it was made, and it was made after the last renewal of w's
+					// place that found the place there: until that renewal's deadline, the
+					// grant is surely w's, without asking Redis.
+					deadline := place.Deadline()
+					if time.Until(deadline) > m.c.Config.WaiterLease/4 {
+						confirm := &scripts.Call{Script: scripts.MutexConfirm, Keys: m.keys,
+							Args: []string{sig.Grant.Owner, m.ttlArg, w, "0", m.slackArg, m.chanPrefix, m.c.Pub,
+								sig.Grant.Backup, m.wleaseArg, m.fenceArg}}
+						return m.hold(sig.Grant.Owner, sig.Grant.Token, time.Now(), deadline, confirm)
+					}
+					backup = sig.Grant.Backup
+					break listen // too little of it is sure to be left: adopt it in Redis
+				case waitq.Watch:
+					if watch == nil {
+						watch = time.NewTimer(sig.Window + 2*time.Millisecond)
+					} else {
+						watch.Reset(sig.Window + 2*time.Millisecond)
+					}
+					watchC = watch.C
+				case waitq.Confirmed:
+					if watch != nil {
+						watch.Stop()
+					}
+					watchC = nil
+				default:
+					break listen
+				}
+			case <-watchC:
+				watchC = nil
+				break listen // the grant ahead lapsed unconfirmed: its waiter is dead
+			case <-place.Done():
+				break listen // the place lapsed (Redis unreachable, or pruned): queue again
+			case <-timer.C:
+				break listen
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-m.c.Done():
+				return core.ErrClosed
+			}
+		}
+	}
+}
+
+// TryLock takes m if it is free and nobody waits for it, without waiting. It returns true if
+// it took the lock and false, with a nil error, otherwise. ctx bounds the one round trip; if
+// it ends first TryLock returns its error (matching [distsync.ErrNotAcquired]) and makes sure
+// the attempt takes nothing.
+func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, m.notAcquired(err)
+	}
+	w := m.proc + "/" + m.c.NewID()
+	sent := time.Now()
+	vals, err := scripts.FairAcquire.Exec(ctx, m.c.Client, m.keys,
+		[]string{w, m.ttlArg, m.fenceArg, m.wleaseArg, "1", m.chanPrefix, m.c.Pub, "", m.slackArg}).AsIntSlice()
+	if err != nil {
+		m.c.Background("cleanup after a cancelled TryLock", voidTTL,
+			func(bctx context.Context) error { return m.leave(bctx, w) })
+		return false, m.fail(ctx, err)
+	}
+	if len(vals) == 2 && vals[0] == 1 {
+		return true, m.hold(w, vals[1], sent, time.Time{}, nil)
+	}
+	return false, nil
+}
+
+// Unlock unlocks m and hands it to the head of the queue, if any. It returns nil if the lock
+// was held and is now released. It returns an error matching [distsync.ErrNotHeld] if m is not
+// locked, and one matching both ErrNotHeld and [distsync.ErrLost] if the hold was lost before
+// Unlock. Connection errors are retried as for [mutex.Mutex.Unlock]. If this Mutex value has
+// more than one hold (a hold was lost and the lock taken again), Unlock gives back the oldest.
+func (m *Mutex) Unlock(ctx context.Context) error {
+	m.mu.Lock()
+	if len(m.holds) == 0 {
+		m.mu.Unlock()
+		return fmt.Errorf("fair %q: unlock of unlocked mutex: %w", m.name, distsync.ErrNotHeld)
+	}
+	l := m.holds[0]
+	m.holds = m.holds[1:]
+	m.mu.Unlock()
+	if err := l.Stop(); err != nil {
+		return fmt.Errorf("fair %q: %w: %w", m.name, distsync.ErrNotHeld, err)
+	}
+	if err := m.c.Release(ctx, "unlock of fair lock "+strconv.Quote(m.name), l,
+		func(ctx context.Context) (bool, error) { return m.release(ctx, l) }); err != nil {
+		return fmt.Errorf("fair %q: unlock: %w", m.name, err)
+	}
+	return nil
+}
+
+// release runs the release script (shared with mutex: compare, then hand the lock to the
+// head of the queue), after the confirm of a grant if the renewal loop had not sent it yet.
+func (m *Mutex) release(ctx context.Context, l *core.Lease) (bool, error) {
+	call := scripts.Call{Script: scripts.MutexRelease, Keys: m.keys,
+		Args: []string{l.Owner(), m.wleaseArg, m.fenceArg, m.chanPrefix, m.c.Pub}}
+	calls := []scripts.Call{call}
+	if first := l.Unsent(); first != nil {
+		calls = []scripts.Call{*first, call}
+	}
+	res := scripts.DoMulti(ctx, m.c.Client, calls)
+	n, err := res[len(res)-1].AsInt64()
+	return n == 1, err
+}
+
+// Lease returns the current hold of m (the newest, if a lost one has not been Unlocked), or
+// nil if this Mutex value does not hold m.
+func (m *Mutex) Lease() *distsync.Lease {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.holds) == 0 {
+		return nil
+	}
+	return m.holds[len(m.holds)-1].Public.(*distsync.Lease)
+}
+
+// Locker returns a [sync.Locker] whose Lock and Unlock call m's with context.Background().
+// They panic on any error (sync.Locker has no error to return).
+func (m *Mutex) Locker() sync.Locker { return locker{m} }
+
+type locker struct{ m *Mutex }
+
+func (l locker) Lock() {
+	if err := l.m.Lock(context.Background()); err != nil {
+		panic("fair: Locker.Lock: " + err.Error())
+	}
+}
+
+func (l locker) Unlock() {
+	if err := l.m.Unlock(context.Background()); err != nil {
+		panic("fair: Locker.Unlock: " + err.Error())
+	}
+}
+
+// hold records an acquisition under owner, with its lease on the renewal loop.
+func (m *Mutex) hold(owner string, token int64, sent, deadline time.Time, first *scripts.Call) error {
+	l := m.c.Hold(core.LeaseSpec{
+		Key: m.keys[0], Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent,
+		Deadline: deadline, First: first,
+		Release: func(ctx context.Context, l *core.Lease) error {
+			_, err := m.release(ctx, l)
+			return err
+		},
+	})
+	if l.Err() != nil { // the handle closed meanwhile
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, _ = m.release(rctx, l)
+		cancel()
+		return core.ErrClosed
+	}
+	m.mu.Lock()
+	m.holds = append(m.holds, l)
+	m.mu.Unlock()
+	return nil
+}
+
+// leave takes waiter w out of the queue, passing the lock on if it was w's.
+func (m *Mutex) leave(ctx context.Context, w string) error {
+	return scripts.FairLeave.Exec(ctx, m.c.Client, m.keys,
+		[]string{w, m.wleaseArg, m.fenceArg, m.chanPrefix, m.c.Pub, ms(voidTTL)}).Error()
+}
+
+// parse splits a message of the lock's queue (see internal/scripts/lib/queue.lua): the waiter
+// id it is for comes last.
+func parse(p string) (string, waitq.Signal) {
+	f := strings.Split(p, " ")
+	to := f[len(f)-1]
+	switch {
+	case f[0] == "g" && len(f) == 4:
+		n, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return to, waitq.Signal{Kind: waitq.Recheck}
+		}
+		return to, waitq.Signal{Kind: waitq.Granted, Grant: waitq.Grant{Owner: "~" + to + ":" + f[1], Token: n, Backup: f[2]}}
+	case f[0] == "w" && len(f) == 3:
+		n, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return to, waitq.Signal{Kind: waitq.Recheck}
+		}
+		return to, waitq.Signal{Kind: waitq.Watch, Window: time.Duration(n) * time.Millisecond}
+	case f[0] == "c" && len(f) == 2:
+		return to, waitq.Signal{Kind: waitq.Confirmed}
+	}
+	return to, waitq.Signal{Kind: waitq.Recheck}
+}
+
+func (m *Mutex) fail(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return m.notAcquired(ctx.Err())
+	case errors.Is(err, core.ErrClosed):
+		return fmt.Errorf("fair %q: %w", m.name, core.ErrClosed)
+	}
+	return fmt.Errorf("fair %q: lock: %w", m.name, err)
+}
+
+func (m *Mutex) notAcquired(err error) error {
+	return fmt.Errorf("fair %q: %w: %w", m.name, distsync.ErrNotAcquired, err)
+}
+
+func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

@@ -1,0 +1,81 @@
+-- fair_acquire.lua: take a fair (FIFO) lock if it is this waiter's turn, or queue the waiter.
+--
+-- KEYS[1] lock   the holder's owner value: a waiter id, or '~<waiter>:<token>' for a grant
+-- KEYS[2] fence  last fencing token of the name
+-- KEYS[3] q      queue: waiter id -> arrival (µs, server clock); the order of the lock
+-- KEYS[4] qx     waiter id -> waiter lease expiry (ms); '!'..id -> voided attempt
+-- ARGV[1] waiter     this call's waiter id, '<process>/<call>'; also the owner value of a take
+-- ARGV[2] ttl        lease in ms
+-- ARGV[3] fence_ttl  ms the fence key outlives the last acquisition
+-- ARGV[4] wlease     ms the waiter's entry lives unless renewed; also how long a grant lasts
+-- ARGV[5] try        '1': TryLock, never queue
+-- ARGV[6] prefix     channel prefix (lib/queue.lua)
+-- ARGV[7] pub        'PUBLISH' or 'SPUBLISH'
+-- ARGV[8] backup     waiter watching a grant to this waiter ('' if none), told when it is taken
+-- ARGV[9] slack      ms the queue outlives the lease it waits behind
+-- Reply: {1, token}            held
+--        {0, pttl, granted}    queued (or, for a try, not taken): the lock ends in pttl ms
+--                              unless renewed; granted = 1 if it is an unconfirmed grant
+--        {-1}                  the waiter gave up (fair_leave.lua voided it): nothing done
+--
+-- Strict FIFO: a free lock goes to the first waiter whose entry has not lapsed, never to a
+-- caller behind it. The call is idempotent for one waiter id: sent again after a lost reply,
+-- it finds the lock its own, or its place in the queue kept.
+
+-- #include lib/clock.lua
+-- #include lib/fence.lua
+-- #include lib/queue.lua
+
+local lock, fence, q, qx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local w, ttl, wlease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4])
+if redis.call('ZSCORE', qx, '!' .. w) then
+  return {-1}
+end
+local cur = redis.call('GET', lock)
+if cur == w then
+  return {1, tonumber(redis.call('GET', fence) or 0)} -- a retry of a take that went through
+end
+if cur and granted_to(cur, w) then
+  -- A grant whose message the waiter missed, or could not use in time: adopt it.
+  redis.call('SET', lock, w, 'PX', ttl)
+  if ARGV[8] ~= '' then
+    tell(ARGV[7], ARGV[6], ARGV[8], 'c')
+  end
+  return {1, tonumber(string.sub(cur, #w + 3))}
+end
+local now_ms, now_us = now()
+if not cur then
+  -- The first waiter whose entry is live goes first; lapsed entries are dropped.
+  local head
+  for _ = 1, 1000 do
+    head = redis.call('ZRANGE', q, 0, 0)[1]
+    if not head or head == w or tonumber(redis.call('ZSCORE', qx, head) or '0') > now_ms then
+      break
+    end
+    redis.call('ZREM', q, head)
+    redis.call('ZREM', qx, head)
+  end
+  if not head or head == w then
+    redis.call('SET', lock, w, 'PX', ttl)
+    redis.call('ZREM', q, w)
+    redis.call('ZREM', qx, w)
+    return {1, next_token(fence, ARGV[3], now_us)}
+  end
+  pass_on(lock, fence, q, qx, ARGV[4], ARGV[3], ARGV[6], ARGV[7])
+  cur = redis.call('GET', lock)
+end
+local pttl = redis.call('PTTL', lock)
+if pttl < 0 then
+  pttl = ttl
+end
+local g = 0
+if cur and string.sub(cur, 1, 1) == '~' then
+  g = 1
+end
+if ARGV[5] ~= '1' then
+  redis.call('ZADD', q, 'NX', now_us, w)
+  redis.call('ZADD', qx, now_ms + wlease, w)
+  live_for(q, pttl + tonumber(ARGV[9]) + wlease)
+  live_for(qx, pttl + tonumber(ARGV[9]) + wlease)
+end
+return {0, pttl, g}
