@@ -123,112 +123,36 @@ func (m *Mutex) Lock(ctx context.Context) error {
 	return nil
 }
 
-// wait is Lock's loop: attempt, then wait for a grant, a message or the backstop.
+// wait is Lock's loop (see waitq.WaitTurn).
 func (m *Mutex) wait(ctx context.Context, w string, slot *waitq.Slot) error {
-	var (
-		place   *core.Lease // the lease on w's place in the queue
-		backup  string      // who watches a grant to w
-		timer   = time.NewTimer(time.Hour)
-		watch   *time.Timer
-		watchC  <-chan time.Time
-		backoff = 10 * time.Millisecond
-	)
-	defer func() {
-		timer.Stop()
-		if watch != nil {
-			watch.Stop()
-		}
-		if place != nil {
-			place.Stop()
-		}
-	}()
-	for {
-		sent := time.Now()
-		vals, err := scripts.FairAcquire.Exec(ctx, m.c.Client, m.keys,
-			[]string{w, m.ttlArg, m.fenceArg, m.wleaseArg, "0", m.chanPrefix, m.c.Pub, backup, m.slackArg}).AsIntSlice()
-		switch {
-		case err != nil && ctx.Err() == nil && core.Transient(err):
-			// The attempt is idempotent for w: try it again.
-			m.c.Log().Debug("distsync: fair attempt failed, retrying", "name", m.name, "err", err, "in", backoff)
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-m.c.Done():
-				return core.ErrClosed
+	return waitq.WaitTurn(ctx, m.c, m.c.Config.WaiterLease, waitq.Turn{
+		ID: w, Slot: slot, Place: m.keys[3], PlaceKeep: m.keys[2:3],
+		Leave: func(ctx context.Context) error { return m.leave(ctx, w) },
+		Attempt: func(ctx context.Context, backup string) (waitq.TurnResult, error) {
+			sent := time.Now()
+			vals, err := scripts.FairAcquire.Exec(ctx, m.c.Client, m.keys,
+				[]string{w, m.ttlArg, m.fenceArg, m.wleaseArg, "0", m.chanPrefix, m.c.Pub, backup, m.slackArg}).AsIntSlice()
+			switch {
+			case err != nil:
+				return waitq.TurnResult{}, err
+			case len(vals) == 2 && vals[0] == 1:
+				return waitq.TurnResult{Acquired: true}, m.hold(w, vals[1], sent, time.Time{}, nil)
+			case len(vals) != 3 || vals[0] != 0:
+				return waitq.TurnResult{}, waitq.Unexpected(scripts.FairAcquire, vals)
 			}
-			backoff = min(2*backoff, time.Second)
-			continue
-		case err != nil:
-			return err
-		case len(vals) == 2 && vals[0] == 1:
-			return m.hold(w, vals[1], sent, time.Time{}, nil)
-		case len(vals) != 3 || vals[0] != 0:
-			return core.Permanent(fmt.Errorf("unexpected reply %v from %s", vals, scripts.FairAcquire))
-		}
-		backoff = 10 * time.Millisecond
-		if place == nil || place.Err() != nil {
-			// Keep the place: a lease on w's entry, renewed with the Handle's other leases.
-			// If a renewal finds the entry gone, the loop re-checks (and queues w again).
-			place = m.c.Hold(core.LeaseSpec{Key: m.keys[3], Owner: w, Kind: "z", TTL: m.c.Config.WaiterLease,
-				Renew: true, Sent: sent, Release: func(ctx context.Context, _ *core.Lease) error { return m.leave(ctx, w) }})
-		}
-		// The backstop, as for mutex: an expiring lease publishes nothing.
-		pttl := time.Duration(vals[1]) * time.Millisecond
-		wait := pttl + min(m.ttl/core.RenewDivisor, pttl/2) + time.Millisecond
-		if vals[2] == 1 {
-			wait = pttl + 2*time.Millisecond // an unconfirmed grant to another waiter
-		}
-		timer.Reset(wait)
-
-	listen:
-		for {
-			select {
-			case sig := <-slot.C:
-				switch sig.Kind {
-				case waitq.Granted:
-					// The release granted the lock to w. Redis keeps the grant for a waiter
-					// lease after it was made, and it was made after the last renewal of w's
-					// place that found the place there: until that renewal's deadline, the
-					// grant is surely w's, without asking Redis.
-					deadline := place.Deadline()
-					if time.Until(deadline) > m.c.Config.WaiterLease/4 {
-						confirm := &scripts.Call{Script: scripts.MutexConfirm, Keys: m.keys,
-							Args: []string{sig.Grant.Owner, m.ttlArg, w, "0", m.slackArg, m.chanPrefix, m.c.Pub,
-								sig.Grant.Backup, m.wleaseArg, m.fenceArg}}
-						return m.hold(sig.Grant.Owner, sig.Grant.Token, time.Now(), deadline, confirm)
-					}
-					backup = sig.Grant.Backup
-					break listen // too little of it is sure to be left: adopt it in Redis
-				case waitq.Watch:
-					if watch == nil {
-						watch = time.NewTimer(sig.Window + 2*time.Millisecond)
-					} else {
-						watch.Reset(sig.Window + 2*time.Millisecond)
-					}
-					watchC = watch.C
-				case waitq.Confirmed:
-					if watch != nil {
-						watch.Stop()
-					}
-					watchC = nil
-				default:
-					break listen
-				}
-			case <-watchC:
-				watchC = nil
-				break listen // the grant ahead lapsed unconfirmed: its waiter is dead
-			case <-place.Done():
-				break listen // the place lapsed (Redis unreachable, or pruned): queue again
-			case <-timer.C:
-				break listen
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-m.c.Done():
-				return core.ErrClosed
+			// The backstop, as for mutex: an expiring lease publishes nothing.
+			pttl := time.Duration(vals[1]) * time.Millisecond
+			if vals[2] == 1 {
+				return waitq.TurnResult{Wait: pttl + 2*time.Millisecond}, nil // an unconfirmed grant to another waiter
 			}
-		}
-	}
+			return waitq.TurnResult{Wait: pttl + min(m.ttl/core.RenewDivisor, pttl/2) + time.Millisecond}, nil
+		},
+		Take: func(g waitq.Grant, deadline time.Time) error {
+			confirm := &scripts.Call{Script: scripts.MutexConfirm, Keys: m.keys,
+				Args: []string{g.Owner, m.ttlArg, w, "0", m.slackArg, m.chanPrefix, m.c.Pub, g.Backup, m.wleaseArg, m.fenceArg}}
+			return m.hold(g.Owner, g.Token, time.Now(), deadline, confirm)
+		},
+	})
 }
 
 // TryLock takes m if it is free and nobody waits for it, without waiting. It returns true if

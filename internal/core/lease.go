@@ -23,6 +23,9 @@ type LeaseSpec struct {
 	Key   string        // key that carries the claim
 	Owner string        // owner value the claim is checked against
 	Kind  string        // how extend.lua checks it: "s" string == owner, "h" hash field, "z" zset member
+	// Keep lists keys of the same slot that must live as long as the claim (a semaphore's
+	// permit counts, a queue's order): each renewal extends them too.
+	Keep []string
 	TTL   time.Duration // lease length
 	Renew bool          // renew at TTL/RenewDivisor until stopped; false: a fixed lease
 	Token int64         // fencing token of the acquisition
@@ -37,6 +40,15 @@ type LeaseSpec struct {
 	// First, if set, is sent at once in place of the first renewal (it confirms a grant).
 	// It must reply 1 if the claim is still held and extended to TTL, 0 if not.
 	First *scripts.Call
+}
+
+// Extend returns the extend.lua call that renews the claim of spec.
+func (spec LeaseSpec) Extend() scripts.Call {
+	return scripts.Call{
+		Script: scripts.Extend,
+		Keys:   append([]string{spec.Key}, spec.Keep...),
+		Args:   []string{spec.Kind, spec.Owner, strconv.FormatInt(spec.TTL.Milliseconds(), 10)},
+	}
 }
 
 // Lease is one held claim: renewed by the handle's loop, and ended (Done closed, Err set) when
@@ -262,11 +274,7 @@ func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 		if l.first != nil {
 			calls[i] = *l.first
 		} else {
-			calls[i] = scripts.Call{
-				Script: scripts.Extend,
-				Keys:   []string{l.spec.Key},
-				Args:   []string{l.spec.Kind, l.spec.Owner, strconv.FormatInt(l.spec.TTL.Milliseconds(), 10)},
-			}
+			calls[i] = l.spec.Extend()
 		}
 		if l.deadline.Before(limit) {
 			limit = l.deadline

@@ -2,6 +2,7 @@
 -- one call per held lease, pipelined per Redis node on each tick.
 --
 -- KEYS[1] key    the key that carries the claim
+-- KEYS[2..] keep  keys that live as long as the claim: made to live ttl more if it is renewed
 -- ARGV[1] kind   's': a string whose value is the owner (mutex, rwmutex writer)
 --                'h': a hash with a field named owner (reentrant)
 --                'z': a sorted set of owner -> expiry in ms, server clock (rwmutex readers)
@@ -12,18 +13,22 @@
 -- #include lib/clock.lua
 
 local key, kind, owner, ttl = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+local function renewed()
+  for i = 2, #KEYS do
+    live_for(KEYS[i], ttl)
+  end
+  return 1
+end
 if kind == 's' then
   if redis.call('GET', key) == owner then
     redis.call('PEXPIRE', key, ttl)
-    return 1
+    return renewed()
   end
   return 0
 elseif kind == 'h' then
   if redis.call('HEXISTS', key, owner) == 1 then
-    if redis.call('PTTL', key) < ttl then
-      redis.call('PEXPIRE', key, ttl)
-    end
-    return 1
+    live_for(key, ttl)
+    return renewed()
   end
   return 0
 elseif kind == 'z' then
@@ -32,10 +37,8 @@ elseif kind == 'z' then
   local now_ms = now()
   if at and tonumber(at) > now_ms then
     redis.call('ZADD', key, now_ms + ttl, owner)
-    if redis.call('PTTL', key) < ttl then
-      redis.call('PEXPIRE', key, ttl)
-    end
-    return 1
+    live_for(key, ttl)
+    return renewed()
   end
   return 0
 end

@@ -1,0 +1,142 @@
+package waitq
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/distsync/distsync/internal/core"
+)
+
+// Turn describes one waiter of a queue kept in Redis, one entry per call (fair, semaphore),
+// for WaitTurn.
+type Turn struct {
+	// ID is the waiter id, '<process>/<call>'; Slot is its place in the process's Mailbox.
+	ID   string
+	Slot *Slot
+	// Attempt runs the primitive's acquire script once for ID: it must be idempotent for one
+	// waiter id (a retry after a lost reply finds the claim taken or the place kept). backup
+	// is the waiter that watches a grant to this one, if a grant message named it. On
+	// success the attempt records the hold itself.
+	Attempt func(ctx context.Context, backup string) (TurnResult, error)
+	// Take holds a claim granted inside Redis without a round trip; deadline is how long the
+	// grant is surely there.
+	Take func(g Grant, deadline time.Time) error
+	// Place is the key of the waiters' lease entries (waiter id -> expiry, renewed with kind
+	// "z"), PlaceKeep the keys that must live as long as a waiter, and Leave takes ID out of
+	// the queue (it is also what Handle.Close runs for a waiter still queued).
+	Place     string
+	PlaceKeep []string
+	Leave     func(ctx context.Context) error
+}
+
+// TurnResult is the outcome of one Turn.Attempt.
+type TurnResult struct {
+	Acquired bool
+	// Wait is how long to wait, if no message comes, before re-checking: until the claim
+	// waited behind would lapse, plus slack.
+	Wait time.Duration
+}
+
+// WaitTurn is the waiting protocol of a queued waiter: attempt (which queues it), keep a lease
+// on its place renewed with the handle's leases, then wait for a grant on its Slot, a watched
+// grant that lapsed, a message to re-check, its place lapsing, the backstop, or ctx. It
+// returns nil once an attempt or a grant acquired; ctx's error; core.ErrClosed; or the error
+// of an attempt that is not transient. The caller leaves the queue on error.
+func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t Turn) error {
+	var (
+		place   *core.Lease // the lease on the waiter's place
+		backup  string
+		timer   = time.NewTimer(time.Hour)
+		watch   *time.Timer
+		watchC  <-chan time.Time
+		backoff = minBackoff
+	)
+	defer func() {
+		timer.Stop()
+		if watch != nil {
+			watch.Stop()
+		}
+		if place != nil {
+			place.Stop()
+		}
+	}()
+	for {
+		sent := time.Now()
+		res, err := t.Attempt(ctx, backup)
+		switch {
+		case err != nil && ctx.Err() == nil && core.Transient(err):
+			h.Log().Debug("distsync: queued attempt failed, retrying", "waiter", t.ID, "err", err, "in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-h.Done():
+				return core.ErrClosed
+			}
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		case err != nil:
+			return err
+		case res.Acquired:
+			return nil
+		}
+		backoff = minBackoff
+		if place == nil || place.Err() != nil {
+			// If a renewal finds the place gone (Redis unreachable for a waiter lease, or
+			// pruned), the loop re-checks, which queues the waiter again.
+			place = h.Hold(core.LeaseSpec{Key: t.Place, Keep: t.PlaceKeep, Owner: t.ID, Kind: "z", TTL: waiterLease,
+				Renew: true, Sent: sent, Release: func(ctx context.Context, _ *core.Lease) error { return t.Leave(ctx) }})
+		}
+		timer.Reset(res.Wait)
+
+	listen:
+		for {
+			select {
+			case sig := <-t.Slot.C:
+				switch sig.Kind {
+				case Granted:
+					// Redis keeps a grant for a waiter lease after it was made, and it was made
+					// after the last renewal of the place that found the place there (a grant
+					// takes the waiter out of the queue): until that renewal's deadline the
+					// grant is surely this waiter's, without asking Redis.
+					if deadline := place.Deadline(); time.Until(deadline) > waiterLease/4 {
+						return t.Take(sig.Grant, deadline)
+					}
+					backup = sig.Grant.Backup
+					break listen // too little of it is sure to be left: adopt it in Redis
+				case Watch:
+					if watch == nil {
+						watch = time.NewTimer(sig.Window + 2*time.Millisecond)
+					} else {
+						watch.Reset(sig.Window + 2*time.Millisecond)
+					}
+					watchC = watch.C
+				case Confirmed:
+					if watch != nil {
+						watch.Stop()
+					}
+					watchC = nil
+				default:
+					break listen
+				}
+			case <-watchC:
+				watchC = nil
+				break listen // a grant ahead lapsed unconfirmed: its waiter is dead
+			case <-place.Done():
+				break listen
+			case <-timer.C:
+				break listen
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-h.Done():
+				return core.ErrClosed
+			}
+		}
+	}
+}
+
+// Unexpected is the error of a script reply that does not have the expected shape.
+func Unexpected(script fmt.Stringer, reply any) error {
+	return core.Permanent(fmt.Errorf("unexpected reply %v from %s", reply, script))
+}
