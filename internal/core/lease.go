@@ -20,12 +20,12 @@ const RenewDivisor = 3
 
 // LeaseSpec describes a claim that was just acquired.
 type LeaseSpec struct {
-	Key   string        // key that carries the claim
-	Owner string        // owner value the claim is checked against
-	Kind  string        // how extend.lua checks it: "s" string == owner, "h" hash field, "z" zset member
+	Key   string // key that carries the claim
+	Owner string // owner value the claim is checked against
+	Kind  string // how extend.lua checks it: "s" string == owner, "h" hash field, "z" zset member
 	// Keep lists keys of the same slot that must live as long as the claim (a semaphore's
 	// permit counts, a queue's order): each renewal extends them too.
-	Keep []string
+	Keep  []string
 	TTL   time.Duration // lease length
 	Renew bool          // renew at TTL/RenewDivisor until stopped; false: a fixed lease
 	Token int64         // fencing token of the acquisition
