@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -91,7 +90,7 @@ func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
 	m.proc = c.NewID()
 	m.ttlArg, m.fenceArg = ms(m.ttl), ms(c.Config.FenceTTL)
 	m.wleaseArg, m.slackArg = ms(c.Config.WaiterLease), ms(2*m.ttl/core.RenewDivisor)
-	m.box = waitq.NewMailbox(c, m.chanPrefix+":"+m.proc, parse)
+	m.box = waitq.NewMailbox(c, m.chanPrefix+":"+m.proc, waitq.ParseQueued)
 	return m, nil
 }
 
@@ -148,9 +147,10 @@ func (m *Mutex) wait(ctx context.Context, w string, slot *waitq.Slot) error {
 			return waitq.TurnResult{Wait: pttl + min(m.ttl/core.RenewDivisor, pttl/2) + time.Millisecond}, nil
 		},
 		Take: func(g waitq.Grant, deadline time.Time) error {
+			owner := "~" + w + ":" + strconv.FormatInt(g.Token, 10) // see lib/queue.lua
 			confirm := &scripts.Call{Script: scripts.MutexConfirm, Keys: m.keys,
-				Args: []string{g.Owner, m.ttlArg, w, "0", m.slackArg, m.chanPrefix, m.c.Pub, g.Backup, m.wleaseArg, m.fenceArg}}
-			return m.hold(g.Owner, g.Token, time.Now(), deadline, confirm)
+				Args: []string{owner, m.ttlArg, w, "0", m.slackArg, m.chanPrefix, m.c.Pub, g.Backup, m.wleaseArg, m.fenceArg}}
+			return m.hold(owner, g.Token, time.Now(), deadline, confirm)
 		},
 	})
 }
@@ -271,30 +271,6 @@ func (m *Mutex) hold(owner string, token int64, sent, deadline time.Time, first 
 func (m *Mutex) leave(ctx context.Context, w string) error {
 	return scripts.FairLeave.Exec(ctx, m.c.Client, m.keys,
 		[]string{w, m.wleaseArg, m.fenceArg, m.chanPrefix, m.c.Pub, ms(voidTTL)}).Error()
-}
-
-// parse splits a message of the lock's queue (see internal/scripts/lib/queue.lua): the waiter
-// id it is for comes last.
-func parse(p string) (string, waitq.Signal) {
-	f := strings.Split(p, " ")
-	to := f[len(f)-1]
-	switch {
-	case f[0] == "g" && len(f) == 4:
-		n, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			return to, waitq.Signal{Kind: waitq.Recheck}
-		}
-		return to, waitq.Signal{Kind: waitq.Granted, Grant: waitq.Grant{Owner: "~" + to + ":" + f[1], Token: n, Backup: f[2]}}
-	case f[0] == "w" && len(f) == 3:
-		n, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			return to, waitq.Signal{Kind: waitq.Recheck}
-		}
-		return to, waitq.Signal{Kind: waitq.Watch, Window: time.Duration(n) * time.Millisecond}
-	case f[0] == "c" && len(f) == 2:
-		return to, waitq.Signal{Kind: waitq.Confirmed}
-	}
-	return to, waitq.Signal{Kind: waitq.Recheck}
 }
 
 func (m *Mutex) fail(ctx context.Context, err error) error {

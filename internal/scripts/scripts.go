@@ -35,6 +35,11 @@ var (
 	FairAcquire = load("fair_acquire.lua")
 	FairLeave   = load("fair_leave.lua")
 
+	SemaphoreAcquire = load("semaphore_acquire.lua")
+	SemaphoreRelease = load("semaphore_release.lua")
+	SemaphoreLeave   = load("semaphore_leave.lua")
+	SemaphoreResize  = load("semaphore_resize.lua")
+
 	RWMutexLock   = load("rwmutex_lock.lua")
 	RWMutexUnlock = load("rwmutex_unlock.lua")
 	RWMutexLeave  = load("rwmutex_leave.lua")

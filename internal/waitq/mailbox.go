@@ -2,7 +2,10 @@ package waitq
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/pubsub"
@@ -132,4 +135,28 @@ func (b *Mailbox) Resubscribed() {
 	for _, s := range b.slots {
 		s.send(Signal{Kind: Recheck})
 	}
+}
+
+// ParseQueued parses a message of a queue kept in Redis (see internal/scripts/lib/queue.lua;
+// the waiter id it is for comes last): "g <n> <backup> <id>" (a grant: n is its fencing token,
+// or the permits granted), "w <ms> <id>" (watch a grant), "c <id>" (the watched grant was
+// confirmed). Anything else asks for a re-check.
+func ParseQueued(p string) (string, Signal) {
+	f := strings.Split(p, " ")
+	to := f[len(f)-1]
+	switch {
+	case f[0] == "g" && len(f) == 4:
+		n, err := strconv.ParseInt(f[1], 10, 64)
+		if err == nil {
+			return to, Signal{Kind: Granted, Grant: Grant{Token: n, Backup: f[2]}}
+		}
+	case f[0] == "w" && len(f) == 3:
+		n, err := strconv.ParseInt(f[1], 10, 64)
+		if err == nil {
+			return to, Signal{Kind: Watch, Window: time.Duration(n) * time.Millisecond}
+		}
+	case f[0] == "c" && len(f) == 2:
+		return to, Signal{Kind: Confirmed}
+	}
+	return to, Signal{Kind: Recheck}
 }

@@ -1,0 +1,126 @@
+-- lib/sem.lua: the state of a weighted semaphore, shared by its scripts.
+--
+-- KEYS, the same for every semaphore script:
+--   [1] h     holders: zset owner -> lease expiry (ms, server clock)
+--   [2] n     holders: hash owner -> permits held
+--   [3] q     waiters: zset waiter id -> arrival (µs); the order in which permits are served
+--   [4] qx    waiters: zset waiter id -> waiter lease expiry (ms); '!'..id -> voided waiter
+--   [5] qn    waiters: hash waiter id -> permits requested
+--   [6] size  the semaphore's size: part of its identity
+--   [7] ops   request ids applied (lib/ops.lua), so that a retried release counts once
+-- ARGV, the same for every semaphore script:
+--   [1] id (waiter id, or a holder's owner value)   [2] n permits   [3] size   [4] ttl ms
+--   [5] wlease ms (a waiter's lease, and how long granted permits wait for their confirm)
+--   [6] slack ms   [7] channel prefix (lib/queue.lua)   [8] pub   [9] ops_ttl ms
+--   [10] extra: '1' for a try (acquire); the request id (release)
+-- An owner is a waiter id whose call took permits itself, or '~'..id for permits granted to
+-- waiter id by another call. Lapsed holders and waiters are dropped before anything is decided.
+--
+-- Requires lib/clock.lua and lib/queue.lua (tell).
+
+local K = {h = KEYS[1], n = KEYS[2], q = KEYS[3], qx = KEYS[4], qn = KEYS[5], size = KEYS[6], ops = KEYS[7]}
+local A = {id = ARGV[1], n = tonumber(ARGV[2]), size = tonumber(ARGV[3]), ttl = tonumber(ARGV[4]),
+  wlease = tonumber(ARGV[5]), slack = tonumber(ARGV[6]), prefix = ARGV[7], pub = ARGV[8],
+  ops_ttl = tonumber(ARGV[9]), extra = ARGV[10]}
+
+-- size_in_redis() returns the size Redis has, or nil.
+local function size_in_redis()
+  local s = redis.call('GET', K.size)
+  return s and tonumber(s)
+end
+
+-- claim_size() makes the caller's size the semaphore's if it has none; it returns false and
+-- the size in Redis if they differ.
+local function claim_size()
+  local cur = size_in_redis()
+  if cur and cur ~= A.size then
+    return false, cur
+  end
+  live_for(K.size, A.ttl + A.wlease + A.slack)
+  if not cur then
+    redis.call('SET', K.size, A.size, 'PX', A.ttl + A.wlease + A.slack)
+  end
+  return true
+end
+
+-- prune() drops holders whose lease lapsed and returns the permits in use.
+local function prune(now_ms)
+  for _, o in ipairs(redis.call('ZRANGEBYSCORE', K.h, '-inf', now_ms)) do
+    redis.call('ZREM', K.h, o)
+    redis.call('HDEL', K.n, o)
+  end
+  local used = 0
+  for _, v in ipairs(redis.call('HVALS', K.n)) do
+    used = used + tonumber(v)
+  end
+  return used
+end
+
+-- hold() records owner as holding n permits for ms.
+local function hold(owner, n, now_ms, ms)
+  redis.call('HSET', K.n, owner, n)
+  redis.call('ZADD', K.h, now_ms + ms, owner)
+  live_for(K.h, ms)
+  live_for(K.n, ms)
+  live_for(K.size, ms + A.slack)
+end
+
+local function dequeue(w)
+  redis.call('ZREM', K.q, w)
+  redis.call('ZREM', K.qx, w)
+  redis.call('HDEL', K.qn, w)
+end
+
+-- head() returns the first waiter whose lease has not lapsed, dropping the lapsed ones.
+local function head(now_ms)
+  for _ = 1, 1000 do
+    local w = redis.call('ZRANGE', K.q, 0, 0)[1]
+    if not w or tonumber(redis.call('ZSCORE', K.qx, w) or '0') > now_ms then
+      return w
+    end
+    dequeue(w)
+  end
+end
+
+-- serve() hands free permits to the waiters at the head of the queue, in order, while the
+-- head's request fits. A request that does not fit stops the walk, as in x/sync/semaphore:
+-- later, smaller requests must not overtake it, or a large one could wait forever. The
+-- calling waiter (self) takes its permits as its own, for its lease; any other is granted
+-- them as '~'..id for a waiter lease, until it confirms, and told. If a grant was made and a
+-- head is left waiting, that head is told to watch: a grantee that died gives its permits
+-- back after the waiter lease, and publishes nothing then.
+local function serve(now_ms, used, self)
+  local free = (size_in_redis() or A.size) - used
+  local granted = false
+  for _ = 1, 1000 do
+    local w = head(now_ms)
+    if not w then
+      return
+    end
+    local need = tonumber(redis.call('HGET', K.qn, w) or '1')
+    if need > free then
+      if granted and w ~= self then
+        tell(A.pub, A.prefix, w, 'w ' .. A.wlease)
+      end
+      return
+    end
+    dequeue(w)
+    free = free - need
+    if w == self then
+      hold(self, need, now_ms, A.ttl)
+    else
+      hold('~' .. w, need, now_ms, A.wlease)
+      tell(A.pub, A.prefix, w, 'g ' .. need .. ' ') -- no backup: 'g <n>  <id>'
+      granted = true
+    end
+  end
+end
+
+-- wait() returns the ms until permits could come back by themselves: the earliest lease.
+local function wait(now_ms)
+  local e = redis.call('ZRANGE', K.h, 0, 0, 'WITHSCORES')
+  if e[1] then
+    return math.max(tonumber(e[2]) - now_ms, 0)
+  end
+  return A.wlease
+end

@@ -1,0 +1,57 @@
+-- semaphore_acquire.lua: take n permits if they are free and nobody waits before the caller,
+-- or queue the caller.
+--
+-- KEYS and ARGV: see lib/sem.lua (extra = '1' for TryAcquire, which never queues).
+-- Reply: {1}        the caller holds n permits as owner id
+--        {2}        permits granted to the caller were adopted: it holds them as '~'..id
+--        {0, wait}  queued (or, for a try, not taken): permits could come back by
+--                   themselves in wait ms
+--        {-1}       the waiter gave up (semaphore_leave.lua voided it): nothing done
+--        {-2, size} the semaphore's size in Redis is size, not the caller's
+--
+-- Idempotent for one waiter id: a retry after a lost reply finds the permits taken or the
+-- place kept.
+
+-- #include lib/clock.lua
+-- #include lib/fence.lua
+-- #include lib/queue.lua
+-- #include lib/sem.lua
+
+if redis.call('ZSCORE', K.qx, '!' .. A.id) then
+  return {-1}
+end
+local ok, size = claim_size()
+if not ok then
+  return {-2, size}
+end
+local now_ms, now_us = now()
+local used = prune(now_ms)
+if redis.call('HEXISTS', K.n, A.id) == 1 then
+  return {1} -- a retry of a take that went through
+end
+if redis.call('HEXISTS', K.n, '~' .. A.id) == 1 then
+  -- Granted while the caller could not take the grant from its message: adopt it.
+  redis.call('ZADD', K.h, now_ms + A.ttl, '~' .. A.id)
+  live_for(K.h, A.ttl)
+  live_for(K.n, A.ttl)
+  return {2}
+end
+if A.extra == '1' then
+  if not head(now_ms) and A.n <= A.size - used then
+    hold(A.id, A.n, now_ms, A.ttl)
+    return {1}
+  end
+  return {0, wait(now_ms)}
+end
+local live = A.ttl + A.slack + A.wlease
+redis.call('ZADD', K.q, 'NX', now_us, A.id)
+redis.call('ZADD', K.qx, now_ms + A.wlease, A.id)
+redis.call('HSET', K.qn, A.id, A.n)
+for _, k in ipairs({K.q, K.qx, K.qn}) do
+  live_for(k, live)
+end
+serve(now_ms, used, A.id)
+if redis.call('HEXISTS', K.n, A.id) == 1 then
+  return {1}
+end
+return {0, wait(now_ms)}

@@ -1,0 +1,393 @@
+// Package semaphore is x/sync/semaphore.Weighted across processes, on Redis: at most size
+// units of work at once, among every process that uses the same name.
+//
+// Acquire waits, in first-in, first-out order across processes, until the permits it asks
+// for are free; a request that does not fit holds back the smaller ones behind it, so a large
+// request is never starved. Release gives permits back and hands them, inside Redis, to the
+// waiters at the head of the queue whose requests now fit, waking those only: their Acquire
+// returns without another round trip.
+//
+// Permits are leases, renewed by the Handle while held: permits of a process that crashed
+// come back by themselves after their lease, and a holder whose permits were lost learns it
+// through [Semaphore.AcquireLease]'s lease. Waiters keep short leases on their places, as in
+// package fair, so a waiter that died is dropped within [distsync.DefaultWaiterLease].
+//
+// The size is part of the semaphore's identity: a Semaphore made with another size than the
+// one Redis has for the name gets an error matching [ErrSizeMismatch]. [Semaphore.Resize]
+// changes it on purpose; and once nobody holds or waits for a name, its size is forgotten
+// with its other keys.
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/scripts"
+	"github.com/distsync/distsync/internal/waitq"
+)
+
+// ErrSizeMismatch is returned (wrapped, with both sizes) when a Semaphore's size differs from
+// the size Redis has for its name: two programs disagree on what the semaphore is.
+var ErrSizeMismatch = errors.New("semaphore: size differs from the size in Redis")
+
+// opsTTL is how long Redis remembers a release's request id, and a voided waiter.
+const opsTTL = time.Minute
+
+// Semaphore is a weighted semaphore shared by every process that uses the same name on the
+// same Redis. Make it with [New]; it is safe for concurrent use and must not be copied.
+type Semaphore struct {
+	c     *core.Handle
+	name  string
+	size  int64
+	ttl   time.Duration
+	renew bool
+
+	keys       []string // see internal/scripts/lib/sem.lua
+	chanPrefix string
+	proc       string
+	box        *waitq.Mailbox
+
+	mu    sync.Mutex
+	holds []*hold // this value's acquisitions, oldest first
+}
+
+type hold struct {
+	n     int64
+	lease *core.Lease
+}
+
+// Option configures a Semaphore.
+type Option func(*Semaphore)
+
+// WithTTL sets the lease of each acquisition; the Handle renews it at a third of ttl while
+// the permits are held. It must be at least a millisecond. The default is the Handle's lease
+// TTL ([distsync.DefaultLeaseTTL] unless [distsync.WithLeaseTTL] changed it).
+func WithTTL(ttl time.Duration) Option {
+	return func(s *Semaphore) { s.ttl, s.renew = ttl, true }
+}
+
+// WithFixedLease makes each acquisition a lease of ttl that is never renewed: its permits
+// come back ttl after they were acquired, whether or not they were released.
+func WithFixedLease(ttl time.Duration) Option {
+	return func(s *Semaphore) { s.ttl, s.renew = ttl, false }
+}
+
+// New returns the Semaphore called name, of size permits. It sends nothing to Redis. It
+// returns an error matching [distsync.ErrInvalid] for an empty name, a size below 1 or a
+// lease shorter than a millisecond.
+func New(h *distsync.Handle, name string, size int64, opts ...Option) (*Semaphore, error) {
+	c := core.Of(h)
+	if c == nil {
+		return nil, fmt.Errorf("semaphore: %w: nil handle", distsync.ErrInvalid)
+	}
+	s := &Semaphore{c: c, name: name, size: size, ttl: c.Config.LeaseTTL, renew: true}
+	for _, o := range opts {
+		o(s)
+	}
+	if size < 1 {
+		return nil, fmt.Errorf("semaphore %q: %w: size must be at least 1, got %d", name, distsync.ErrInvalid, size)
+	}
+	if s.ttl < time.Millisecond {
+		return nil, fmt.Errorf("semaphore %q: %w: lease TTL must be at least 1ms, got %v", name, distsync.ErrInvalid, s.ttl)
+	}
+	ks, err := c.Keys("semaphore", name)
+	if err != nil {
+		return nil, fmt.Errorf("semaphore %q: %w", name, err)
+	}
+	s.keys = []string{ks.Key(), ks.Part("n"), ks.Part("q"), ks.Part("qx"), ks.Part("qn"), ks.Part("size"), ks.Part("ops")}
+	s.chanPrefix = ks.Channel()
+	s.proc = c.NewID()
+	s.box = waitq.NewMailbox(c, s.chanPrefix+":"+s.proc, waitq.ParseQueued)
+	return s, nil
+}
+
+// Name returns the name the Semaphore was made with.
+func (s *Semaphore) Name() string { return s.name }
+
+// Size returns the Semaphore's size.
+func (s *Semaphore) Size() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.size
+}
+
+// Acquire acquires n permits, blocking until they are free, in the order requests reached
+// Redis, or ctx is done. There is no limit on tries or time. On success it returns nil. On
+// failure it returns an error matching both [distsync.ErrNotAcquired] and ctx.Err(), and
+// leaves the semaphore unchanged (permits handed to it meanwhile go on to the next waiters).
+// It returns an error matching [distsync.ErrInvalid] at once if n < 1 or n > Size (x/sync
+// would block until ctx ends; here that is a mistake worth naming), and one matching
+// [ErrSizeMismatch] if Redis has another size for the name. Connection errors are retried
+// while waiting; other Redis errors are returned.
+func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
+	_, err := s.AcquireLease(ctx, n)
+	return err
+}
+
+// AcquireLease is Acquire, and returns the lease of the permits it acquired: its Done channel
+// closes if they are lost (their lease lapsed, say after Redis was unreachable until its
+// deadline), and when they are released.
+func (s *Semaphore) AcquireLease(ctx context.Context, n int64) (*distsync.Lease, error) {
+	if err := s.check(n); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, s.notAcquired(err)
+	}
+	w := s.proc + "/" + s.c.NewID()
+	slot, err := s.box.Open(ctx, w)
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	defer slot.Close()
+	var got *core.Lease
+	err = waitq.WaitTurn(ctx, s.c, s.c.Config.WaiterLease, waitq.Turn{
+		ID: w, Slot: slot, Place: s.keys[3], PlaceKeep: []string{s.keys[2], s.keys[4], s.keys[5]},
+		Leave: func(ctx context.Context) error { return s.leave(ctx, w) },
+		Attempt: func(ctx context.Context, _ string) (waitq.TurnResult, error) {
+			sent := time.Now()
+			vals, err := s.run(ctx, scripts.SemaphoreAcquire, w, n, "0")
+			if err != nil {
+				return waitq.TurnResult{}, err
+			}
+			switch {
+			case len(vals) == 1 && (vals[0] == 1 || vals[0] == 2):
+				owner := w
+				if vals[0] == 2 {
+					owner = "~" + w
+				}
+				got, err = s.hold(owner, n, sent, time.Time{}, false)
+				return waitq.TurnResult{Acquired: true}, err
+			case len(vals) == 2 && vals[0] == 0:
+				// The backstop: permits come back by themselves when the earliest lease
+				// lapses, and nothing is published then.
+				wait := time.Duration(vals[1]) * time.Millisecond
+				return waitq.TurnResult{Wait: wait + min(s.ttl/core.RenewDivisor, wait/2) + time.Millisecond}, nil
+			}
+			return waitq.TurnResult{}, s.badReply(vals)
+		},
+		Take: func(g waitq.Grant, deadline time.Time) (err error) {
+			// The permits were granted as "~"+w for a waiter lease; the first renewal, sent at
+			// once, extends them to the full lease.
+			got, err = s.hold("~"+w, n, time.Now(), deadline, true)
+			return err
+		},
+	})
+	if err != nil {
+		if !errors.Is(err, ErrSizeMismatch) {
+			s.c.Background("leaving the queue of semaphore "+strconv.Quote(s.name), opsTTL,
+				func(bctx context.Context) error { return s.leave(bctx, w) })
+		}
+		return nil, s.fail(ctx, err)
+	}
+	return got.Public.(*distsync.Lease), nil
+}
+
+// TryAcquire acquires n permits if they are free and nobody waits for permits, without
+// waiting. It returns true on success and false, with a nil error, otherwise. ctx bounds the
+// one round trip. Bad n and a size mismatch are errors, as for Acquire.
+func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (bool, error) {
+	if err := s.check(n); err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, s.notAcquired(err)
+	}
+	w := s.proc + "/" + s.c.NewID()
+	sent := time.Now()
+	vals, err := s.run(ctx, scripts.SemaphoreAcquire, w, n, "1")
+	if err != nil {
+		if !errors.Is(err, ErrSizeMismatch) {
+			s.c.Background("cleanup after a cancelled TryAcquire", opsTTL,
+				func(bctx context.Context) error { return s.leave(bctx, w) })
+		}
+		return false, s.fail(ctx, err)
+	}
+	if len(vals) == 1 && vals[0] == 1 {
+		_, err := s.hold(w, n, sent, time.Time{}, false)
+		return err == nil, err
+	}
+	return false, nil
+}
+
+// Release gives back n permits that this Semaphore value acquired, newest acquisitions first,
+// and hands them to the waiters they now let in. It returns nil once they are given back. It
+// returns an error matching [distsync.ErrInvalid] for n < 1, and one matching
+// [distsync.ErrNotHeld] if this value holds fewer than n permits: then nothing changes, in
+// Redis or here. Permits whose lease was lost are not in Redis to give back: Release then
+// returns an error matching both ErrNotHeld and [distsync.ErrLost] (the other permits are
+// given back). A connection error is retried under the same request id, which Redis counts
+// once; if ctx ends or Redis stays unreachable, the Handle finishes in the background.
+func (s *Semaphore) Release(ctx context.Context, n int64) error {
+	if n < 1 {
+		return fmt.Errorf("semaphore %q: %w: release of %d permits", s.name, distsync.ErrInvalid, n)
+	}
+	s.mu.Lock()
+	var held int64
+	for _, h := range s.holds {
+		held += h.n
+	}
+	if n > held {
+		s.mu.Unlock()
+		return fmt.Errorf("semaphore %q: %w: release of %d permits, %d held", s.name, distsync.ErrNotHeld, n, held)
+	}
+	type part struct {
+		h    *hold
+		k    int64
+		last bool
+	}
+	var parts []part
+	for left := n; left > 0; {
+		h := s.holds[len(s.holds)-1]
+		k := min(h.n, left)
+		h.n -= k
+		left -= k
+		parts = append(parts, part{h, k, h.n == 0})
+		if h.n == 0 {
+			s.holds = s.holds[:len(s.holds)-1]
+		}
+	}
+	s.mu.Unlock()
+
+	var errs []error
+	for _, p := range parts {
+		if p.last {
+			if err := p.h.lease.Stop(); err != nil {
+				errs = append(errs, fmt.Errorf("%w: %w", distsync.ErrNotHeld, err))
+				continue
+			}
+		}
+		id := s.c.NewID()
+		release := func(ctx context.Context) (bool, error) { return s.release(ctx, p.h.lease.Owner(), p.k, id) }
+		if p.last {
+			errs = append(errs, s.c.Release(ctx, "release of semaphore "+strconv.Quote(s.name), p.h.lease, release))
+			continue
+		}
+		// Part of an acquisition: its lease goes on.
+		ok, err := release(ctx)
+		for i := 0; err != nil && core.Transient(err) && ctx.Err() == nil && i < 3; i++ {
+			time.Sleep(10 * time.Millisecond << i)
+			ok, err = release(ctx)
+		}
+		if err == nil && !ok {
+			err = fmt.Errorf("%w: %w: the permits had been lost", distsync.ErrNotHeld, distsync.ErrLost)
+		}
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("semaphore %q: release: %w", s.name, err)
+	}
+	return nil
+}
+
+// Resize changes the semaphore's size, in Redis, to size, and makes it this value's size.
+// Holders keep their permits; waiters that now fit are let in at once; if the semaphore
+// shrank below the permits in use, new permits are handed out once enough have come back.
+// Other Semaphore values of the name, in this process or others, get [ErrSizeMismatch] until
+// they are made again with the new size. It returns an error matching [distsync.ErrInvalid]
+// for a size below 1.
+func (s *Semaphore) Resize(ctx context.Context, size int64) error {
+	if size < 1 {
+		return fmt.Errorf("semaphore %q: %w: size must be at least 1, got %d", s.name, distsync.ErrInvalid, size)
+	}
+	if _, err := s.runWith(ctx, scripts.SemaphoreResize, "", 0, size, "").AsInt64(); err != nil {
+		return fmt.Errorf("semaphore %q: resize: %w", s.name, err)
+	}
+	s.mu.Lock()
+	s.size = size
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Semaphore) check(n int64) error {
+	if size := s.Size(); n < 1 || n > size {
+		return fmt.Errorf("semaphore %q: %w: %d permits asked of a semaphore of size %d", s.name, distsync.ErrInvalid, n, size)
+	}
+	return nil
+}
+
+// run runs an acquire script and turns a size mismatch into its error.
+func (s *Semaphore) run(ctx context.Context, script *scripts.Script, id string, n int64, extra string) ([]int64, error) {
+	vals, err := s.runWith(ctx, script, id, n, s.Size(), extra).AsIntSlice()
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) == 2 && vals[0] == -2 {
+		return nil, core.Permanent(fmt.Errorf("%w: %d here, %d in Redis", ErrSizeMismatch, s.Size(), vals[1]))
+	}
+	if len(vals) == 1 && vals[0] == -1 {
+		return nil, core.Permanent(errors.New("the waiter was voided"))
+	}
+	return vals, nil
+}
+
+func (s *Semaphore) runWith(ctx context.Context, script *scripts.Script, id string, n, size int64, extra string) rueidis.RedisResult {
+	return script.Exec(ctx, s.c.Client, s.keys, []string{id, strconv.FormatInt(n, 10), strconv.FormatInt(size, 10),
+		ms(s.ttl), ms(s.c.Config.WaiterLease), ms(2 * s.ttl / core.RenewDivisor), s.chanPrefix, s.c.Pub, ms(opsTTL), extra})
+}
+
+// hold records an acquisition of n permits under owner, with its lease on the renewal loop.
+// A grant (granted) is confirmed by an extension sent at once.
+func (s *Semaphore) hold(owner string, n int64, sent, deadline time.Time, granted bool) (*core.Lease, error) {
+	spec := core.LeaseSpec{Key: s.keys[0], Keep: []string{s.keys[1], s.keys[5]}, Owner: owner, Kind: "z",
+		TTL: s.ttl, Renew: s.renew, Sent: sent, Deadline: deadline}
+	spec.Release = func(ctx context.Context, l *core.Lease) error {
+		_, err := s.release(ctx, owner, n, s.c.NewID())
+		return err
+	}
+	if granted {
+		first := spec.Extend()
+		spec.First = &first
+	}
+	l := s.c.Hold(spec)
+	if l.Err() != nil { // the handle closed meanwhile
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, _ = s.release(rctx, owner, n, s.c.NewID())
+		cancel()
+		return nil, core.ErrClosed
+	}
+	s.mu.Lock()
+	s.holds = append(s.holds, &hold{n: n, lease: l})
+	s.mu.Unlock()
+	return l, nil
+}
+
+// release runs semaphore_release.lua: true if owner held permits.
+func (s *Semaphore) release(ctx context.Context, owner string, n int64, id string) (bool, error) {
+	r, err := s.runWith(ctx, scripts.SemaphoreRelease, owner, n, s.Size(), id).AsInt64()
+	return r == 1, err
+}
+
+// leave takes waiter w out of the queue, giving back what its call may have got.
+func (s *Semaphore) leave(ctx context.Context, w string) error {
+	_, err := s.runWith(ctx, scripts.SemaphoreLeave, w, 0, s.Size(), "").AsInt64()
+	return err
+}
+
+func (s *Semaphore) badReply(vals []int64) error {
+	return waitq.Unexpected(scripts.SemaphoreAcquire, vals)
+}
+
+func (s *Semaphore) fail(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return s.notAcquired(ctx.Err())
+	case errors.Is(err, core.ErrClosed):
+		return fmt.Errorf("semaphore %q: %w", s.name, core.ErrClosed)
+	}
+	return fmt.Errorf("semaphore %q: acquire: %w", s.name, err)
+}
+
+func (s *Semaphore) notAcquired(err error) error {
+	return fmt.Errorf("semaphore %q: %w: %w", s.name, distsync.ErrNotAcquired, err)
+}
+
+func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

@@ -1,0 +1,418 @@
+package semaphore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/semaphore"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+func newSem(t *testing.T, p *redistest.Pod, name string, size int64, opts ...semaphore.Option) *semaphore.Semaphore {
+	t.Helper()
+	s, err := semaphore.New(p.H, name, size, opts...)
+	if err != nil {
+		t.Fatalf("semaphore.New(%q, %d): %v", name, size, err)
+	}
+	return s
+}
+
+func key(prefix, name, part string) string {
+	k := prefix + "{" + name + "}:semaphore"
+	if part != "" {
+		k += ":" + part
+	}
+	return k
+}
+
+func acquire(t *testing.T, s *semaphore.Semaphore, n int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := s.Acquire(ctx, n); err != nil {
+		t.Fatalf("Acquire(%d): %v", n, err)
+	}
+}
+
+func release(t *testing.T, s *semaphore.Semaphore, n int64) {
+	t.Helper()
+	if err := s.Release(context.Background(), n); err != nil {
+		t.Fatalf("Release(%d): %v", n, err)
+	}
+}
+
+func async(s *semaphore.Semaphore, n int64) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		ch <- s.Acquire(ctx, n)
+	}()
+	return ch
+}
+
+func waitQueued(t *testing.T, b *redistest.Backend, prefix, name string, n int64) {
+	t.Helper()
+	var got int64
+	if !redistest.Eventually(5*time.Second, func() bool {
+		got, _ = b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Zcard().Key(key(prefix, name, "q")).Build() }).AsInt64()
+		return got == n
+	}) {
+		t.Fatalf("%d waiters queued, want %d", got, n)
+	}
+}
+
+func done(t *testing.T, what string, ch <-chan error, limit time.Duration) {
+	t.Helper()
+	select {
+	case err := <-ch:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(limit):
+		t.Fatalf("%s did not return within %v", what, limit)
+	}
+}
+
+func pending(t *testing.T, what string, ch <-chan error, d time.Duration) {
+	t.Helper()
+	select {
+	case err := <-ch:
+		t.Fatalf("%s returned (%v), but must wait", what, err)
+	case <-time.After(d):
+	}
+}
+
+// Pods × goroutines acquiring random weights: the permits held never add up to more than the
+// size, and they do add up to more than one at times (the semaphore is not a mutex).
+func TestNeverMoreThanSize(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const size, pods, goroutines, rounds = 5, 3, 4, 8
+		prefix := b.Prefix(t)
+		var inUse, peak atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, pods*goroutines*rounds)
+		for range pods {
+			s := newSem(t, b.Pod(t, prefix), "api", size)
+			for range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					for range rounds {
+						n := int64(1 + rand.IntN(3))
+						if err := s.Acquire(ctx, n); err != nil {
+							errs <- err
+							return
+						}
+						u := inUse.Add(n)
+						if u > size {
+							errs <- fmt.Errorf("%d permits in use, size %d", u, size)
+						}
+						for p := peak.Load(); u > p && !peak.CompareAndSwap(p, u); p = peak.Load() {
+						}
+						time.Sleep(2 * time.Millisecond)
+						inUse.Add(-n)
+						if err := s.Release(ctx, n); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if peak.Load() < 2 {
+			t.Fatalf("at most %d permit in use at once: the semaphore serialised everything", peak.Load())
+		}
+		t.Logf("peak %d of %d permits in use", peak.Load(), size)
+	})
+}
+
+// A release hands permits to the waiters at the head whose requests fit, in order: a small
+// request behind a large one that does not fit yet waits (no overtaking).
+func TestReleaseServesTheHeadInOrder(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		holder := newSem(t, b.Pod(t, prefix), "fifo", 3)
+		acquire(t, holder, 3)
+		large := async(newSem(t, b.Pod(t, prefix), "fifo", 3), 2)
+		waitQueued(t, b, prefix, "fifo", 1)
+		small := async(newSem(t, b.Pod(t, prefix), "fifo", 3), 1)
+		waitQueued(t, b, prefix, "fifo", 2)
+
+		release(t, holder, 1) // 1 free: the head wants 2, and the small one must not overtake it
+		pending(t, "the small request behind a large one", small, 300*time.Millisecond)
+		pending(t, "the large request", large, 0)
+		release(t, holder, 1) // 2 free: the large request goes
+		done(t, "the large request", large, 2*time.Second)
+		pending(t, "the small request", small, 200*time.Millisecond)
+		release(t, holder, 1)
+		done(t, "the small request", small, 2*time.Second)
+	})
+}
+
+// A large request at the head is not starved by a stream of small ones from other pods.
+func TestLargeRequestIsNotStarved(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const size = 4
+		prefix := b.Prefix(t)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var small atomic.Int64
+		for range 2 {
+			s := newSem(t, b.Pod(t, prefix), "big", size)
+			for range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+						if s.Acquire(ctx, 1) == nil {
+							small.Add(1)
+							time.Sleep(time.Duration(5+rand.IntN(10)) * time.Millisecond)
+							_ = s.Release(ctx, 1)
+						}
+						cancel()
+					}
+				}()
+			}
+		}
+		defer func() { close(stop); wg.Wait() }()
+		time.Sleep(300 * time.Millisecond)
+		big := newSem(t, b.Pod(t, prefix), "big", size)
+		start := time.Now()
+		acquire(t, big, size)
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("the request for all %d permits waited %v behind 1-permit holds of 15ms at most", size, d)
+		}
+		t.Logf("all %d permits acquired after %v, among %d small acquisitions", size, time.Since(start), small.Load())
+		release(t, big, size)
+	})
+}
+
+// Permits of a holder that vanished (network cut) come back after their lease.
+func TestCrashedHoldersPermitsReturn(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = time.Second
+		prefix := b.Prefix(t)
+		net := redistest.NewNetwork()
+		crashed := newSem(t, b.PodVia(t, prefix, net, distsync.WithLeaseTTL(ttl)), "crash", 2)
+		acquire(t, crashed, 2)
+		other := newSem(t, b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)), "crash", 2)
+		net.Cut()
+		start := time.Now()
+		acquire(t, other, 2)
+		if d := time.Since(start); d < ttl/2 || d > 3*ttl {
+			t.Fatalf("permits came back %v after the crash; lease %v", d, ttl)
+		}
+		release(t, other, 2)
+		net.Restore() // so that the crashed pod's handle closes without waiting out its timeouts
+	})
+}
+
+// Bad input and misuse: clear errors, Redis unchanged.
+func TestMisuse(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		p := b.Pod(t, prefix)
+		s := newSem(t, p, "misuse", 3)
+		ctx := context.Background()
+		for _, n := range []int64{0, -1, 4} {
+			if err := s.Acquire(ctx, n); !errors.Is(err, distsync.ErrInvalid) {
+				t.Errorf("Acquire(%d) of size 3: %v, want ErrInvalid", n, err)
+			}
+			if _, err := s.TryAcquire(ctx, n); !errors.Is(err, distsync.ErrInvalid) {
+				t.Errorf("TryAcquire(%d): %v", n, err)
+			}
+		}
+		if keys := b.Keys(t, prefix); len(keys) != 0 {
+			t.Fatalf("bad requests wrote to Redis: %v", keys)
+		}
+		if err := s.Release(ctx, 1); !errors.Is(err, distsync.ErrNotHeld) {
+			t.Errorf("Release without Acquire: %v", err)
+		}
+		acquire(t, s, 2)
+		snapshot := func() string {
+			kv, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Hgetall().Key(key(prefix, "misuse", "n")).Build() }).AsStrMap()
+			return fmt.Sprint(kv)
+		}
+		before := snapshot()
+		if err := s.Release(ctx, 3); !errors.Is(err, distsync.ErrNotHeld) {
+			t.Errorf("Release(3) of 2 held: %v", err)
+		}
+		if err := s.Release(ctx, 0); !errors.Is(err, distsync.ErrInvalid) {
+			t.Errorf("Release(0): %v", err)
+		}
+		if after := snapshot(); after != before {
+			t.Errorf("a refused Release changed Redis: %s -> %s", before, after)
+		}
+		release(t, s, 1)
+		release(t, s, 1)
+		for _, bad := range []int64{0, -3} {
+			if _, err := semaphore.New(p.H, "x", bad); !errors.Is(err, distsync.ErrInvalid) {
+				t.Errorf("New with size %d: %v", bad, err)
+			}
+		}
+		if _, err := semaphore.New(p.H, "", 1); !errors.Is(err, distsync.ErrInvalid) {
+			t.Errorf("New with an empty name: %v", err)
+		}
+	})
+}
+
+// Two programs that disagree on the size get a clear error; Resize changes it on purpose.
+func TestSizeIsPartOfTheIdentity(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		three := newSem(t, b.Pod(t, prefix), "sized", 3)
+		four := newSem(t, b.Pod(t, prefix), "sized", 4)
+		acquire(t, three, 3)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := four.Acquire(ctx, 1)
+		if !errors.Is(err, semaphore.ErrSizeMismatch) {
+			t.Fatalf("Acquire with another size: %v, want ErrSizeMismatch", err)
+		}
+		if _, err := four.TryAcquire(ctx, 1); !errors.Is(err, semaphore.ErrSizeMismatch) {
+			t.Fatalf("TryAcquire with another size: %v", err)
+		}
+		if err := three.Resize(ctx, 4); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := four.TryAcquire(ctx, 1); err != nil || !ok {
+			t.Fatalf("TryAcquire after Resize to its size: %v %v (3 of 4 held)", ok, err)
+		}
+		if _, err := newSem(t, b.Pod(t, prefix), "sized", 3).TryAcquire(ctx, 1); !errors.Is(err, semaphore.ErrSizeMismatch) {
+			t.Fatalf("the old size after Resize: %v", err)
+		}
+		release(t, four, 1)
+		release(t, three, 3)
+	})
+}
+
+// Waiters whose context ends leave no entry; permits granted to them go on to others.
+func TestCancelledWaitersLeaveNothing(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		holder := newSem(t, b.Pod(t, prefix), "cancel", 2)
+		acquire(t, holder, 2)
+		w := newSem(t, b.Pod(t, prefix), "cancel", 2)
+		for _, n := range []int64{2, 1} {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			err := w.Acquire(ctx, n)
+			cancel()
+			if !errors.Is(err, distsync.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("cancelled Acquire: %v", err)
+			}
+		}
+		waitQueued(t, b, prefix, "cancel", 0)
+		if !redistest.Eventually(2*time.Second, func() bool {
+			n, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Hlen().Key(key(prefix, "cancel", "qn")).Build() }).AsInt64()
+			return n == 0
+		}) {
+			t.Fatal("requests of cancelled waiters left behind")
+		}
+		entries, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Zrange().Key(key(prefix, "cancel", "qx")).Min("0").Max("-1").Build()
+		}).AsStrSlice()
+		for _, e := range entries {
+			if !strings.HasPrefix(e, "!") {
+				t.Errorf("place %q of a cancelled waiter left", e)
+			}
+		}
+		release(t, holder, 2)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if ok, err := w.TryAcquire(ctx, 2); err != nil || !ok {
+			t.Fatalf("TryAcquire(2) after the cancelled waiters: %v %v", ok, err)
+		}
+		release(t, w, 2)
+		for _, k := range b.Keys(t, prefix) {
+			if pttl, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Pttl().Key(k).Build() }).AsInt64(); pttl < 0 {
+				t.Errorf("key %s has no TTL", k)
+			}
+		}
+	})
+}
+
+// Idle waiters send nothing but the renewals of their places (batched) and the backstop.
+func TestIdleWaitersDoNotPoll(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl, wlease, waiters = time.Second, 900 * time.Millisecond, 3
+		prefix := b.Prefix(t)
+		opts := []distsync.Option{distsync.WithLeaseTTL(ttl), distsync.WithWaiterLease(wlease)}
+		holder := newSem(t, b.Pod(t, prefix, opts...), "idle", 2)
+		acquire(t, holder, 2)
+		wp := b.Pod(t, prefix, opts...)
+		w := newSem(t, wp, "idle", 2)
+		res := make(chan error, waiters)
+		for range waiters {
+			go func() { res <- <-async(w, 1) }()
+		}
+		waitQueued(t, b, prefix, "idle", waiters)
+		time.Sleep(200 * time.Millisecond)
+		const window = 3 * time.Second
+		wp.Client.Reset()
+		time.Sleep(window)
+		ticks := int(window/(wlease/3)) + 2
+		limit := ticks*waiters + waiters*(int(window/ttl)+1)
+		if total := wp.Client.Total(); total > limit {
+			t.Errorf("idle waiters sent %d commands in %v, want at most %d", total, window, limit)
+		}
+		if n := len(wp.Client.Pipelines()); n > ticks {
+			t.Errorf("%d renewal pipelines in %v, want at most %d", n, window, ticks)
+		}
+		release(t, holder, 2) // two of the waiters get in, then the third
+		done(t, "a waiter", res, 2*time.Second)
+		done(t, "another waiter", res, 2*time.Second)
+		pending(t, "the third waiter", res, 100*time.Millisecond)
+		release(t, w, 1)
+		done(t, "the third waiter", res, 2*time.Second)
+		release(t, w, 2)
+	})
+}
+
+// Permits lost behind their holder's back end its lease; Release reports the loss.
+func TestLossIsSignalled(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 900 * time.Millisecond
+		prefix := b.Prefix(t)
+		s := newSem(t, b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)), "loss", 2)
+		ctx := context.Background()
+		lease, err := s.AcquireLease(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Del().Key(key(prefix, "loss", "")).Build() })
+		select {
+		case <-lease.Done():
+		case <-time.After(ttl/3 + time.Second):
+			t.Fatal("loss not signalled within a renewal period")
+		}
+		if err := s.Release(ctx, 2); !errors.Is(err, distsync.ErrNotHeld) || !errors.Is(err, distsync.ErrLost) {
+			t.Fatalf("Release after the loss: %v", err)
+		}
+	})
+}
