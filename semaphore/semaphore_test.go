@@ -256,7 +256,9 @@ func TestMisuse(t *testing.T) {
 		}
 		acquire(t, s, 2)
 		snapshot := func() string {
-			kv, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Hgetall().Key(key(prefix, "misuse", "n")).Build() }).AsStrMap()
+			kv, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+				return c.B().Hgetall().Key(key(prefix, "misuse", "n")).Build()
+			}).AsStrMap()
 			return fmt.Sprint(kv)
 		}
 		before := snapshot()
