@@ -16,9 +16,11 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/fair"
 	"github.com/distsync/distsync/mutex"
 	"github.com/distsync/distsync/reentrant"
 	"github.com/distsync/distsync/rwmutex"
+	"github.com/distsync/distsync/semaphore"
 )
 
 // primRow is one row of the primitives table.
@@ -266,6 +268,22 @@ func primitives(addr string, quick bool) {
 			rows = append(rows, r)
 		}
 	}
+	for _, q := range [][2]int{{2, 2}, {4, 8}} {
+		fmt.Fprintf(os.Stderr, "primitives: fair hand-off %d×%d…\n", q[0], q[1])
+		if r, err := fairHandoff(addr, q[0], q[1], dur); err != nil {
+			fail("fair hand-off", err)
+		} else {
+			rows = append(rows, r)
+		}
+	}
+	for _, size := range []int64{8, 0} {
+		fmt.Fprintf(os.Stderr, "primitives: permits (size %d)…\n", size)
+		if r, err := permits(addr, size, 4, 8, time.Millisecond, dur); err != nil {
+			fail("permits", err)
+		} else {
+			rows = append(rows, r)
+		}
+	}
 	rtt := pingP50(addr, 500)
 	fmt.Printf("\n### distsync primitives\n\nRound trip (PING p50) after the runs: %v.\n\n", rtt.Round(time.Microsecond))
 	fmt.Printf("| scenario | result | in RTT | client cmds / op | Redis cmds / op |\n|---|---|---|---|---|\n")
@@ -282,4 +300,200 @@ func primitives(addr string, quick bool) {
 		}
 		fmt.Printf("| %s | %s | %s | %s | %s |\n", r.scenario, r.result, in, num(r.clientCmds), num(r.redisCmds))
 	}
+}
+
+// loadedPing pings addr every 5 ms until stop is closed and returns the median: the round
+// trip under the same load as the scenario it runs beside.
+func loadedPing(addr string, stop <-chan struct{}) <-chan time.Duration {
+	out := make(chan time.Duration, 1)
+	go func() {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+		if err != nil {
+			out <- 0
+			return
+		}
+		defer c.Close()
+		var d []time.Duration
+		for {
+			select {
+			case <-stop:
+				out <- pct(d, 50)
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			t0 := time.Now()
+			if c.Do(context.Background(), c.B().Ping().Build()).Error() == nil {
+				d = append(d, time.Since(t0))
+			}
+		}
+	}()
+	return out
+}
+
+// fairHandoff runs pods × goroutines on one fair lock for dur, nothing done inside, and
+// measures the hand-off: from an Unlock call to the next Lock returning in another goroutine.
+func fairHandoff(addr string, pods, goroutines int, dur time.Duration) (primRow, error) {
+	ps, closeAll, err := openPods(addr, pods)
+	if err != nil {
+		return primRow{}, err
+	}
+	defer closeAll()
+	name := fmt.Sprintf("fair:%d", time.Now().UnixNano())
+	var ms []*fair.Mutex
+	for _, p := range ps {
+		m, err := fair.New(p.h, name)
+		if err != nil {
+			return primRow{}, err
+		}
+		ms = append(ms, m)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dur+time.Minute)
+	defer cancel()
+	before, err := commandstats(addr)
+	if err != nil {
+		return primRow{}, err
+	}
+	cl0 := clientTotal(ps)
+	var (
+		mu        sync.Mutex
+		lastFrom  = -1
+		lastAt    time.Time
+		handoffs  []time.Duration
+		acquired  int
+		firstErr  error
+		stopPing  = make(chan struct{})
+		pinged    = loadedPing(addr, stopPing)
+		until     = time.Now().Add(dur)
+		wg        sync.WaitGroup
+		goroutine int
+	)
+	for _, m := range ms {
+		for range goroutines {
+			id := goroutine
+			goroutine++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(until) {
+					if err := m.Lock(ctx); err != nil {
+						mu.Lock()
+						firstErr = err
+						mu.Unlock()
+						return
+					}
+					now := time.Now()
+					mu.Lock()
+					if lastFrom >= 0 && lastFrom != id {
+						handoffs = append(handoffs, now.Sub(lastAt))
+					}
+					acquired++
+					lastFrom, lastAt = id, time.Now()
+					mu.Unlock()
+					if err := m.Unlock(ctx); err != nil {
+						mu.Lock()
+						firstErr = err
+						mu.Unlock()
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(stopPing)
+	rtt := <-pinged
+	if firstErr != nil {
+		return primRow{}, firstErr
+	}
+	after, err := commandstats(addr)
+	if err != nil {
+		return primRow{}, err
+	}
+	p50, p99 := pct(handoffs, 50), pct(handoffs, 99)
+	return primRow{
+		scenario:   fmt.Sprintf("fair: hand-off, %d pods × %d goroutines queued on one lock", pods, goroutines),
+		result:     fmt.Sprintf("p50 %v / p99 %v; %.0f acq/s", p50.Round(time.Microsecond), p99.Round(time.Microsecond), float64(acquired)/dur.Seconds()),
+		rtt:        fmt.Sprintf("%.1f / %.1f (RTT under load %v)", float64(p50)/float64(rtt), float64(p99)/float64(rtt), rtt.Round(time.Microsecond)),
+		clientCmds: float64(clientTotal(ps)-cl0) / float64(acquired),
+		redisCmds:  float64(after-before) / float64(acquired),
+	}, nil
+}
+
+// permits runs pods × goroutines acquiring 1 permit of a semaphore of size, holding it for
+// hold, and releasing it, for dur; with size 0 it takes the distsync mutex instead.
+func permits(addr string, size int64, pods, goroutines int, hold, dur time.Duration) (primRow, error) {
+	ps, closeAll, err := openPods(addr, pods)
+	if err != nil {
+		return primRow{}, err
+	}
+	defer closeAll()
+	name := fmt.Sprintf("permits:%d", time.Now().UnixNano())
+	type pair struct{ acquire, release func(context.Context) error }
+	var all []pair
+	for _, p := range ps {
+		if size > 0 {
+			s, err := semaphore.New(p.h, name, size)
+			if err != nil {
+				return primRow{}, err
+			}
+			all = append(all, pair{func(ctx context.Context) error { return s.Acquire(ctx, 1) },
+				func(ctx context.Context) error { return s.Release(ctx, 1) }})
+		} else {
+			m, err := mutex.New(p.h, name)
+			if err != nil {
+				return primRow{}, err
+			}
+			all = append(all, pair{m.Lock, m.Unlock})
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dur+time.Minute)
+	defer cancel()
+	before, err := commandstats(addr)
+	if err != nil {
+		return primRow{}, err
+	}
+	cl0 := clientTotal(ps)
+	var n atomic.Int64
+	var firstErr atomic.Value
+	until := time.Now().Add(dur)
+	var wg sync.WaitGroup
+	for _, pr := range all {
+		for range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(until) {
+					if err := pr.acquire(ctx); err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						return
+					}
+					time.Sleep(hold)
+					if err := pr.release(ctx); err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						return
+					}
+					n.Add(1)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return primRow{}, err
+	}
+	after, err := commandstats(addr)
+	if err != nil {
+		return primRow{}, err
+	}
+	what := fmt.Sprintf("semaphore of size %d", size)
+	if size == 0 {
+		what = "mutex (size 1)"
+	}
+	total := float64(n.Load())
+	return primRow{
+		scenario:   fmt.Sprintf("%s: %d contenders (%d pods × %d), acquire 1, hold %v, release", what, pods*goroutines, pods, goroutines, hold),
+		result:     fmt.Sprintf("%.0f acquire+release/s", total/dur.Seconds()),
+		clientCmds: float64(clientTotal(ps)-cl0) / total,
+		redisCmds:  float64(after-before) / total,
+	}, nil
 }
