@@ -40,6 +40,9 @@ var (
 	SemaphoreLeave   = load("semaphore_leave.lua")
 	SemaphoreResize  = load("semaphore_resize.lua")
 
+	OnceBegin  = load("once_begin.lua")
+	OnceFinish = load("once_finish.lua")
+
 	RWMutexLock   = load("rwmutex_lock.lua")
 	RWMutexUnlock = load("rwmutex_unlock.lua")
 	RWMutexLeave  = load("rwmutex_leave.lua")

@@ -1,0 +1,26 @@
+-- once_finish.lua: the leader's result: publish it to every waiting process, keep it briefly
+-- for waiters that missed the message, keep it for later callers if asked, and end the lead.
+--
+-- KEYS[1] lead   KEYS[2] kept   (as in once_begin.lua)
+-- KEYS[3] res    res:<owner>, this leader's result key
+-- ARGV[1] owner    the leader's owner value
+-- ARGV[2] result   status byte and payload (see once_begin.lua)
+-- ARGV[3] keep     ms to keep the result for later callers; '0': do not; '-1': until deleted
+-- ARGV[4] linger   ms to keep res:<owner> for waiters that missed the message
+-- ARGV[5] channel  the key's channel
+-- ARGV[6] pub      'PUBLISH' or 'SPUBLISH'
+-- Reply: the number of subscribers the result reached; -1 if the caller no longer leads (its
+--        lease was lost and another may lead): nothing is done then
+
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return -1
+end
+redis.call('DEL', KEYS[1])
+redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[4])
+local keep = tonumber(ARGV[3])
+if keep == -1 then
+  redis.call('SET', KEYS[2], ARGV[2])
+elseif keep > 0 then
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', keep)
+end
+return redis.call(ARGV[6], ARGV[5], ARGV[1] .. '\n' .. ARGV[2])

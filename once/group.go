@@ -1,0 +1,515 @@
+// Package once is x/sync/singleflight and sync.Once across processes, on Redis: one
+// computation per key at a time among every process that shares a Redis, its result shared
+// with every caller that waited for it — the cure for a cache stampede, where a hot entry
+// expires and a thousand requests on twenty pods would each load it from the database.
+//
+// A [Group] runs a function once per key while a call for that key is in flight anywhere.
+// The first caller to reach Redis leads: it holds a lease on the key (renewed by the Handle)
+// and runs the function; every other caller, in any process, waits — without polling —
+// and gets the leader's result, published once to every waiting process. Within one
+// process, concurrent callers of a key share one call, so only one goroutine per process
+// talks to Redis for it. If the leader dies or loses its lease before it publishes, one
+// waiter takes over within the lease, and the rest wait for it. [WithKeep] keeps a
+// successful result for a while, so that callers within that window get it without any
+// call at all.
+//
+// A [Once] is sync.Once across processes: its function runs until it succeeds once, after
+// which every Do returns at once, in every process, until [Once.Reset].
+package once
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/pubsub"
+	"github.com/distsync/distsync/internal/scripts"
+)
+
+// The errors of a call that another process led, or that could not be shared. Test with
+// [errors.Is]; the leader's message follows the sentinel.
+var (
+	// ErrLeaderFailed: the function returned an error in the process that ran it.
+	ErrLeaderFailed = errors.New("once: the call failed in the process that ran it")
+	// ErrPanicked: the function panicked in the process that ran it. (In that process, the
+	// callers of Do panic too, as with singleflight.)
+	ErrPanicked = errors.New("once: the call panicked in the process that ran it")
+	// ErrTooLarge: the encoded result is larger than the Group's limit ([WithMaxValueSize]).
+	ErrTooLarge = errors.New("once: result too large to share")
+	// ErrCodec: the result could not be encoded or decoded.
+	ErrCodec = errors.New("once: codec failed")
+)
+
+// DefaultMaxValueSize is the largest encoded result a Group shares by default: 4 MiB. A
+// result travels to every waiting process in one publish and is stored in one string; much
+// larger values belong in a store of their own, with the Group sharing their address.
+const DefaultMaxValueSize = 4 << 20
+
+// Result holds the results of Do, for DoChan.
+type Result[T any] struct {
+	Val    T
+	Err    error
+	Shared bool
+}
+
+// Group runs calls once per key across processes. Make it with [NewGroup]; it is safe for
+// concurrent use and must not be copied.
+type Group[T any] struct {
+	c          *core.Handle
+	name       string
+	ttl        time.Duration
+	keep       time.Duration // 0: not kept; < 0: until deleted
+	keepErrors bool
+	maxSize    int
+	codec      Codec[T]
+
+	mu    sync.Mutex
+	calls map[string]*call[T]
+}
+
+// call is one in-flight call of a key in this process.
+type call[T any] struct {
+	done     chan struct{}
+	val      T
+	err      error
+	panicked any
+	shared   bool
+	joined   int // local callers that joined
+	waiting  int // local callers still waiting
+	cancel   context.CancelFunc
+}
+
+// Option configures a Group.
+type Option func(*options)
+
+type options struct {
+	ttl        time.Duration
+	keep       time.Duration
+	keepErrors bool
+	maxSize    int
+	codec      any
+}
+
+// WithKeep keeps each successful result in Redis for d after it is computed: callers of the
+// key within d get it at once, from any process, without running fn (the cache-stampede
+// protection); the first caller after d runs fn again. d must be positive. By default a
+// result goes only to the callers that waited for it.
+func WithKeep(d time.Duration) Option { return func(o *options) { o.keep = d } }
+
+// WithKeepErrors keeps failed results too, for the WithKeep period: callers within it get the
+// leader's error (matching [ErrLeaderFailed]) without running fn. By default errors are not
+// kept, so the next caller tries again.
+func WithKeepErrors() Option { return func(o *options) { o.keepErrors = true } }
+
+// WithLeaseTTL sets the leader's lease: renewed at a third of it while fn runs; if the leader
+// dies, a waiter takes over within about this long. The default is the Handle's lease TTL.
+func WithLeaseTTL(ttl time.Duration) Option { return func(o *options) { o.ttl = ttl } }
+
+// WithMaxValueSize sets the largest encoded result the Group shares (default
+// [DefaultMaxValueSize]). A larger result is an error matching [ErrTooLarge] for every caller.
+func WithMaxValueSize(n int) Option { return func(o *options) { o.maxSize = n } }
+
+// WithCodec sets how results are encoded. Its type parameter must be the Group's. The default
+// is [JSON], except for Group[[]byte] ([Bytes]) and Group[string] ([String]).
+func WithCodec[T any](c Codec[T]) Option { return func(o *options) { o.codec = c } }
+
+// NewGroup returns the Group called name. It sends nothing to Redis. It returns an error
+// matching [distsync.ErrInvalid] for an empty name, a non-positive duration or size, or a
+// codec of another type.
+func NewGroup[T any](h *distsync.Handle, name string, opts ...Option) (*Group[T], error) {
+	c := core.Of(h)
+	if c == nil {
+		return nil, fmt.Errorf("once: %w: nil handle", distsync.ErrInvalid)
+	}
+	o := options{ttl: c.Config.LeaseTTL, maxSize: DefaultMaxValueSize}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.keep < 0 {
+		return nil, fmt.Errorf("once %q: %w: keep must be positive, got %v", name, distsync.ErrInvalid, o.keep)
+	}
+	return newGroup[T](c, name, o)
+}
+
+func newGroup[T any](c *core.Handle, name string, o options) (*Group[T], error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("once %q: %w: "+format, append([]any{name, distsync.ErrInvalid}, a...)...)
+	}
+	switch {
+	case name == "":
+		return nil, bad("empty name")
+	case o.ttl < time.Millisecond:
+		return nil, bad("lease TTL must be at least 1ms, got %v", o.ttl)
+	case o.keep == 0 && o.keepErrors:
+		return nil, bad("WithKeepErrors needs WithKeep")
+	case o.maxSize <= 0:
+		return nil, bad("max value size must be positive, got %d", o.maxSize)
+	}
+	g := &Group[T]{c: c, name: name, ttl: o.ttl, keep: o.keep, keepErrors: o.keepErrors, maxSize: o.maxSize,
+		codec: defaultCodec[T](), calls: make(map[string]*call[T])}
+	if o.codec != nil {
+		codec, ok := o.codec.(Codec[T])
+		if !ok {
+			return nil, bad("codec %T does not encode the Group's type", o.codec)
+		}
+		g.codec = codec
+	}
+	return g, nil
+}
+
+// Do runs fn for key and returns its results, making sure that only one call for key runs at
+// a time across every process of the Group: a caller that comes while a call is in flight, in
+// this process or another, waits for it and gets its results. shared reports whether the
+// results went to more than one caller.
+//
+// fn runs in the caller's process only if that process leads the key. Its context carries the
+// values of the first local caller's ctx, not its deadline or cancellation (other callers,
+// in other processes too, wait for the result); it ends when the lead is lost — the lease
+// could not be renewed, so another process may take over — or when the Handle closes.
+//
+// ctx bounds the caller's wait: if it ends first, Do returns its error (errors.Is matches
+// ctx.Err()), and the call goes on for the others. If fn panics, Do panics in every caller in
+// its process, as singleflight does; callers in other processes get an error matching
+// [ErrPanicked]. Callers in other processes get fn's error as one matching [ErrLeaderFailed]
+// with its message; callers in the leader's process get the error itself.
+func (g *Group[T]) Do(ctx context.Context, key string, fn func(ctx context.Context) (T, error)) (v T, err error, shared bool) {
+	if err := ctx.Err(); err != nil {
+		return v, g.wrap(key, err), false
+	}
+	g.mu.Lock()
+	c := g.calls[key]
+	if c == nil {
+		c = &call[T]{done: make(chan struct{})}
+		var cctx context.Context
+		cctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
+		g.calls[key] = c
+		go g.run(cctx, c, key, fn)
+	}
+	c.joined++
+	c.waiting++
+	g.mu.Unlock()
+
+	select {
+	case <-c.done:
+		if c.panicked != nil {
+			panic(c.panicked)
+		}
+		g.mu.Lock()
+		shared = c.shared || c.joined > 1
+		g.mu.Unlock()
+		return c.val, c.err, shared
+	case <-ctx.Done():
+		g.mu.Lock()
+		c.waiting--
+		if c.waiting == 0 {
+			c.cancel() // nobody here waits any more (a call this process leads goes on)
+		}
+		g.mu.Unlock()
+		return v, g.wrap(key, ctx.Err()), false
+	}
+}
+
+// DoChan is like Do but returns a channel that receives the results when they are ready; it
+// is not closed. A panic in fn is delivered as an error matching [ErrPanicked] (rather than
+// crash a goroutine the caller does not own).
+func (g *Group[T]) DoChan(ctx context.Context, key string, fn func(ctx context.Context) (T, error)) <-chan Result[T] {
+	ch := make(chan Result[T], 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				ch <- Result[T]{Err: fmt.Errorf("%w: %v", ErrPanicked, r), Shared: true}
+			}
+		}()
+		v, err, shared := g.Do(ctx, key, fn)
+		ch <- Result[T]{v, err, shared}
+	}()
+	return ch
+}
+
+// Forget forgets key: the result kept for it (WithKeep) is deleted, and a call in flight in
+// this process is no longer joined, so the next Do for key starts afresh. A call in flight in
+// another process is still waited for (it holds the key's lease). Forget returns Redis's error.
+func (g *Group[T]) Forget(ctx context.Context, key string) error {
+	g.mu.Lock()
+	delete(g.calls, key)
+	g.mu.Unlock()
+	ks, err := g.keys(key)
+	if err != nil {
+		return err
+	}
+	if err := g.c.Client.Do(ctx, g.c.Client.B().Del().Key(ks.kept).Build()).Error(); err != nil {
+		return fmt.Errorf("once %q: forget %q: %w", g.name, key, err)
+	}
+	return nil
+}
+
+// keyset is the keys of one key of a Group.
+type keyset struct {
+	lead, kept, resPrefix, channel string
+}
+
+func (g *Group[T]) keys(key string) (keyset, error) {
+	// The length prefix keeps (group, key) pairs apart: "a:b"+"c" is not "a"+"b:c".
+	ks, err := g.c.Keys("once", strconv.Itoa(len(g.name))+":"+g.name+":"+key)
+	if err != nil {
+		return keyset{}, fmt.Errorf("once %q: %w", g.name, err)
+	}
+	return keyset{lead: ks.Key(), kept: ks.Part("kept"), resPrefix: ks.Part("res") + ":", channel: ks.Channel()}, nil
+}
+
+// run is the call of key in this process: it waits for a result in Redis, or leads.
+func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(context.Context) (T, error)) {
+	defer func() {
+		g.mu.Lock()
+		if g.calls[key] == c {
+			delete(g.calls, key)
+		}
+		g.mu.Unlock()
+		c.cancel()
+		close(c.done)
+	}()
+	ks, err := g.keys(key)
+	if err != nil {
+		c.err = err
+		return
+	}
+	// Subscribe, then check: a result published between the check and the subscription
+	// would reach nobody.
+	l := &listener{ch: make(chan string, 4)}
+	sub, err := g.c.Notifier.Subscribe(ctx, ks.channel, l)
+	if err != nil {
+		if errors.Is(err, pubsub.ErrClosed) {
+			err = distsync.ErrClosed
+		}
+		c.err = g.wrap(key, err)
+		return
+	}
+	defer sub.Close()
+
+	leader := "" // the leader waited for
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for backoff := 10 * time.Millisecond; ; {
+		resub := l.resubscribed() // before the check: a re-subscription after it means look again
+		owner := g.c.NewID()
+		sent := time.Now()
+		reply, err := scripts.OnceBegin.Exec(ctx, g.c.Client, []string{ks.lead, ks.kept, ks.resPrefix + leader},
+			[]string{owner, ms(g.ttl)}).ToArray()
+		if err != nil {
+			if ctx.Err() == nil && core.Transient(err) {
+				select {
+				case <-time.After(backoff):
+					backoff = min(2*backoff, time.Second)
+					continue
+				case <-ctx.Done():
+				}
+			}
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			c.err = g.wrap(key, err)
+			return
+		}
+		kind, _ := reply[0].ToString()
+		switch kind {
+		case "k", "r":
+			res, _ := reply[1].ToString()
+			c.val, c.err = g.decode(key, res)
+			c.shared = true
+			return
+		case "l":
+			g.lead(c, ks, key, owner, sent, fn, ctx)
+			return
+		case "w":
+			leader, _ = reply[1].ToString()
+			pttl, _ := reply[2].AsInt64()
+			wait := time.Duration(pttl) * time.Millisecond
+			timer.Reset(wait + min(g.ttl/core.RenewDivisor, wait/2) + time.Millisecond)
+		default:
+			c.err = g.wrap(key, core.Permanent(fmt.Errorf("unexpected reply %q from %s", kind, scripts.OnceBegin)))
+			return
+		}
+	wait:
+		for {
+			select {
+			case m := <-l.ch:
+				from, res, ok := cut(m)
+				if !ok || res == "" {
+					break wait // a leader gave up its lead: look again
+				}
+				_ = from // any leader's result is the call's result
+				c.val, c.err = g.decode(key, res)
+				c.shared = true
+				return
+			case <-resub:
+				break wait
+			case <-timer.C:
+				break wait // the backstop: a lease that lapses publishes nothing
+			case <-ctx.Done():
+				c.err = g.wrap(key, ctx.Err())
+				return
+			case <-g.c.Done():
+				c.err = g.wrap(key, distsync.ErrClosed)
+				return
+			}
+		}
+	}
+}
+
+// lead runs fn as the key's leader and shares its result.
+func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, sent time.Time, fn func(context.Context) (T, error), callCtx context.Context) {
+	lease := g.c.Hold(core.LeaseSpec{Key: ks.lead, Owner: owner, Kind: "s", TTL: g.ttl, Renew: true, Sent: sent,
+		Release: func(ctx context.Context, _ *core.Lease) error { return g.finish(ctx, ks, owner, "", 0) }})
+	fctx, cancel := context.WithCancelCause(context.WithoutCancel(callCtx))
+	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
+	var (
+		val      T
+		err      error
+		panicked any
+	)
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				panicked = r
+			}
+		}()
+		val, err = fn(fctx)
+	}()
+	stop()
+	cancel(nil)
+
+	var res string
+	switch {
+	case panicked != nil:
+		res = "p" + fmt.Sprint(panicked)
+	case err != nil:
+		res = "e" + err.Error()
+	default:
+		b, eerr := g.codec.Encode(val)
+		switch {
+		case eerr != nil:
+			err = fmt.Errorf("once %q: key %q: %w: encode: %v", g.name, key, ErrCodec, eerr)
+			res = "e" + err.Error()
+		case len(b) > g.maxSize:
+			err = fmt.Errorf("once %q: key %q: %w: %d bytes encoded, limit %d", g.name, key, ErrTooLarge, len(b), g.maxSize)
+			res = "e" + err.Error()
+		default:
+			res = "v" + string(b)
+		}
+	}
+	keep := time.Duration(0)
+	if err == nil && panicked == nil || err != nil && g.keepErrors {
+		keep = g.keep
+	}
+	lease.Stop()
+	// Publish the result, retrying a lost connection a few times: the waiters would otherwise
+	// wait for the lease to lapse and run fn again.
+	var n int64
+	var ferr error
+	for i, backoff := 0, 10*time.Millisecond; i < 4; i, backoff = i+1, 2*backoff {
+		fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		n, ferr = g.finishN(fctx, ks, owner, res, keep)
+		fcancel()
+		if ferr == nil || !core.Transient(ferr) {
+			break
+		}
+		time.Sleep(backoff)
+	}
+	if ferr != nil {
+		g.c.Log().Warn("distsync: once: could not share a result (waiters will take over when the lead lapses)",
+			"group", g.name, "key", key, "err", ferr)
+	}
+	lease.End(distsync.ErrReleased)
+	c.val, c.err, c.panicked = val, err, panicked
+	c.shared = n > 1 // this process's own subscription is one of them
+}
+
+// finish runs once_finish.lua; res "" gives the lead up without a result.
+func (g *Group[T]) finish(ctx context.Context, ks keyset, owner, res string, keep time.Duration) error {
+	_, err := g.finishN(ctx, ks, owner, res, keep)
+	return err
+}
+
+func (g *Group[T]) finishN(ctx context.Context, ks keyset, owner, res string, keep time.Duration) (int64, error) {
+	keepArg := ms(keep)
+	if keep < 0 {
+		keepArg = "-1"
+	}
+	linger := 2*g.ttl + time.Second // longer than any waiter's backstop
+	return scripts.OnceFinish.Exec(ctx, g.c.Client, []string{ks.lead, ks.kept, ks.resPrefix + owner},
+		[]string{owner, res, keepArg, ms(linger), ks.channel, g.c.Pub}).AsInt64()
+}
+
+// decode turns a shared result into Do's results.
+func (g *Group[T]) decode(key, res string) (T, error) {
+	var zero T
+	if res == "" {
+		return zero, fmt.Errorf("once %q: key %q: %w: empty result", g.name, key, ErrCodec)
+	}
+	switch res[0] {
+	case 'v':
+		v, err := g.codec.Decode([]byte(res[1:]))
+		if err != nil {
+			return zero, fmt.Errorf("once %q: key %q: %w: decode: %v", g.name, key, ErrCodec, err)
+		}
+		return v, nil
+	case 'p':
+		return zero, fmt.Errorf("once %q: key %q: %w: %s", g.name, key, ErrPanicked, res[1:])
+	}
+	return zero, fmt.Errorf("once %q: key %q: %w: %s", g.name, key, ErrLeaderFailed, res[1:])
+}
+
+func (g *Group[T]) wrap(key string, err error) error {
+	return fmt.Errorf("once %q: key %q: %w", g.name, key, err)
+}
+
+// listener receives a key's channel.
+type listener struct {
+	ch    chan string
+	mu    sync.Mutex
+	resub chan struct{}
+}
+
+func (l *listener) Message(p string) {
+	select {
+	case l.ch <- p:
+	default: // a result is already waiting to be read
+	}
+}
+
+func (l *listener) Resubscribed() {
+	l.mu.Lock()
+	if l.resub == nil {
+		l.resub = make(chan struct{})
+	}
+	close(l.resub)
+	l.resub = make(chan struct{})
+	l.mu.Unlock()
+}
+
+// resubscribed returns a channel closed at the next re-subscription.
+func (l *listener) resubscribed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.resub == nil {
+		l.resub = make(chan struct{})
+	}
+	return l.resub
+}
+
+// cut splits a published result into its leader and its result.
+func cut(m string) (from, res string, ok bool) {
+	for i := 0; i < len(m); i++ {
+		if m[i] == '\n' {
+			return m[:i], m[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
+func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

@@ -1,0 +1,378 @@
+package once_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/once"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+func group[T any](t *testing.T, p *redistest.Pod, name string, opts ...once.Option) *once.Group[T] {
+	t.Helper()
+	g, err := once.NewGroup[T](p.H, name, opts...)
+	if err != nil {
+		t.Fatalf("NewGroup(%q): %v", name, err)
+	}
+	return g
+}
+
+func bg(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
+
+// Many callers in several processes, one key, a slow fn: fn runs once and every caller gets
+// its value.
+func TestOneCallForManyCallers(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const pods, callers = 4, 25
+		prefix := b.Prefix(t)
+		var runs atomic.Int32
+		fn := func(ctx context.Context) (string, error) {
+			runs.Add(1)
+			time.Sleep(300 * time.Millisecond)
+			return "loaded", nil
+		}
+		var wg sync.WaitGroup
+		var sharedN atomic.Int32
+		errs := make(chan error, pods*callers)
+		start := make(chan struct{})
+		for range pods {
+			g := group[string](t, b.Pod(t, prefix), "db")
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					ctx, cancel := bg(20 * time.Second)
+					defer cancel()
+					v, err, shared := g.Do(ctx, "hot", fn)
+					if err != nil || v != "loaded" {
+						errs <- fmt.Errorf("Do = %q, %v", v, err)
+					}
+					if shared {
+						sharedN.Add(1)
+					}
+				}()
+			}
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("fn ran %d times for %d callers, want once", n, pods*callers)
+		}
+		if n := sharedN.Load(); n != pods*callers {
+			t.Fatalf("%d of %d callers saw shared = true", n, pods*callers)
+		}
+	})
+}
+
+// fn's error reaches every waiting caller: the leader's process gets the error itself, the
+// others one matching ErrLeaderFailed with its message. It is not kept: the next call runs fn.
+func TestErrorsAreSharedNotKept(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		ga := group[int](t, b.Pod(t, prefix), "err")
+		gb := group[int](t, b.Pod(t, prefix), "err")
+		boom := errors.New("boom: database down")
+		var runs atomic.Int32
+		entered := make(chan struct{})
+		fn := func(ctx context.Context) (int, error) {
+			if runs.Add(1) == 1 {
+				close(entered)
+				time.Sleep(300 * time.Millisecond)
+				return 0, boom
+			}
+			return 7, nil
+		}
+		ctx, cancel := bg(20 * time.Second)
+		defer cancel()
+		leader := make(chan error, 1)
+		go func() { _, err, _ := ga.Do(ctx, "k", fn); leader <- err }()
+		<-entered
+		_, ferr, shared := gb.Do(ctx, "k", fn)
+		if !errors.Is(ferr, once.ErrLeaderFailed) || !strings.Contains(ferr.Error(), "database down") || !shared {
+			t.Fatalf("follower got %v (shared %v), want ErrLeaderFailed with the leader's message", ferr, shared)
+		}
+		if err := <-leader; !errors.Is(err, boom) {
+			t.Fatalf("leader's caller got %v, want fn's error itself", err)
+		}
+		if v, err, _ := gb.Do(ctx, "k", fn); err != nil || v != 7 {
+			t.Fatalf("next call = %d, %v; the error must not be kept", v, err)
+		}
+		if n := runs.Load(); n != 2 {
+			t.Fatalf("fn ran %d times, want 2", n)
+		}
+	})
+}
+
+// A panic in fn panics in the callers of its process and reaches the others as ErrPanicked.
+func TestPanicInFn(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		ga := group[int](t, b.Pod(t, prefix), "panic")
+		gb := group[int](t, b.Pod(t, prefix), "panic")
+		entered := make(chan struct{})
+		fn := func(ctx context.Context) (int, error) {
+			close(entered)
+			time.Sleep(200 * time.Millisecond)
+			panic("kaput")
+		}
+		ctx, cancel := bg(20 * time.Second)
+		defer cancel()
+		recovered := make(chan any, 1)
+		go func() {
+			defer func() { recovered <- recover() }()
+			ga.Do(ctx, "k", fn)
+		}()
+		<-entered
+		_, err, _ := gb.Do(ctx, "k", func(context.Context) (int, error) { t.Error("second fn ran"); return 0, nil })
+		if !errors.Is(err, once.ErrPanicked) || !strings.Contains(err.Error(), "kaput") {
+			t.Fatalf("other process got %v, want ErrPanicked", err)
+		}
+		if r := <-recovered; fmt.Sprint(r) != "kaput" {
+			t.Fatalf("leader's caller recovered %v, want the panic", r)
+		}
+	})
+}
+
+// A follower whose context ends leaves at once; the others still get the result.
+func TestCancelledFollowerLeaves(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		ga := group[string](t, b.Pod(t, prefix), "cancel")
+		gb := group[string](t, b.Pod(t, prefix), "cancel")
+		entered := make(chan struct{})
+		fn := func(ctx context.Context) (string, error) {
+			close(entered)
+			time.Sleep(500 * time.Millisecond)
+			return "v", nil
+		}
+		ctx, cancel := bg(20 * time.Second)
+		defer cancel()
+		leader := make(chan error, 1)
+		go func() { _, err, _ := ga.Do(ctx, "k", fn); leader <- err }()
+		<-entered
+		stay := make(chan string, 1)
+		go func() { v, _, _ := gb.Do(ctx, "k", fn); stay <- v }()
+		short, scancel := bg(100 * time.Millisecond)
+		defer scancel()
+		start := time.Now()
+		_, err, _ := gb.Do(short, "k", fn)
+		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 300*time.Millisecond {
+			t.Fatalf("cancelled follower: %v after %v", err, time.Since(start))
+		}
+		if v := <-stay; v != "v" {
+			t.Fatalf("the follower that stayed got %q", v)
+		}
+		if err := <-leader; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A leader that dies mid-fn (its process cut off) is replaced by exactly one follower, and
+// everyone waiting gets that follower's result.
+func TestLeaderDeathTakeover(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = time.Second
+		prefix := b.Prefix(t)
+		net := redistest.NewNetwork()
+		dead := group[string](t, b.PodVia(t, prefix, net, distsync.WithLeaseTTL(ttl)), "take")
+		entered := make(chan struct{})
+		hang := make(chan struct{})
+		defer close(hang)
+		go func() {
+			ctx, cancel := bg(30 * time.Second)
+			defer cancel()
+			dead.Do(ctx, "k", func(context.Context) (string, error) {
+				close(entered)
+				<-hang
+				return "from the dead", nil
+			})
+		}()
+		<-entered
+		var takeovers atomic.Int32
+		fn := func(ctx context.Context) (string, error) {
+			takeovers.Add(1)
+			time.Sleep(100 * time.Millisecond)
+			return "from the new leader", nil
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 9)
+		for range 3 {
+			g := group[string](t, b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)), "take")
+			for range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := bg(20 * time.Second)
+					defer cancel()
+					if v, err, _ := g.Do(ctx, "k", fn); err != nil || v != "from the new leader" {
+						errs <- fmt.Errorf("Do = %q, %v", v, err)
+					}
+				}()
+			}
+		}
+		time.Sleep(200 * time.Millisecond) // the followers are waiting
+		net.Cut()
+		start := time.Now()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if n := takeovers.Load(); n != 1 {
+			t.Fatalf("%d followers took over, want exactly one", n)
+		}
+		if d := time.Since(start); d > 3*ttl {
+			t.Fatalf("takeover took %v with a %v lease", d, ttl)
+		}
+		t.Logf("taken over and done %v after the leader died", time.Since(start))
+		net.Restore()
+	})
+}
+
+// With WithKeep, callers within the window get the kept result without fn; after it, one
+// caller runs fn again; Forget drops the kept result.
+func TestKeepAndForget(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const keep = 700 * time.Millisecond
+		prefix := b.Prefix(t)
+		ga := group[int](t, b.Pod(t, prefix), "keep", once.WithKeep(keep))
+		gb := group[int](t, b.Pod(t, prefix), "keep", once.WithKeep(keep))
+		var runs atomic.Int32
+		fn := func(ctx context.Context) (int, error) { return int(runs.Add(1)), nil }
+		ctx, cancel := bg(10 * time.Second)
+		defer cancel()
+		if v, _, _ := ga.Do(ctx, "k", fn); v != 1 {
+			t.Fatalf("first call = %d", v)
+		}
+		for range 3 {
+			if v, err, shared := gb.Do(ctx, "k", fn); v != 1 || err != nil || !shared {
+				t.Fatalf("call within the window = %d, %v, %v; want the kept 1", v, err, shared)
+			}
+		}
+		time.Sleep(keep + 100*time.Millisecond)
+		if v, _, _ := gb.Do(ctx, "k", fn); v != 2 {
+			t.Fatalf("call after the window = %d, want fn run again (2)", v)
+		}
+		if err := ga.Forget(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if v, _, _ := ga.Do(ctx, "k", fn); v != 3 {
+			t.Fatalf("call after Forget = %d, want fn run again (3)", v)
+		}
+	})
+}
+
+// Results too large to share, and results the codec cannot encode, are clear errors.
+func TestTooLargeAndCodecErrors(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		ctx, cancel := bg(10 * time.Second)
+		defer cancel()
+		small := group[string](t, b.Pod(t, prefix), "big", once.WithMaxValueSize(10))
+		_, err, _ := small.Do(ctx, "k", func(context.Context) (string, error) { return strings.Repeat("x", 100), nil })
+		if !errors.Is(err, once.ErrTooLarge) {
+			t.Fatalf("100 bytes with a 10-byte limit: %v", err)
+		}
+		funcs := group[func()](t, b.Pod(t, prefix), "codec")
+		_, err, _ = funcs.Do(ctx, "k", func(context.Context) (func(), error) { return func() {}, nil })
+		if !errors.Is(err, once.ErrCodec) {
+			t.Fatalf("a func result through JSON: %v", err)
+		}
+		p := b.Pod(t, prefix)
+		if _, err := once.NewGroup[string](p.H, "x", once.WithCodec(once.JSON[int]())); !errors.Is(err, distsync.ErrInvalid) {
+			t.Fatalf("a codec of another type: %v", err)
+		}
+		if _, err := once.NewGroup[string](p.H, ""); !errors.Is(err, distsync.ErrInvalid) {
+			t.Fatalf("an empty name: %v", err)
+		}
+		if _, err := once.NewGroup[string](p.H, "x", once.WithKeep(-time.Second)); !errors.Is(err, distsync.ErrInvalid) {
+			t.Fatalf("a negative keep: %v", err)
+		}
+	})
+}
+
+// Once: exactly one success across processes; a failure lets the next caller try; Reset
+// forgets the success.
+func TestOnce(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		var attempts, successes atomic.Int32
+		migrate := func(ctx context.Context) error {
+			if attempts.Add(1) == 1 {
+				time.Sleep(100 * time.Millisecond)
+				return errors.New("lock timeout")
+			}
+			time.Sleep(100 * time.Millisecond)
+			successes.Add(1)
+			return nil
+		}
+		var os []*once.Once
+		for range 3 {
+			o, err := once.NewOnce(b.Pod(t, prefix).H, "migration-42")
+			if err != nil {
+				t.Fatal(err)
+			}
+			os = append(os, o)
+		}
+		ctx, cancel := bg(20 * time.Second)
+		defer cancel()
+		if err := os[0].Do(ctx, migrate); err == nil {
+			t.Fatal("the failing first attempt returned nil")
+		}
+		if done, _ := os[1].Done(ctx); done {
+			t.Fatal("Done after a failure")
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 9)
+		for _, o := range os {
+			for range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs <- o.Do(ctx, migrate)
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := successes.Load(); n != 1 {
+			t.Fatalf("%d successful runs, want exactly one", n)
+		}
+		for _, o := range os {
+			if err := o.Do(ctx, func(context.Context) error { t.Error("ran after success"); return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if done, _ := os[2].Done(ctx); !done {
+			t.Fatal("not Done after the success")
+		}
+		if err := os[1].Reset(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := os[2].Do(ctx, migrate); err != nil || successes.Load() != 2 {
+			t.Fatalf("after Reset: %v, %d successes", err, successes.Load())
+		}
+	})
+}
