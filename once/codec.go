@@ -40,7 +40,9 @@ func String() Codec[string] { return stringCodec{} }
 
 type stringCodec struct{}
 
-func (stringCodec) Encode(v string) ([]byte, error) { return unsafe.Slice(unsafe.StringData(v), len(v)), nil }
+func (stringCodec) Encode(v string) ([]byte, error) {
+	return unsafe.Slice(unsafe.StringData(v), len(v)), nil
+}
 func (stringCodec) Decode(b []byte) (string, error) { return string(b), nil }
 
 // defaultCodec returns the codec a Group[T] uses unless told otherwise.
