@@ -2,7 +2,6 @@ package once
 
 import (
 	"encoding/json"
-	"unsafe"
 )
 
 // Codec turns a Group's results into bytes for Redis and back.
@@ -34,15 +33,13 @@ type bytesCodec struct{}
 func (bytesCodec) Encode(v []byte) ([]byte, error) { return v, nil }
 func (bytesCodec) Decode(b []byte) ([]byte, error) { return b, nil }
 
-// String returns the codec of string results: the string's bytes, not copied. It is the
-// default for a Group[string].
+// String returns the codec of string results: the string's bytes. It is the default for a
+// Group[string].
 func String() Codec[string] { return stringCodec{} }
 
 type stringCodec struct{}
 
-func (stringCodec) Encode(v string) ([]byte, error) {
-	return unsafe.Slice(unsafe.StringData(v), len(v)), nil
-}
+func (stringCodec) Encode(v string) ([]byte, error) { return []byte(v), nil }
 func (stringCodec) Decode(b []byte) (string, error) { return string(b), nil }
 
 // defaultCodec returns the codec a Group[T] uses unless told otherwise.
