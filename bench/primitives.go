@@ -18,6 +18,7 @@ import (
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/fair"
 	"github.com/distsync/distsync/mutex"
+	"github.com/distsync/distsync/once"
 	"github.com/distsync/distsync/reentrant"
 	"github.com/distsync/distsync/rwmutex"
 	"github.com/distsync/distsync/semaphore"
@@ -284,6 +285,15 @@ func primitives(addr string, quick bool) {
 			rows = append(rows, r)
 		}
 	}
+	for _, protect := range []bool{true, false} {
+		fmt.Fprintf(os.Stderr, "primitives: stampede (protected %v)…\n", protect)
+		if r, err := stampede(addr, 4, 250, 5, 50*time.Millisecond, protect); err != nil {
+			fail("stampede", err)
+		} else {
+			rows = append(rows, r)
+		}
+	}
+	rows = append(rows, wakeFloor(1000, 5))
 	rtt := pingP50(addr, 500)
 	fmt.Printf("\n### distsync primitives\n\nRound trip (PING p50) after the runs: %v.\n\n", rtt.Round(time.Microsecond))
 	fmt.Printf("| scenario | result | in RTT | client cmds / op | Redis cmds / op |\n|---|---|---|---|---|\n")
@@ -496,4 +506,141 @@ func permits(addr string, size int64, pods, goroutines int, hold, dur time.Durat
 		clientCmds: float64(clientTotal(ps)-cl0) / total,
 		redisCmds:  float64(after-before) / total,
 	}, nil
+}
+
+// stampede is the cache-stampede scenario: callers across pods ask for one expired key at
+// once; fn sleeps fnTime. With protect, they go through a once.Group; without, each calls fn.
+// It reports fn's executions per round and the time from fn returning in the leader to each
+// caller returning, over rounds fresh keys.
+func stampede(addr string, pods, callers, rounds int, fnTime time.Duration, protect bool) (primRow, error) {
+	ps, closeAll, err := openPods(addr, pods)
+	if err != nil {
+		return primRow{}, err
+	}
+	defer closeAll()
+	var gs []*once.Group[string]
+	for _, p := range ps {
+		g, err := once.NewGroup[string](p.h, "stampede")
+		if err != nil {
+			return primRow{}, err
+		}
+		gs = append(gs, g)
+	}
+	before, err := commandstats(addr)
+	if err != nil {
+		return primRow{}, err
+	}
+	cl0 := clientTotal(ps)
+	var lat, perPod, rtts []time.Duration
+	var execs int64
+	for r := range rounds {
+		rtts = append(rtts, pingP50(addr, 50))
+		key := fmt.Sprintf("product:%d:%d", time.Now().UnixNano(), r)
+		var runs atomic.Int64
+		var resultAt atomic.Int64 // unix ns when fn returned (the last time, without protection)
+		fn := func(context.Context) (string, error) {
+			runs.Add(1)
+			time.Sleep(fnTime)
+			resultAt.Store(time.Now().UnixNano())
+			return "value of " + key, nil
+		}
+		returned := make([]int64, pods*callers)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		var firstErr atomic.Value
+		for i := range pods * callers {
+			g := gs[i%pods]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				var err error
+				if protect {
+					_, err, _ = g.Do(ctx, key, fn)
+				} else {
+					_, err = fn(ctx)
+				}
+				returned[i] = time.Now().UnixNano()
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if err, _ := firstErr.Load().(error); err != nil {
+			return primRow{}, err
+		}
+		execs += runs.Load()
+		if protect {
+			first := make([]int64, pods)
+			for i, at := range returned {
+				lat = append(lat, time.Duration(at-resultAt.Load()))
+				if p := i % pods; first[p] == 0 || at < first[p] {
+					first[p] = at
+				}
+			}
+			for _, at := range first {
+				perPod = append(perPod, time.Duration(at-resultAt.Load()))
+			}
+		}
+	}
+	after, err := commandstats(addr)
+	if err != nil {
+		return primRow{}, err
+	}
+	total := float64(pods * callers * rounds)
+	row := primRow{
+		scenario:   fmt.Sprintf("stampede, %s: %d callers (%d pods × %d) on one expired key, fn 50 ms, %d rounds", map[bool]string{true: "once.Group", false: "no protection"}[protect], pods*callers, pods, callers, rounds),
+		result:     fmt.Sprintf("fn ran %.0f times per round", float64(execs)/float64(rounds)),
+		clientCmds: float64(clientTotal(ps)-cl0) / total,
+		redisCmds:  float64(after-before) / total,
+	}
+	if protect {
+		rtt := pct(rtts, 50)
+		in := func(d time.Duration) float64 { return float64(d) / float64(rtt) }
+		p50, p99, pp50, pp99 := pct(lat, 50), pct(lat, 99), pct(perPod, 50), pct(perPod, 99)
+		row.result += fmt.Sprintf("; leader's result to the first caller of each pod returning: p50 %v, p99 %v; to every caller: p50 %v, p99 %v, last %v",
+			pp50.Round(time.Microsecond), pp99.Round(time.Microsecond), p50.Round(time.Microsecond), p99.Round(time.Microsecond), pct(lat, 100).Round(time.Microsecond))
+		row.rtt = fmt.Sprintf("each pod: %.1f / %.1f; every caller: %.1f / %.1f (RTT %v)", in(pp50), in(pp99), in(p50), in(p99), rtt.Round(time.Microsecond))
+	}
+	return row, nil
+}
+
+// wakeFloor is the least the stampede's callers can cost once a result is in their process:
+// n goroutines, spread over the same Go runtime, woken by closing one channel.
+func wakeFloor(n, rounds int) primRow {
+	var lat []time.Duration
+	for range rounds {
+		done := make(chan struct{})
+		ret := make([]int64, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				select {
+				case <-done:
+				case <-ctx.Done():
+				}
+				ret[i] = time.Now().UnixNano()
+			}()
+		}
+		time.Sleep(50 * time.Millisecond)
+		t0 := time.Now().UnixNano()
+		close(done)
+		wg.Wait()
+		for _, at := range ret {
+			lat = append(lat, time.Duration(at-t0))
+		}
+	}
+	return primRow{
+		scenario:   fmt.Sprintf("reference: %d goroutines woken by closing one channel, no Redis", n),
+		result:     fmt.Sprintf("p50 %v, p99 %v", pct(lat, 50).Round(time.Microsecond), pct(lat, 99).Round(time.Microsecond)),
+		clientCmds: -1, redisCmds: -1,
+	}
 }

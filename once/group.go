@@ -78,8 +78,9 @@ type call[T any] struct {
 	val      T
 	err      error
 	panicked any
-	shared   bool
-	joined   int // local callers that joined
+	shared   bool // the result went to another process, or came from one
+	out      bool // Do's shared: shared, or more than one local caller
+	joined   int  // local callers that joined
 	waiting  int // local callers still waiting
 	cancel   context.CancelFunc
 }
@@ -199,10 +200,7 @@ func (g *Group[T]) Do(ctx context.Context, key string, fn func(ctx context.Conte
 		if c.panicked != nil {
 			panic(c.panicked)
 		}
-		g.mu.Lock()
-		shared = c.shared || c.joined > 1
-		g.mu.Unlock()
-		return c.val, c.err, shared
+		return c.val, c.err, c.out
 	case <-ctx.Done():
 		g.mu.Lock()
 		c.waiting--
@@ -269,6 +267,7 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 		if g.calls[key] == c {
 			delete(g.calls, key)
 		}
+		c.out = c.shared || c.joined > 1 // nobody joins once the call is out of the map
 		g.mu.Unlock()
 		c.cancel()
 		close(c.done)
