@@ -229,21 +229,7 @@ func (m *Mutex) Lease() *distsync.Lease {
 
 // Locker returns a [sync.Locker] whose Lock and Unlock call m's with context.Background().
 // They panic on any error (sync.Locker has no error to return).
-func (m *Mutex) Locker() sync.Locker { return locker{m} }
-
-type locker struct{ m *Mutex }
-
-func (l locker) Lock() {
-	if err := l.m.Lock(context.Background()); err != nil {
-		panic("fair: Locker.Lock: " + err.Error())
-	}
-}
-
-func (l locker) Unlock() {
-	if err := l.m.Unlock(context.Background()); err != nil {
-		panic("fair: Locker.Unlock: " + err.Error())
-	}
-}
+func (m *Mutex) Locker() sync.Locker { return core.Locker("fair: Locker", m.Lock, m.Unlock) }
 
 // hold records an acquisition under owner, with its lease on the renewal loop.
 func (m *Mutex) hold(owner string, token int64, sent, deadline time.Time, first *scripts.Call) error {

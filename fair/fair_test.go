@@ -253,10 +253,8 @@ func TestCancelledWaitersLeaveNoEntry(t *testing.T) {
 			t.Fatalf("TryLock after the cancelled waiters: %v %v", ok, err)
 		}
 		unlock(t, w)
-		for _, k := range b.Keys(t, prefix) {
-			if pttl, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Pttl().Key(k).Build() }).AsInt64(); pttl < 0 {
-				t.Errorf("key %s has no TTL", k)
-			}
+		if keys := b.KeysWithoutTTL(t, prefix); len(keys) > 0 {
+			t.Errorf("keys without a TTL: %v", keys)
 		}
 	})
 }

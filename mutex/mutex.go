@@ -233,21 +233,7 @@ func (m *Mutex) Lease() *distsync.Lease {
 // Locker returns a [sync.Locker] whose Lock and Unlock call m's with context.Background().
 // Because sync.Locker has no error to return, they panic on any error: a Redis error, or an
 // Unlock of a mutex that is not held or was lost. Use it only where a sync.Locker is required.
-func (m *Mutex) Locker() sync.Locker { return locker{m} }
-
-type locker struct{ m *Mutex }
-
-func (l locker) Lock() {
-	if err := l.m.Lock(context.Background()); err != nil {
-		panic("mutex: Locker.Lock: " + err.Error())
-	}
-}
-
-func (l locker) Unlock() {
-	if err := l.m.Unlock(context.Background()); err != nil {
-		panic("mutex: Locker.Unlock: " + err.Error())
-	}
-}
+func (m *Mutex) Locker() sync.Locker { return core.Locker("mutex: Locker", m.Lock, m.Unlock) }
 
 // attempt is the waitq.Attempt of Lock: it queues this Mutex's waiter id on failure.
 func (m *Mutex) attempt(ctx context.Context, t waitq.Try) (waitq.Result, string, error) {

@@ -81,7 +81,7 @@ type call[T any] struct {
 	shared   bool // the result went to another process, or came from one
 	out      bool // Do's shared: shared, or more than one local caller
 	joined   int  // local callers that joined
-	waiting  int // local callers still waiting
+	waiting  int  // local callers still waiting
 	cancel   context.CancelFunc
 }
 

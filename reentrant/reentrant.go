@@ -389,23 +389,10 @@ func (m *Mutex) Lease(ctx context.Context) *distsync.Lease {
 // Locker returns a [sync.Locker] whose Lock and Unlock call m's for owner o with
 // context.Background(). Because sync.Locker has no error to return, they panic on any error:
 // a Redis error, or an Unlock of a mutex o does not hold or lost.
-func (m *Mutex) Locker(o Owner) sync.Locker { return locker{m, WithOwner(context.Background(), o)} }
-
-type locker struct {
-	m   *Mutex
-	ctx context.Context
-}
-
-func (l locker) Lock() {
-	if err := l.m.Lock(l.ctx); err != nil {
-		panic("reentrant: Locker.Lock: " + err.Error())
-	}
-}
-
-func (l locker) Unlock() {
-	if err := l.m.Unlock(l.ctx); err != nil {
-		panic("reentrant: Locker.Unlock: " + err.Error())
-	}
+func (m *Mutex) Locker(o Owner) sync.Locker {
+	return core.Locker("reentrant: Locker",
+		func(ctx context.Context) error { return m.Lock(WithOwner(ctx, o)) },
+		func(ctx context.Context) error { return m.Unlock(WithOwner(ctx, o)) })
 }
 
 // parse is the waitq.Parse of the name's channel: every message means "the mutex was freed".

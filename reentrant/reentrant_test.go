@@ -482,11 +482,8 @@ func TestCancelledWaiterLeavesNothing(t *testing.T) {
 		if !ok {
 			t.Fatalf("keys left: %v", b.Keys(t, prefix))
 		}
-		for _, k := range b.Keys(t, prefix) {
-			pttl := must(b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Pttl().Key(k).Build() }).AsInt64())
-			if pttl < 0 {
-				t.Errorf("key %s has no TTL", k)
-			}
+		if keys := b.KeysWithoutTTL(t, prefix); len(keys) > 0 {
+			t.Errorf("keys without a TTL: %v", keys)
 		}
 	})
 }

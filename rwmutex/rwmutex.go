@@ -222,21 +222,7 @@ func (m *RWMutex) RLease() *distsync.Lease {
 
 // RLocker returns a [sync.Locker] whose Lock and Unlock call m's RLock and RUnlock with
 // context.Background(). They panic on any error (sync.Locker has no error to return).
-func (m *RWMutex) RLocker() sync.Locker { return rlocker{m} }
-
-type rlocker struct{ m *RWMutex }
-
-func (r rlocker) Lock() {
-	if err := r.m.RLock(context.Background()); err != nil {
-		panic("rwmutex: RLocker.Lock: " + err.Error())
-	}
-}
-
-func (r rlocker) Unlock() {
-	if err := r.m.RUnlock(context.Background()); err != nil {
-		panic("rwmutex: RLocker.Unlock: " + err.Error())
-	}
-}
+func (m *RWMutex) RLocker() sync.Locker { return core.Locker("rwmutex: RLocker", m.RLock, m.RUnlock) }
 
 func (m *RWMutex) wait(ctx context.Context, room *waitq.Room) error {
 	if err := ctx.Err(); err != nil {

@@ -330,3 +330,19 @@ func (b *Backend) KillPubSub(tb testing.TB) {
 		c.Close()
 	}
 }
+
+// KeysWithoutTTL returns the keys under prefix that would live for ever.
+func (b *Backend) KeysWithoutTTL(tb testing.TB, prefix string) []string {
+	tb.Helper()
+	var out []string
+	for _, k := range b.Keys(tb, prefix) {
+		pttl, err := b.Do(tb, func(c rueidis.Client) rueidis.Completed { return c.B().Pttl().Key(k).Build() }).AsInt64()
+		if err != nil {
+			tb.Fatalf("PTTL %s: %v", k, err)
+		}
+		if pttl == -1 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
