@@ -2,8 +2,11 @@
 // rueidis client, the [Lease] of a held claim, the sentinel errors and the defaults.
 //
 // distsync brings Go's sync and golang.org/x/sync primitives to processes on many machines,
-// on Redis: [github.com/distsync/distsync/mutex] is the first. Build one Handle per rueidis
-// client and make primitives from it; making a primitive costs no round trip to Redis:
+// on Redis: [github.com/distsync/distsync/mutex], [github.com/distsync/distsync/reentrant],
+// [github.com/distsync/distsync/rwmutex], [github.com/distsync/distsync/fair],
+// [github.com/distsync/distsync/semaphore] and [github.com/distsync/distsync/once]. Build one
+// Handle per rueidis client and make primitives from it; making a primitive costs no round
+// trip to Redis:
 //
 //	h, err := distsync.New(client)
 //	...
