@@ -243,7 +243,8 @@ func (m *Mutex) attempt(ctx context.Context, t waitq.Try) (waitq.Result, string,
 		// process's last queueing command was sent: a deadline counted from that send time is
 		// safe without asking Redis. The grant is confirmed (extended to the lease) by the
 		// renewal loop right away, off this goroutine's path.
-		window := m.c.Config.HandoffWindow
+		// The window is the releaser's (it may be configured differently from this Handle's).
+		window := g.Window
 		deadline := t.QueuedAt.Add(window - core.Drift(window))
 		if time.Until(deadline) > window/4 {
 			confirm := &scripts.Call{Script: scripts.MutexConfirm, Keys: m.keys,
@@ -330,17 +331,20 @@ func (m *Mutex) abandon(ctx context.Context, owner string, dequeue bool) error {
 }
 
 // parse is the waitq.Parse of m's channel (see internal/scripts/lib/queue.lua; each message
-// ends with the waiter id it is for, this Mutex's): "g <token> <backup>" (the lock is granted
-// to m), "w <ms>" (watch another waiter's grant), "c" (the watched grant was confirmed).
+// ends with the waiter id it is for, this Mutex's): "g <token> <backup> <ms>" (the lock is
+// granted to m for ms unless confirmed), "w <ms>" (watch another waiter's grant), "c" (the
+// watched grant was confirmed).
 func (m *Mutex) parse(p string) waitq.Signal {
 	f := strings.Split(p, " ")
 	switch {
-	case f[0] == "g" && len(f) == 4:
-		n, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
+	case f[0] == "g" && len(f) == 5:
+		n, err1 := strconv.ParseInt(f[1], 10, 64)
+		w, err2 := strconv.ParseInt(f[3], 10, 64)
+		if err1 != nil || err2 != nil {
 			return waitq.Signal{Kind: waitq.Recheck}
 		}
-		return waitq.Signal{Kind: waitq.Granted, Grant: waitq.Grant{Owner: "~" + m.waiter + ":" + f[1], Token: n, Backup: f[2]}}
+		return waitq.Signal{Kind: waitq.Granted, Grant: waitq.Grant{Owner: "~" + m.waiter + ":" + f[1], Token: n, Backup: f[2],
+			Window: time.Duration(w) * time.Millisecond}}
 	case f[0] == "w" && len(f) == 3:
 		n, err := strconv.ParseInt(f[1], 10, 64)
 		if err != nil {

@@ -25,6 +25,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/pubsub"
@@ -206,6 +208,9 @@ func (g *Group[T]) Do(ctx context.Context, key string, fn func(ctx context.Conte
 		c.waiting--
 		if c.waiting == 0 {
 			c.cancel() // nobody here waits any more (a call this process leads goes on)
+			if g.calls[key] == c {
+				delete(g.calls, key) // a new caller starts afresh rather than join a cancelled wait
+			}
 		}
 		g.mu.Unlock()
 		return v, g.wrap(key, ctx.Err()), false
@@ -297,8 +302,15 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 		resub := l.resubscribed() // before the check: a re-subscription after it means look again
 		owner := g.c.NewID()
 		sent := time.Now()
-		reply, err := scripts.OnceBegin.Exec(ctx, g.c.Client, []string{ks.lead, ks.kept, ks.resPrefix + leader},
+		reply, err := scripts.OnceBegin.Exec(ctx, g.c.Client, []string{ks.lead, ks.kept, ks.resPrefix + leader, ks.resPrefix + owner},
 			[]string{owner, ms(g.ttl)}).ToArray()
+		if _, redisErr := rueidis.IsRedisErr(err); err != nil && !redisErr {
+			// The script may have run without its reply (a cancelled ctx does not cancel a
+			// command Redis received): if it made this call the leader, give the lead up.
+			g.c.Undo("giving up an unused lead", g.ttl, func(ctx context.Context) error {
+				return g.finish(ctx, ks, owner, "", 0)
+			})
+		}
 		if err != nil {
 			if ctx.Err() == nil && core.Transient(err) {
 				select {
@@ -381,6 +393,17 @@ func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, sent time.Time
 	}()
 	stop()
 	cancel(nil)
+	if lerr := lease.Err(); lerr != nil {
+		// The lead was lost (or the Handle closed) while fn ran: another process may lead now.
+		// This process's callers get what fn returned; the others are not told (fn's error
+		// would often be only its cancelled context), and the lead is given up if still held.
+		lease.Stop()
+		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+		_ = g.finish(rctx, ks, owner, "", 0)
+		rcancel()
+		c.val, c.err, c.panicked = val, err, panicked
+		return
+	}
 
 	var res string
 	switch {

@@ -376,3 +376,69 @@ func TestOnce(t *testing.T) {
 		}
 	})
 }
+
+// A leader whose Handle closes mid-fn gives the lead up: a waiter takes over at once and gets
+// its own result, not an error made of the closing leader's cancelled context.
+func TestLeaderHandleClosesMidCall(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		lp := b.Pod(t, prefix)
+		leader := group[string](t, lp, "close")
+		follower := group[string](t, b.Pod(t, prefix), "close")
+		entered := make(chan struct{})
+		go func() {
+			ctx, cancel := bg(20 * time.Second)
+			defer cancel()
+			leader.Do(ctx, "k", func(ctx context.Context) (string, error) {
+				close(entered)
+				<-ctx.Done() // ends when the lead is lost: here, the Handle closes
+				return "", ctx.Err()
+			})
+		}()
+		<-entered
+		res := follower.DoChan(context.Background(), "k", func(context.Context) (string, error) { return "taken over", nil })
+		time.Sleep(100 * time.Millisecond)
+		cctx, ccancel := bg(5 * time.Second)
+		defer ccancel()
+		start := time.Now()
+		if err := lp.H.Close(cctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-res:
+			if r.Err != nil || r.Val != "taken over" {
+				t.Fatalf("follower got %q, %v; want to take over", r.Val, r.Err)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("takeover took %v after the leader's Handle closed", d)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("the follower never finished")
+		}
+	})
+}
+
+// Calls cancelled while their first script is in flight leave no lead behind: the next
+// caller leads at once.
+func TestCancelledCallsLeaveNoLead(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		g := group[int](t, b.Pod(t, prefix), "brief")
+		for i := range 100 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%5)*100*time.Microsecond)
+			g.Do(ctx, fmt.Sprint(i), func(context.Context) (int, error) { return i, nil })
+			cancel()
+		}
+		ok := redistest.Eventually(3*time.Second, func() bool {
+			for _, k := range b.Keys(t, prefix) {
+				if strings.HasSuffix(k, "}:once") {
+					return false
+				}
+			}
+			return true
+		})
+		if !ok {
+			t.Fatalf("leads left behind by cancelled calls: %v", b.Keys(t, prefix))
+		}
+	})
+}

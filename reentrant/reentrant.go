@@ -196,10 +196,8 @@ func (m *Mutex) once(ctx context.Context, o Owner, retry bool) (bool, error) {
 		if err == nil {
 			return res.Acquired, nil
 		}
-		if id != "" {
-			cctx, cancel := m.c.Detached(time.Second)
-			_ = m.abandon(cctx, id, false) // the attempt may have counted: undo it
-			cancel()
+		if id != "" { // the attempt may have counted: undo it
+			m.c.Undo("undoing a reentrant lock attempt", opsTTL, func(ctx context.Context) error { return m.abandon(ctx, id, false) })
 		}
 		if ctx.Err() != nil {
 			return false, m.notAcquired(ctx.Err())
@@ -352,11 +350,15 @@ func (m *Mutex) releaseAll(ctx context.Context, o Owner) error {
 	m.mu.Lock()
 	h := m.holds[o]
 	delete(m.holds, o)
+	n := 0
+	if h != nil {
+		n = h.n
+	}
 	m.mu.Unlock()
-	if h == nil || h.n <= 0 {
+	if n <= 0 {
 		return nil
 	}
-	_, err := m.unlock(ctx, o, m.c.NewID(), h.n)
+	_, err := m.unlock(ctx, o, m.c.NewID(), n)
 	return err
 }
 

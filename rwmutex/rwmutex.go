@@ -281,6 +281,12 @@ func (m *RWMutex) attempt(ctx context.Context, mode, waiter string, more bool) (
 		if err := m.hold(mode, owner, vals[1], sent); err != nil {
 			return waitq.Result{}, "", err
 		}
+		if mode == "r" && more {
+			// The process's admission (if any) is kept for the readers behind this one: count
+			// the Room as queued, so that the last of them to leave removes it, and let the
+			// next one attempt at once (Wait 0).
+			return waitq.Result{Acquired: true, Token: vals[1], Queued: true}, "", nil
+		}
 		// A writer with more local writers behind it keeps its waiting mark, so that readers
 		// stay behind them; its Room then waits for the release's message.
 		queued := mode == "w" && waiter != "" && more

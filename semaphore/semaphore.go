@@ -271,12 +271,9 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 			errs = append(errs, s.c.Release(ctx, "release of semaphore "+strconv.Quote(s.name), p.h.lease, release))
 			continue
 		}
-		// Part of an acquisition: its lease goes on.
-		ok, err := release(ctx)
-		for i := 0; err != nil && core.Transient(err) && ctx.Err() == nil && i < 3; i++ {
-			time.Sleep(10 * time.Millisecond << i)
-			ok, err = release(ctx)
-		}
+		// Part of an acquisition: its lease goes on. The request id makes retries, here or in
+		// the background, count once.
+		ok, err := s.c.GiveBack(ctx, "release of semaphore "+strconv.Quote(s.name), p.h.lease.TTL(), nil, release)
 		if err == nil && !ok {
 			err = fmt.Errorf("%w: %w: the permits had been lost", distsync.ErrNotHeld, distsync.ErrLost)
 		}

@@ -150,3 +150,28 @@ func (h *Handle) Close(ctx context.Context) error {
 	}
 	return err
 }
+
+// Undo runs f, an idempotent clean-up (voiding or undoing an attempt whose reply was lost),
+// once with a short timeout; if that fails, as it will when the connection that lost the reply
+// is still down, it keeps trying in the background, with backoff, for up to timeout.
+func (h *Handle) Undo(what string, timeout time.Duration, f func(ctx context.Context) error) {
+	ctx, cancel := h.Detached(time.Second)
+	err := f(ctx)
+	cancel()
+	if err == nil {
+		return
+	}
+	h.Background(what, timeout, func(ctx context.Context) error {
+		for backoff := 20 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+			err := f(ctx)
+			if err == nil || !Transient(err) {
+				return err
+			}
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return err
+			}
+		}
+	})
+}

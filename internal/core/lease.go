@@ -354,14 +354,33 @@ func (r *renewer) closeAll(ctx context.Context) error {
 }
 
 // Release gives back the claim of l, which the caller has Stopped, with release: one
-// compare-and-delete, safe to repeat, that reports whether the claim was still l's. A
-// connection error is retried a few times at once; a retry that finds the claim gone counts
-// as the release (the first attempt went through, by far the likeliest reason). It returns nil
-// once released; an error matching ErrNotHeld and ErrLost if the claim was not l's any more;
-// and otherwise (ctx ended, Redis unreachable or failing) the error, while the handle goes on
-// trying in the background until the lease would have run out anyway. l ends either way.
+// compare-and-delete, safe to repeat, that reports whether the claim was still l's (see
+// GiveBack). It returns nil once released, an error matching ErrNotHeld and ErrLost if the
+// claim was not l's any more, and otherwise the error while the handle goes on trying in the
+// background. l ends either way.
 func (h *Handle) Release(ctx context.Context, what string, l *Lease, release func(ctx context.Context) (bool, error)) error {
-	ok, err := release(ctx)
+	held, err := h.GiveBack(ctx, what, l.TTL(), func() { l.End(ErrReleased) }, release)
+	switch {
+	case err != nil:
+		return err
+	case !held:
+		lost := lost("the claim had expired or been taken when it was released")
+		l.End(lost)
+		return fmt.Errorf("%w: %w", ErrNotHeld, lost)
+	}
+	l.End(ErrReleased)
+	return nil
+}
+
+// GiveBack runs release, which gives back a claim and reports whether it was still held; it
+// must be safe to repeat (a compare-and-delete, or a request id Redis counts once). A
+// connection error is retried a few times at once; a retry that finds the claim gone counts as
+// given back (the first attempt went through, by far the likeliest reason). If no attempt is
+// confirmed (ctx ended, Redis unreachable or failing), GiveBack returns the error and goes on
+// trying in the background for up to within (the claim expires by then anyway), then runs
+// finally (if not nil).
+func (h *Handle) GiveBack(ctx context.Context, what string, within time.Duration, finally func(), release func(ctx context.Context) (bool, error)) (bool, error) {
+	held, err := release(ctx)
 	for i, backoff := 0, 10*time.Millisecond; err != nil && Transient(err) && i < 3; i, backoff = i+1, 2*backoff {
 		select {
 		case <-time.After(backoff):
@@ -370,21 +389,17 @@ func (h *Handle) Release(ctx context.Context, what string, l *Lease, release fun
 		if ctx.Err() != nil {
 			break
 		}
-		if ok, err = release(ctx); err == nil {
-			ok = true
+		if held, err = release(ctx); err == nil {
+			held = true
 		}
 	}
-	switch {
-	case err == nil && ok:
-		l.End(ErrReleased)
-		return nil
-	case err == nil:
-		lost := lost("the claim had expired or been taken when it was released")
-		l.End(lost)
-		return fmt.Errorf("%w: %w", ErrNotHeld, lost)
+	if err == nil {
+		return held, nil
 	}
-	h.Background(what+" (the claim expires with its lease)", l.TTL(), func(bctx context.Context) error {
-		defer l.End(ErrReleased)
+	h.Background(what+" (the claim expires with its lease)", within, func(bctx context.Context) error {
+		if finally != nil {
+			defer finally()
+		}
 		for backoff := 20 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 			if _, err := release(bctx); err == nil {
 				return nil
@@ -396,5 +411,5 @@ func (h *Handle) Release(ctx context.Context, what string, l *Lease, release fun
 			}
 		}
 	})
-	return fmt.Errorf("release not confirmed (finishing in the background): %w", err)
+	return false, fmt.Errorf("release not confirmed (finishing in the background): %w", err)
 }

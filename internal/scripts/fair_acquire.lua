@@ -44,6 +44,7 @@ if cur and granted_to(cur, w) then
   return {1, tonumber(string.sub(cur, #w + 3))}
 end
 local now_ms, now_us = now()
+redis.call('ZREMRANGEBYSCORE', qx, '-inf', now_ms) -- lapsed places and void marks
 if not cur then
   -- The first waiter whose entry is live goes first; lapsed entries are dropped.
   local head

@@ -4,18 +4,27 @@
 -- KEYS[1] lead   KEYS[2] kept   (as in once_begin.lua)
 -- KEYS[3] res    res:<owner>, this leader's result key
 -- ARGV[1] owner    the leader's owner value
--- ARGV[2] result   status byte and payload (see once_begin.lua)
+-- ARGV[2] result   status byte and payload (see once_begin.lua); '' gives the lead up without
+--                  a result: the waiters are told to look again, and one of them leads
 -- ARGV[3] keep     ms to keep the result for later callers; '0': do not; '-1': until deleted
 -- ARGV[4] linger   ms to keep res:<owner> for waiters that missed the message
 -- ARGV[5] channel  the key's channel
 -- ARGV[6] pub      'PUBLISH' or 'SPUBLISH'
 -- Reply: the number of subscribers the result reached; -1 if the caller no longer leads (its
---        lease was lost and another may lead): nothing is done then
+--        lease was lost and another may lead): nothing is done then, except for '' (giving an
+--        attempt up), which marks res:<owner> '!' so that the attempt, should it still arrive
+--        (it may travel on another connection), does not take the lead
 
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  if ARGV[2] == '' then
+    redis.call('SET', KEYS[3], '!', 'PX', ARGV[4])
+  end
   return -1
 end
 redis.call('DEL', KEYS[1])
+if ARGV[2] == '' then
+  return redis.call(ARGV[6], ARGV[5], ARGV[1] .. '\n')
+end
 redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[4])
 local keep = tonumber(ARGV[3])
 if keep == -1 then

@@ -7,7 +7,8 @@
 -- ARGV[3] ops_ttl   ms request ids are remembered
 -- ARGV[4] channel   the name's channel, told if the mutex is freed
 -- ARGV[5] pub       'PUBLISH' or 'SPUBLISH'
--- Reply: 1 the attempt had been counted and was undone; 0 it had not run (it never will)
+-- Reply: 1 the attempt had been counted and was undone (or its hold is gone); 0 it had not
+--        run (it never will), or it was counted in an earlier hold than the current one
 --
 -- Cancelling a context does not cancel a command Redis already received, and the attempt and
 -- this script may travel on different connections: either may run first. Voiding the id
@@ -18,17 +19,25 @@
 
 local lock, ops = KEYS[1], KEYS[2]
 local field, id = 'o:' .. ARGV[1], ARGV[2]
-local state = op_state(ops, id)
-if state == 'void' then
+if redis.call('ZSCORE', ops, '!' .. id) then
   return 0
 end
+local applied = redis.call('ZSCORE', ops, id) -- ms when the attempt was counted, or false
 op_mark(ops, '!', id, now(), tonumber(ARGV[3]))
-if state ~= 'applied' then
+if not applied then
   return 0
 end
 local n = tonumber(redis.call('HGET', lock, field))
 if not n then
   return 1 -- counted, but the hold is gone already
+end
+-- The attempt was counted in the hold that exists now only if that hold was created no later
+-- than the attempt: its token follows the server clock in µs (lib/fence.lua). A hold created
+-- after it (the counted one expired, and the owner locked again) is not this attempt's to undo.
+-- A token ahead of the clock (the clock stepped back) makes this refuse an undo it could have
+-- made: the count then stays one too high until the hold's lease runs out, never too low.
+if tonumber(redis.call('HGET', lock, 't') or 0) >= (tonumber(applied) + 1) * 1000 then
+  return 0
 end
 if n <= 1 then
   redis.call('DEL', lock)

@@ -224,7 +224,7 @@ func TestGrantGoesToTheHeadOnly(t *testing.T) {
 		msgs := e.listen("w2", "w3")
 		e.release("o1")
 		_, tok := e.grantee()
-		e.expect(msgs, "w2", "g "+strconv.FormatInt(tok, 10)+" w3 w2", "w3", "w 500 w3")
+		e.expect(msgs, "w2", "g "+strconv.FormatInt(tok, 10)+" w3 500 w2", "w3", "w 500 w3")
 		if got := e.acquireWith("o4", "", "000", "", "0"); got[0] != 0 || got[2] != 1 {
 			t.Fatalf("TryLock during a grant = %v, want {0, window, 1}", got)
 		}
@@ -500,7 +500,7 @@ func TestFairHandOffRacingWithLeave(t *testing.T) {
 		if w != "p/a" {
 			t.Fatalf("the lock was granted to %q, want the first waiter p/a", w)
 		}
-		e.expect(msgs, "p", "g "+strconv.FormatInt(tok, 10)+" q/b p/a", "q", "w 500 q/b")
+		e.expect(msgs, "p", "g "+strconv.FormatInt(tok, 10)+" q/b 500 p/a", "q", "w 500 q/b")
 		// p/a gives up just as the grant reaches it: the lock goes on to q/b.
 		v, err := scripts.FairLeave.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
 			[]string{"p/a", "500", "60000", e.k.ch, e.k.pub, "60000"}).AsInt64()
@@ -511,7 +511,7 @@ func TestFairHandOffRacingWithLeave(t *testing.T) {
 		if w2 != "q/b" || tok2 <= tok {
 			t.Fatalf("after the grantee left, lock = %q, want a grant to q/b", e.get(e.k.lock))
 		}
-		e.expect(msgs, "q", "g "+strconv.FormatInt(tok2, 10)+" p/c q/b", "p", "w 500 p/c")
+		e.expect(msgs, "q", "g "+strconv.FormatInt(tok2, 10)+" p/c 500 q/b", "p", "w 500 p/c")
 		// A late attempt of the waiter that left does nothing.
 		if got := e.fairAcquire("p/a", false); got[0] != -1 {
 			t.Fatalf("late attempt of a waiter that left = %v, want {-1}", got)
@@ -520,5 +520,53 @@ func TestFairHandOffRacingWithLeave(t *testing.T) {
 			t.Fatal("the waiter that left is queued again")
 		}
 		e.everyKeyExpires()
+	})
+}
+
+// An undo of a reentrant Lock attempt that was counted in a hold that has since expired does
+// not take a count away from the owner's new hold.
+func TestReentrantUndoSparesALaterHold(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		lock, fence, ops := e.k.lock+":r", e.k.fence, e.k.lock+":ops"
+		acquire := func(id string) []int64 {
+			t.Helper()
+			v, err := scripts.ReentrantLock.Exec(context.Background(), e.c, []string{lock, fence, ops},
+				[]string{"owner", id, "10000", "60000", "60000"}).AsIntSlice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		abandon := func(id string) int64 {
+			t.Helper()
+			v, err := scripts.ReentrantAbandon.Exec(context.Background(), e.c, []string{lock, ops},
+				[]string{"owner", id, "60000", e.k.ch, e.k.pub}).AsInt64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		count := func() string { v, _ := e.do(e.c.B().Hget().Key(lock).Field("o:owner").Build()).ToString(); return v }
+		if got := acquire("a1"); got[0] != 1 {
+			t.Fatalf("acquire = %v", got)
+		}
+		e.do(e.c.B().Del().Key(lock).Build()) // the hold expires
+		time.Sleep(5 * time.Millisecond)
+		if got := acquire("a2"); got[0] != 1 || got[1] != 1 {
+			t.Fatalf("acquire of a new hold = %v", got)
+		}
+		if v := abandon("a1"); v != 0 {
+			t.Fatalf("undo of an attempt counted in an expired hold = %d, want 0 (nothing undone)", v)
+		}
+		if c := count(); c != "1" {
+			t.Fatalf("the new hold's count is %q after the undo, want 1", c)
+		}
+		if got := acquire("a3"); got[1] != 2 {
+			t.Fatalf("re-entry = %v", got)
+		}
+		if v := abandon("a3"); v != 1 || count() != "1" {
+			t.Fatalf("undo of a re-entry of the current hold = %d, count %q; want 1, 1", v, count())
+		}
 	})
 }

@@ -138,17 +138,18 @@ func (b *Mailbox) Resubscribed() {
 }
 
 // ParseQueued parses a message of a queue kept in Redis (see internal/scripts/lib/queue.lua;
-// the waiter id it is for comes last): "g <n> <backup> <id>" (a grant: n is its fencing token,
-// or the permits granted), "w <ms> <id>" (watch a grant), "c <id>" (the watched grant was
-// confirmed). Anything else asks for a re-check.
+// the waiter id it is for comes last): "g <n> <backup> <ms> <id>" (a grant for ms: n is its
+// fencing token, or the permits granted), "w <ms> <id>" (watch a grant), "c <id>" (the
+// watched grant was confirmed). Anything else asks for a re-check.
 func ParseQueued(p string) (string, Signal) {
 	f := strings.Split(p, " ")
 	to := f[len(f)-1]
 	switch {
-	case f[0] == "g" && len(f) == 4:
-		n, err := strconv.ParseInt(f[1], 10, 64)
-		if err == nil {
-			return to, Signal{Kind: Granted, Grant: Grant{Token: n, Backup: f[2]}}
+	case f[0] == "g" && len(f) == 5:
+		n, err1 := strconv.ParseInt(f[1], 10, 64)
+		w, err2 := strconv.ParseInt(f[3], 10, 64)
+		if err1 == nil && err2 == nil {
+			return to, Signal{Kind: Granted, Grant: Grant{Token: n, Backup: f[2], Window: time.Duration(w) * time.Millisecond}}
 		}
 	case f[0] == "w" && len(f) == 3:
 		n, err := strconv.ParseInt(f[1], 10, 64)

@@ -62,6 +62,10 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 		}
 	}()
 	for {
+		// A grant announced before this attempt is found (and adopted) by the attempt itself;
+		// taken from its message later, it could be stale: the waiter may have queued again
+		// since, and its place's deadline would no longer bound the grant.
+		drain(t.Slot.C)
 		sent := time.Now()
 		res, err := t.Attempt(ctx, backup)
 		switch {
@@ -96,11 +100,14 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 			case sig := <-t.Slot.C:
 				switch sig.Kind {
 				case Granted:
-					// Redis keeps a grant for a waiter lease after it was made, and it was made
-					// after the last renewal of the place that found the place there (a grant
-					// takes the waiter out of the queue): until that renewal's deadline the
-					// grant is surely this waiter's, without asking Redis.
-					if deadline := place.Deadline(); time.Until(deadline) > waiterLease/4 {
+					// Redis keeps a grant for its window (the releaser's) after it was made, and
+					// it was made after the last renewal of the place that found the place there
+					// (a grant takes the waiter out of the queue). That renewal was sent at
+					// place.Deadline() - (waiterLease - drift): counted from then with the
+					// grant's window, the grant is surely this waiter's, without asking Redis.
+					w := sig.Grant.Window
+					deadline := place.Deadline().Add(-waiterLease + core.Drift(waiterLease) - core.Drift(w) + w)
+					if time.Until(deadline) > w/4 {
 						return t.Take(sig.Grant, deadline)
 					}
 					backup = sig.Grant.Backup
@@ -139,4 +146,15 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 // Unexpected is the error of a script reply that does not have the expected shape.
 func Unexpected(script fmt.Stringer, reply any) error {
 	return core.Permanent(fmt.Errorf("unexpected reply %v from %s", reply, script))
+}
+
+// drain empties c without blocking.
+func drain(c chan Signal) {
+	for {
+		select {
+		case <-c:
+		default:
+			return
+		}
+	}
 }

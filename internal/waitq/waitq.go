@@ -40,9 +40,10 @@ type Result struct {
 
 // Grant is a claim handed to this Room inside Redis.
 type Grant struct {
-	Owner  string // the owner value the claim is held under
-	Token  int64  // its fencing token
-	Backup string // the waiter watching the grant, to tell once it is confirmed ("" if none)
+	Owner  string        // the owner value the claim is held under
+	Token  int64         // its fencing token (semaphore: the permits granted)
+	Backup string        // the waiter watching the grant, to tell once it is confirmed ("" if none)
+	Window time.Duration // how long Redis keeps the grant unless it is confirmed
 }
 
 // Try describes the Room when an attempt is made.
@@ -302,9 +303,8 @@ func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
 				// bounds it). The attempt may have run, so undo it before trying again.
 				r.h.Log().Debug("distsync: attempt failed, retrying", "channel", r.channel, "err", err, "in", backoff)
 				if owner != "" {
-					actx, cancel := context.WithTimeout(ctx, time.Second)
-					_ = r.hooks.Abandon(actx, owner, false)
-					cancel()
+					r.h.Undo("undoing an attempt whose reply was lost", cleanupTimeout,
+						func(ctx context.Context) error { return r.hooks.Abandon(ctx, owner, false) })
 				}
 				select {
 				case <-time.After(backoff):

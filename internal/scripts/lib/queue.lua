@@ -11,15 +11,17 @@
 -- A waiter id is '<process>' (mutex: one entry per waiting process) or '<process>/<call>'
 -- (fair, semaphore: one entry per waiting call); either way the messages for it go to its
 -- process's channel, <channel prefix>:<process>, and name it last:
--- 'g <token> <backup> <waiter>' to the waiter a lock is granted to; 'w <ms> <waiter>' to the
--- backup (re-check if the grant is not confirmed within <ms>); 'c <waiter>' to the backup
--- (confirmed).
+-- 'g <token> <backup> <ms> <waiter>' to the waiter a lock is granted to, for <ms> unless it
+-- confirms (the window is the releaser's: the grantee counts its deadline with it, not with
+-- its own setting); 'w <ms> <waiter>' to the backup (re-check if the grant is not confirmed
+-- within <ms>); 'c <waiter>' to the backup (confirmed).
 --
 -- Requires lib/clock.lua and lib/fence.lua.
 
 -- enqueue() registers waiter, keeping its place if it is queued already, with an entry that
 -- dies live ms from now.
 local function enqueue(q, qx, waiter, now_ms, now_us, live)
+  redis.call('ZREMRANGEBYSCORE', qx, '-inf', now_ms) -- lapsed entries and void marks
   redis.call('ZADD', q, 'NX', now_us, waiter) -- a waiter keeps its place when it re-checks
   redis.call('ZADD', qx, now_ms + live, waiter)
   live_for(q, live)
@@ -58,7 +60,7 @@ end
 local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub)
   local now_ms, now_us
   for _ = 1, 1000 do
-    local ids = redis.call('ZRANGE', q, 0, 1)
+    local ids = redis.call('ZRANGE', q, 0, 9)
     local head = ids[1]
     if not head then
       break
@@ -70,9 +72,16 @@ local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub)
     if tonumber(redis.call('ZSCORE', qx, head) or '0') > now_ms then
       local token = int(next_token(fence, fence_ttl, now_us))
       redis.call('SET', lock, '~' .. head .. ':' .. token, 'PX', window)
-      local backup = ids[2] or ''
+      -- The backup is the next live waiter: a dead one would watch nothing.
+      local backup = ''
+      for i = 2, #ids do
+        if tonumber(redis.call('ZSCORE', qx, ids[i]) or '0') > now_ms then
+          backup = ids[i]
+          break
+        end
+      end
       redis.call('ZREM', qx, head)
-      tell(pub, prefix, head, 'g ' .. token .. ' ' .. backup)
+      tell(pub, prefix, head, 'g ' .. token .. ' ' .. backup .. ' ' .. window)
       if backup ~= '' then
         tell(pub, prefix, backup, 'w ' .. window)
       end

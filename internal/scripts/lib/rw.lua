@@ -72,6 +72,9 @@ local function after_write(now_ms)
     live_for(K.ra, A.window)
     redis.call('DEL', K.rq)
     redis.call(A.pub, A.ch .. ':r', 'r')
+    -- Writers are told too: they look again, and wait for the admitted readers no longer
+    -- than the admission lasts, should those never come.
+    redis.call(A.pub, A.ch .. ':w', 'w')
   else
     redis.call(A.pub, A.ch .. ':w', 'w')
   end

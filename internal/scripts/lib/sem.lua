@@ -45,6 +45,7 @@ end
 
 -- prune() drops holders whose lease lapsed and returns the permits in use.
 local function prune(now_ms)
+  redis.call('ZREMRANGEBYSCORE', K.qx, '-inf', now_ms) -- lapsed places and void marks
   for _, o in ipairs(redis.call('ZRANGEBYSCORE', K.h, '-inf', now_ms)) do
     redis.call('ZREM', K.h, o)
     redis.call('HDEL', K.n, o)
@@ -110,13 +111,16 @@ local function serve(now_ms, used, self)
       hold(self, need, now_ms, A.ttl)
     else
       hold('~' .. w, need, now_ms, A.wlease)
-      tell(A.pub, A.prefix, w, 'g ' .. need .. ' ') -- no backup: 'g <n>  <id>'
+      tell(A.pub, A.prefix, w, 'g ' .. need .. '  ' .. A.wlease) -- no backup: 'g <n>  <ms> <id>'
       granted = true
     end
   end
 end
 
 -- wait() returns the ms until permits could come back by themselves: the earliest lease.
+-- (A head whose place lapses publishes nothing either; the next script that runs drops it, and
+-- a waiter behind it re-checks by this backstop at the latest, not at every waiter lease, so
+-- that idle waiters stay quiet.)
 local function wait(now_ms)
   local e = redis.call('ZRANGE', K.h, 0, 0, 'WITHSCORES')
   if e[1] then
