@@ -561,3 +561,35 @@ func TestRLocker(t *testing.T) {
 		l.Unlock()
 	})
 }
+
+// A reader admitted by a writer's Unlock that never comes (its process died) holds the next
+// writer back for one admission window, not for a lease.
+func TestAdmittedReaderThatNeverComes(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		w1 := newRW(t, b.Pod(t, prefix), "admit") // default 10 s lease, 500 ms window
+		must(t, "Lock", w1.Lock)
+		net := redistest.NewNetwork()
+		dead := newRW(t, b.PodVia(t, prefix, net), "admit")
+		dctx, dcancel := context.WithCancel(context.Background())
+		defer dcancel()
+		dres := async(dctx, dead.RLock)
+		if !redistest.Eventually(5*time.Second, func() bool { return exists(t, b, key(prefix, "admit", "rq")) }) {
+			t.Fatal("the reader never marked itself as waiting")
+		}
+		w2 := newRW(t, b.Pod(t, prefix), "admit")
+		wres := async(context.Background(), w2.Lock)
+		if !redistest.Eventually(5*time.Second, func() bool { return exists(t, b, key(prefix, "admit", "ww")) }) {
+			t.Fatal("the second writer never marked itself as waiting")
+		}
+		net.Cut() // the reader's process is gone; its mark is not
+		start := time.Now()
+		must(t, "Unlock", w1.Unlock) // admits the dead reader
+		waitFor(t, "the next writer", wres, 3*time.Second)
+		t.Logf("the next writer got in %v after the Unlock", time.Since(start))
+		must(t, "Unlock", w2.Unlock)
+		net.Restore()
+		dcancel()
+		<-dres
+	})
+}
