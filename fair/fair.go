@@ -108,12 +108,9 @@ func (m *Mutex) Lock(ctx context.Context) error {
 		return m.notAcquired(err)
 	}
 	w := m.proc + "/" + m.c.NewID()
-	slot, err := m.box.Open(ctx, w)
-	if err != nil {
-		return m.fail(ctx, err)
-	}
+	slot := m.box.Register(w) // subscribed only if the first attempt fails
 	defer slot.Close()
-	err = m.wait(ctx, w, slot)
+	err := m.wait(ctx, w, slot)
 	if err != nil {
 		m.c.Background("leaving the queue of fair lock "+strconv.Quote(m.name), voidTTL,
 			func(bctx context.Context) error { return m.leave(bctx, w) })

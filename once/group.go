@@ -282,18 +282,15 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 		c.err = err
 		return
 	}
-	// Subscribe, then check: a result published between the check and the subscription
-	// would reach nobody.
+	// A kept result, or the lead, needs no subscription: check first, and subscribe (then
+	// check again: a result published in between would reach nobody) only to wait.
 	l := &listener{ch: make(chan string, 4)}
-	sub, err := g.c.Notifier.Subscribe(ctx, ks.channel, l)
-	if err != nil {
-		if errors.Is(err, pubsub.ErrClosed) {
-			err = distsync.ErrClosed
+	sub := g.c.Notifier.Attach(ks.channel, l) // free if the channel is subscribed already
+	defer func() {
+		if sub != nil {
+			sub.Close()
 		}
-		c.err = g.wrap(key, err)
-		return
-	}
-	defer sub.Close()
+	}()
 
 	leader := "" // the leader waited for
 	timer := time.NewTimer(time.Hour)
@@ -334,10 +331,20 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 			c.shared = true
 			return
 		case "l":
-			g.lead(c, ks, key, owner, sent, fn, ctx)
+			g.lead(c, ks, key, owner, sent, fn, ctx, sub != nil)
 			return
 		case "w":
 			leader, _ = reply[1].ToString()
+			if sub == nil {
+				if sub, err = g.c.Notifier.Subscribe(ctx, ks.channel, l); err != nil {
+					if errors.Is(err, pubsub.ErrClosed) {
+						err = distsync.ErrClosed
+					}
+					c.err = g.wrap(key, err)
+					return
+				}
+				continue
+			}
 			pttl, _ := reply[2].AsInt64()
 			wait := time.Duration(pttl) * time.Millisecond
 			timer.Reset(wait + min(g.ttl/core.RenewDivisor, wait/2) + time.Millisecond)
@@ -373,7 +380,7 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 }
 
 // lead runs fn as the key's leader and shares its result.
-func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, sent time.Time, fn func(context.Context) (T, error), callCtx context.Context) {
+func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, sent time.Time, fn func(context.Context) (T, error), callCtx context.Context, subscribed bool) {
 	lease := g.c.Hold(core.LeaseSpec{Key: ks.lead, Owner: owner, Kind: "s", TTL: g.ttl, Renew: true, Sent: sent,
 		Release: func(ctx context.Context, _ *core.Lease) error { return g.finish(ctx, ks, owner, "", 0) }})
 	fctx, cancel := context.WithCancelCause(context.WithoutCancel(callCtx))
@@ -448,7 +455,11 @@ func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, sent time.Time
 	}
 	lease.End(distsync.ErrReleased)
 	c.val, c.err, c.panicked = val, err, panicked
-	c.shared = n > 1 // this process's own subscription is one of them
+	own := int64(0)
+	if subscribed {
+		own = 1 // this process's own subscription is one of those the result reached
+	}
+	c.shared = n > own
 }
 
 // finish runs once_finish.lua; res "" gives the lead up without a result.

@@ -143,13 +143,10 @@ func (s *Semaphore) AcquireLease(ctx context.Context, n int64) (*distsync.Lease,
 		return nil, s.notAcquired(err)
 	}
 	w := s.proc + "/" + s.c.NewID()
-	slot, err := s.box.Open(ctx, w)
-	if err != nil {
-		return nil, s.fail(ctx, err)
-	}
+	slot := s.box.Register(w) // subscribed only if the first attempt fails
 	defer slot.Close()
 	var got *core.Lease
-	err = waitq.WaitTurn(ctx, s.c, s.c.Config.WaiterLease, waitq.Turn{
+	err := waitq.WaitTurn(ctx, s.c, s.c.Config.WaiterLease, waitq.Turn{
 		ID: w, Slot: slot, Place: s.keys[3], PlaceKeep: []string{s.keys[2], s.keys[4], s.keys[5]},
 		Leave: func(ctx context.Context) error { return s.leave(ctx, w) },
 		Attempt: func(ctx context.Context, _ string) (waitq.TurnResult, error) {

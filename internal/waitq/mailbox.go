@@ -41,46 +41,66 @@ func NewMailbox(h *core.Handle, channel string, parse func(string) (string, Sign
 	return &Mailbox{h: h, channel: channel, parse: parse, slots: make(map[string]*Slot)}
 }
 
-// Open registers waiter id and returns once the channel is subscribed and confirmed, so that
-// every message published after Open returns reaches the slot. It returns ctx's error, or
-// core.ErrClosed, having registered nothing, if that fails.
-func (b *Mailbox) Open(ctx context.Context, id string) (*Slot, error) {
+// Register registers waiter id and returns its slot, without a round trip. The slot is
+// Ready if the channel is subscribed already; if not, the waiter may try once first (an
+// uncontended acquire needs no subscription), and must Subscribe, then check again, before it
+// waits for a message.
+func (b *Mailbox) Register(id string) *Slot {
 	s := &Slot{b: b, id: id, C: make(chan Signal, 8)}
 	b.mu.Lock()
 	b.slots[id] = s
-	subscribed := b.sub != nil
+	ready := b.sub != nil
 	b.mu.Unlock()
-	if subscribed {
-		return s, nil
+	if !ready {
+		// Attach outside b.mu: the notifier calls Message with its own lock held.
+		b.subMu.Lock()
+		if sub := b.h.Notifier.Attach(b.channel, b); sub != nil {
+			b.adopt(sub)
+		}
+		b.subMu.Unlock()
 	}
+	return s
+}
+
+// Ready reports whether the channel is subscribed: every message published from now on
+// reaches the slot.
+func (s *Slot) Ready() bool {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	return s.b.sub != nil
+}
+
+// Subscribe returns once the channel is subscribed and confirmed. It returns ctx's error, or
+// core.ErrClosed, if that fails.
+func (s *Slot) Subscribe(ctx context.Context) error {
+	b := s.b
 	b.subMu.Lock()
 	defer b.subMu.Unlock()
-	b.mu.Lock()
-	subscribed = b.sub != nil
-	b.mu.Unlock()
-	if subscribed {
-		return s, nil
+	if s.Ready() {
+		return nil
 	}
-	sub := b.h.Notifier.Attach(b.channel, b) // no round trip if the channel is confirmed already
-	if sub == nil {
-		var err error
-		if sub, err = b.h.Notifier.Subscribe(ctx, b.channel, b); err != nil {
-			s.Close()
-			if err == pubsub.ErrClosed {
-				err = core.ErrClosed
-			}
-			return nil, err
+	sub, err := b.h.Notifier.Subscribe(ctx, b.channel, b)
+	if err != nil {
+		if err == pubsub.ErrClosed {
+			err = core.ErrClosed
 		}
+		return err
 	}
+	b.adopt(sub)
+	return nil
+}
+
+// adopt keeps sub as the Mailbox's subscription, unless every slot closed meanwhile or it has
+// one already. Called with subMu.
+func (b *Mailbox) adopt(sub *pubsub.Subscription) {
 	b.mu.Lock()
 	if len(b.slots) == 0 || b.sub != nil {
 		b.mu.Unlock()
-		sub.Close() // every slot closed meanwhile
-		return s, nil
+		sub.Close()
+		return
 	}
 	b.sub = sub
 	b.mu.Unlock()
-	return s, nil
 }
 
 // Close removes the slot; the last one unsubscribes (after the notifier's linger).

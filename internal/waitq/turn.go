@@ -11,7 +11,8 @@ import (
 // Turn describes one waiter of a queue kept in Redis, one entry per call (fair, semaphore),
 // for WaitTurn.
 type Turn struct {
-	// ID is the waiter id, '<process>/<call>'; Slot is its place in the process's Mailbox.
+	// ID is the waiter id, '<process>/<call>'; Slot is its place in the process's Mailbox
+	// (registered; WaitTurn subscribes it if it is not Ready and the first attempt fails).
 	ID   string
 	Slot *Slot
 	// Attempt runs the primitive's acquire script once for ID: it must be idempotent for one
@@ -91,6 +92,14 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 			// pruned), the loop re-checks, which queues the waiter again.
 			place = h.Hold(core.LeaseSpec{Key: t.Place, Keep: t.PlaceKeep, Owner: t.ID, Kind: "z", TTL: waiterLease,
 				Renew: true, Sent: sent, Release: func(ctx context.Context, _ *core.Lease) error { return t.Leave(ctx) }})
+		}
+		if !t.Slot.Ready() {
+			// Subscribe, then check again: a release published between the failed attempt
+			// and the confirmed subscription reached nobody. (The attempt is idempotent.)
+			if err := t.Slot.Subscribe(ctx); err != nil {
+				return err
+			}
+			continue
 		}
 		timer.Reset(res.Wait)
 
