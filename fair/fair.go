@@ -88,8 +88,8 @@ func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
 	m.keys = []string{ks.Key(), ks.Part("fence"), ks.Part("q"), ks.Part("qx")}
 	m.chanPrefix = ks.Channel()
 	m.proc = c.NewID()
-	m.ttlArg, m.fenceArg = ms(m.ttl), ms(c.Config.FenceTTL)
-	m.wleaseArg, m.slackArg = ms(c.Config.WaiterLease), ms(2*m.ttl/core.RenewDivisor)
+	m.ttlArg, m.fenceArg = core.Ms(m.ttl), core.Ms(c.Config.FenceTTL)
+	m.wleaseArg, m.slackArg = core.Ms(c.Config.WaiterLease), core.Ms(2*m.ttl/core.RenewDivisor)
 	m.box = waitq.NewMailbox(c, m.chanPrefix+":"+m.proc, waitq.ParseQueued)
 	return m, nil
 }
@@ -134,14 +134,14 @@ func (m *Mutex) wait(ctx context.Context, w string, slot *waitq.Slot) error {
 			case len(vals) == 2 && vals[0] == 1:
 				return waitq.TurnResult{Acquired: true}, m.hold(w, vals[1], sent, time.Time{}, nil)
 			case len(vals) != 3 || vals[0] != 0:
-				return waitq.TurnResult{}, waitq.Unexpected(scripts.FairAcquire, vals)
+				return waitq.TurnResult{}, core.Unexpected(scripts.FairAcquire, vals)
 			}
 			// The backstop, as for mutex: an expiring lease publishes nothing.
 			pttl := time.Duration(vals[1]) * time.Millisecond
 			if vals[2] == 1 {
 				return waitq.TurnResult{Wait: pttl + 2*time.Millisecond}, nil // an unconfirmed grant to another waiter
 			}
-			return waitq.TurnResult{Wait: pttl + min(m.ttl/core.RenewDivisor, pttl/2) + time.Millisecond}, nil
+			return waitq.TurnResult{Wait: core.Backstop(pttl, m.ttl)}, nil
 		},
 		Take: func(g waitq.Grant, deadline time.Time) error {
 			owner := "~" + w + ":" + strconv.FormatInt(g.Token, 10) // see lib/queue.lua
@@ -192,7 +192,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := l.Stop(); err != nil {
 		return fmt.Errorf("fair %q: %w: %w", m.name, distsync.ErrNotHeld, err)
 	}
-	if err := m.c.Release(ctx, "unlock of fair lock "+strconv.Quote(m.name), l,
+	if err := m.c.Release(ctx, "unlock of fair lock "+strconv.Quote(m.name), l, false,
 		func(ctx context.Context) (bool, error) { return m.release(ctx, l) }); err != nil {
 		return fmt.Errorf("fair %q: unlock: %w", m.name, err)
 	}
@@ -253,7 +253,7 @@ func (m *Mutex) hold(owner string, token int64, sent, deadline time.Time, first 
 // leave takes waiter w out of the queue, passing the lock on if it was w's.
 func (m *Mutex) leave(ctx context.Context, w string) error {
 	return scripts.FairLeave.Exec(ctx, m.c.Client, m.keys,
-		[]string{w, m.wleaseArg, m.fenceArg, m.chanPrefix, m.c.Pub, ms(voidTTL)}).Error()
+		[]string{w, m.wleaseArg, m.fenceArg, m.chanPrefix, m.c.Pub, core.Ms(voidTTL)}).Error()
 }
 
 func (m *Mutex) fail(ctx context.Context, err error) error {
@@ -269,5 +269,3 @@ func (m *Mutex) fail(ctx context.Context, err error) error {
 func (m *Mutex) notAcquired(err error) error {
 	return fmt.Errorf("fair %q: %w: %w", m.name, distsync.ErrNotAcquired, err)
 }
-
-func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

@@ -100,8 +100,8 @@ func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
 	m.keys = []string{m.lock, m.fence, m.q, m.qx}
 	// A queue entry outlives the lease it waits behind by two renewal periods: one for the
 	// backstop slack, one for a late timer.
-	m.ttlArg, m.fenceArg, m.slackArg = ms(m.ttl), ms(c.Config.FenceTTL), ms(2*m.ttl/core.RenewDivisor)
-	m.windowArg = ms(c.Config.HandoffWindow)
+	m.ttlArg, m.fenceArg, m.slackArg = core.Ms(m.ttl), core.Ms(c.Config.FenceTTL), core.Ms(2*m.ttl/core.RenewDivisor)
+	m.windowArg = core.Ms(c.Config.HandoffWindow)
 	m.waiter = c.NewID()
 	m.free = make(chan struct{})
 	close(m.free)
@@ -194,7 +194,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := l.Stop(); err != nil {
 		return fmt.Errorf("mutex %q: %w: %w", m.name, distsync.ErrNotHeld, err)
 	}
-	err := m.c.Release(ctx, "unlock of mutex "+strconv.Quote(m.name), l,
+	err := m.c.Release(ctx, "unlock of mutex "+strconv.Quote(m.name), l, false,
 		func(ctx context.Context) (bool, error) { return m.release(ctx, l) })
 	if err != nil {
 		return fmt.Errorf("mutex %q: unlock: %w", m.name, err)
@@ -276,7 +276,7 @@ func (m *Mutex) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Resu
 		return waitq.Result{}, owner, err
 	}
 	if len(vals) < 2 {
-		return waitq.Result{}, "", core.Permanent(fmt.Errorf("unexpected reply %v from %s", vals, scripts.MutexAcquire))
+		return waitq.Result{}, "", core.Unexpected(scripts.MutexAcquire, vals)
 	}
 	if vals[0] == 1 {
 		if err := m.hold(owner, vals[1], sent, time.Time{}, nil); err != nil {
@@ -284,13 +284,9 @@ func (m *Mutex) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Resu
 		}
 		return waitq.Result{Acquired: true, Token: vals[1], Queued: waiter != "" && t.More, Wait: m.ttl + slack}, owner, nil
 	}
-	// The backstop: re-check when the lease we wait behind would run out, plus slack, since
-	// an expiring lease publishes nothing. The slack keeps an idle waiter to one command per
-	// lease against a holder that renews (its lease never drops below 2/3 of its TTL, so
-	// pttl + TTL/3 >= TTL), and shrinks for a lease that is about to run out anyway (a fixed
-	// lease, a crashed holder), so that the waiter is there soon after it does.
+	// The backstop: an expiring lease publishes nothing (see core.Backstop).
 	pttl := time.Duration(vals[1]) * time.Millisecond
-	wait := pttl + min(slack, pttl/2) + time.Millisecond
+	wait := core.Backstop(pttl, m.ttl)
 	if len(vals) > 2 && vals[2] == 1 {
 		wait = pttl + 2*time.Millisecond // an unconfirmed grant to another waiter: it publishes nothing if it lapses
 	}
@@ -327,7 +323,7 @@ func (m *Mutex) abandon(ctx context.Context, owner string, dequeue bool) error {
 		waiter = m.waiter
 	}
 	return scripts.MutexLeave.Exec(ctx, m.c.Client, m.keys,
-		[]string{waiter, owner, m.windowArg, m.fenceArg, m.chanPrefix, m.c.Pub, ms(voidTTL)}).Error()
+		[]string{waiter, owner, m.windowArg, m.fenceArg, m.chanPrefix, m.c.Pub, core.Ms(voidTTL)}).Error()
 }
 
 // parse is the waitq.Parse of m's channel (see internal/scripts/lib/queue.lua; each message
@@ -360,8 +356,6 @@ func (m *Mutex) parse(p string) waitq.Signal {
 func (m *Mutex) notAcquired(err error) error {
 	return fmt.Errorf("mutex %q: %w: %w", m.name, distsync.ErrNotAcquired, err)
 }
-
-func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
 func flag(b bool) string {
 	if b {

@@ -300,7 +300,7 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 		owner := g.c.NewID()
 		sent := time.Now()
 		reply, err := scripts.OnceBegin.Exec(ctx, g.c.Client, []string{ks.lead, ks.kept, ks.resPrefix + leader, ks.resPrefix + owner},
-			[]string{owner, ms(g.ttl)}).ToArray()
+			[]string{owner, core.Ms(g.ttl)}).ToArray()
 		if _, redisErr := rueidis.IsRedisErr(err); err != nil && !redisErr {
 			// The script may have run without its reply (a cancelled ctx does not cancel a
 			// command Redis received): if it made this call the leader, give the lead up.
@@ -347,9 +347,9 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 			}
 			pttl, _ := reply[2].AsInt64()
 			wait := time.Duration(pttl) * time.Millisecond
-			timer.Reset(wait + min(g.ttl/core.RenewDivisor, wait/2) + time.Millisecond)
+			timer.Reset(core.Backstop(wait, g.ttl))
 		default:
-			c.err = g.wrap(key, core.Permanent(fmt.Errorf("unexpected reply %q from %s", kind, scripts.OnceBegin)))
+			c.err = g.wrap(key, core.Unexpected(scripts.OnceBegin, kind))
 			return
 		}
 	wait:
@@ -469,13 +469,13 @@ func (g *Group[T]) finish(ctx context.Context, ks keyset, owner, res string, kee
 }
 
 func (g *Group[T]) finishN(ctx context.Context, ks keyset, owner, res string, keep time.Duration) (int64, error) {
-	keepArg := ms(keep)
+	keepArg := core.Ms(keep)
 	if keep < 0 {
 		keepArg = "-1"
 	}
 	linger := 2*g.ttl + time.Second // longer than any waiter's backstop
 	return scripts.OnceFinish.Exec(ctx, g.c.Client, []string{ks.lead, ks.kept, ks.resPrefix + owner},
-		[]string{owner, res, keepArg, ms(linger), ks.channel, g.c.Pub}).AsInt64()
+		[]string{owner, res, keepArg, core.Ms(linger), ks.channel, g.c.Pub}).AsInt64()
 }
 
 // decode turns a shared result into Do's results.
@@ -544,5 +544,3 @@ func cut(m string) (from, res string, ok bool) {
 	}
 	return "", "", false
 }
-
-func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

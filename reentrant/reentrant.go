@@ -221,7 +221,7 @@ func (m *Mutex) attempt(ctx context.Context, _ waitq.Try) (waitq.Result, string,
 	undo := id + " " + string(o)
 	sent := time.Now()
 	vals, err := scripts.ReentrantLock.Exec(ctx, m.c.Client, m.keys,
-		[]string{string(o), id, ms(m.ttl), ms(m.c.Config.FenceTTL), ms(opsTTL)}).AsIntSlice()
+		[]string{string(o), id, core.Ms(m.ttl), core.Ms(m.c.Config.FenceTTL), core.Ms(opsTTL)}).AsIntSlice()
 	if err != nil {
 		return waitq.Result{}, undo, err
 	}
@@ -244,9 +244,9 @@ func (m *Mutex) attempt(ctx context.Context, _ waitq.Try) (waitq.Result, string,
 		// The backstop, as for mutex: re-check when the holder's lease would run out, plus
 		// slack; at most one command per lease against a holder that renews.
 		pttl := time.Duration(vals[1]) * time.Millisecond
-		return waitq.Result{Wait: pttl + min(m.ttl/core.RenewDivisor, pttl/2) + time.Millisecond}, "", nil
+		return waitq.Result{Wait: core.Backstop(pttl, m.ttl)}, "", nil
 	}
-	return waitq.Result{}, "", core.Permanent(fmt.Errorf("unexpected reply %v from %s", vals, scripts.ReentrantLock))
+	return waitq.Result{}, "", core.Unexpected(scripts.ReentrantLock, vals)
 }
 
 // abandon is the waitq.Abandon of Lock: it undoes the attempt named by undo, if it counted.
@@ -256,7 +256,7 @@ func (m *Mutex) abandon(ctx context.Context, undo string, _ bool) error {
 		return nil
 	}
 	return scripts.ReentrantAbandon.Exec(ctx, m.c.Client, []string{m.keys[0], m.keys[2]},
-		[]string{o, id, ms(opsTTL), m.channel, m.c.Pub}).Error()
+		[]string{o, id, core.Ms(opsTTL), m.channel, m.c.Pub}).Error()
 }
 
 // Unlock takes one hold of the owner that ctx carries away; the last one frees m and wakes
@@ -293,49 +293,34 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		return fmt.Errorf("reentrant %q: %w: %w", m.name, distsync.ErrNotHeld, err)
 	}
 
-	id := m.c.NewID()
-	left, err := m.unlock(ctx, o, id, 1)
-	for i, backoff := 0, 10*time.Millisecond; err != nil && core.Transient(err) && ctx.Err() == nil && i < 3; i, backoff = i+1, 2*backoff {
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-		}
-		left, err = m.unlock(ctx, o, id, 1) // the same id: counted once
+	id := m.c.NewID() // retries send the same id: Redis counts the Unlock once
+	var finally func()
+	if last {
+		finally = func() { l.End(distsync.ErrReleased) }
 	}
+	held, err := m.c.GiveBack(ctx, "unlock of reentrant mutex "+strconv.Quote(m.name), m.ttl, true, finally,
+		func(ctx context.Context) (bool, error) {
+			left, err := m.unlock(ctx, o, id, 1)
+			return left >= 0, err
+		})
 	switch {
-	case err == nil && left >= 0:
-		if last {
-			l.End(distsync.ErrReleased)
-		}
-		return nil
-	case err == nil:
+	case err != nil:
+		return fmt.Errorf("reentrant %q: unlock: %w", m.name, err)
+	case !held:
 		lost := fmt.Errorf("%w: the hold had expired or been taken when it was released", distsync.ErrLost)
 		l.End(lost)
 		return fmt.Errorf("reentrant %q: %w: %w", m.name, distsync.ErrNotHeld, lost)
 	}
-	m.c.Background("unlock of reentrant mutex "+strconv.Quote(m.name)+" (the hold expires with its lease)", m.ttl,
-		func(bctx context.Context) error {
-			if last {
-				defer l.End(distsync.ErrReleased)
-			}
-			for backoff := 20 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-				if _, err := m.unlock(bctx, o, id, 1); err == nil {
-					return nil
-				}
-				select {
-				case <-time.After(backoff):
-				case <-bctx.Done():
-					return bctx.Err()
-				}
-			}
-		})
-	return fmt.Errorf("reentrant %q: unlock not confirmed (finishing in the background): %w", m.name, err)
+	if last {
+		l.End(distsync.ErrReleased)
+	}
+	return nil
 }
 
 // unlock runs reentrant_unlock.lua: the owner's count left, or -1 if it held nothing.
 func (m *Mutex) unlock(ctx context.Context, o Owner, id string, by int) (int64, error) {
 	vals, err := scripts.ReentrantUnlock.Exec(ctx, m.c.Client, []string{m.keys[0], m.keys[2]},
-		[]string{string(o), id, strconv.Itoa(by), ms(opsTTL), m.channel, m.c.Pub}).AsIntSlice()
+		[]string{string(o), id, strconv.Itoa(by), core.Ms(opsTTL), m.channel, m.c.Pub}).AsIntSlice()
 	if err != nil {
 		return 0, err
 	}
@@ -403,5 +388,3 @@ func parse(string) waitq.Signal { return waitq.Signal{Kind: waitq.Recheck} }
 func (m *Mutex) notAcquired(err error) error {
 	return fmt.Errorf("reentrant %q: %w: %w", m.name, distsync.ErrNotAcquired, err)
 }
-
-func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

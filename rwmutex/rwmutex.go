@@ -97,8 +97,8 @@ func New(h *distsync.Handle, name string, opts ...Option) (*RWMutex, error) {
 	m.keys = []string{ks.Key(), ks.Part("r"), ks.Part("ww"), ks.Part("rq"), ks.Part("ra"), ks.Part("fence"), ks.Part("ops")}
 	// A waiting mark outlives the wait it reported by two renewal periods: one for the
 	// waiter's backstop slack, one for a late timer.
-	m.fixed = []string{ms(m.ttl), ms(2 * m.ttl / core.RenewDivisor), ms(c.Config.HandoffWindow),
-		ms(c.Config.FenceTTL), ms(opsTTL), ks.Channel(), c.Pub}
+	m.fixed = []string{core.Ms(m.ttl), core.Ms(2 * m.ttl / core.RenewDivisor), core.Ms(c.Config.HandoffWindow),
+		core.Ms(c.Config.FenceTTL), core.Ms(opsTTL), ks.Channel(), c.Pub}
 	m.waiterR, m.waiterW = c.NewID(), c.NewID()
 	m.readersChan = ks.Channel() + ":r"
 	m.free = make(chan struct{})
@@ -295,9 +295,9 @@ func (m *RWMutex) attempt(ctx context.Context, mode, waiter string, more bool) (
 		// The backstop, as for mutex: re-check when what we wait behind would lapse, plus
 		// slack; at most one command per lease against holders that renew.
 		wait := time.Duration(vals[1]) * time.Millisecond
-		return waitq.Result{Queued: waiter != "", Wait: wait + min(m.ttl/core.RenewDivisor, wait/2) + time.Millisecond}, "", nil
+		return waitq.Result{Queued: waiter != "", Wait: core.Backstop(wait, m.ttl)}, "", nil
 	}
-	return waitq.Result{}, "", core.Permanent(fmt.Errorf("unexpected reply %v from %s", vals, scripts.RWMutexLock))
+	return waitq.Result{}, "", core.Unexpected(scripts.RWMutexLock, vals)
 }
 
 // hold records an acquisition and puts its lease on the renewal loop.
@@ -336,7 +336,7 @@ func (m *RWMutex) release(ctx context.Context, mode string, l *core.Lease) error
 	if err := l.Stop(); err != nil {
 		return fmt.Errorf("rwmutex %q: %s: %w: %w", m.name, what, distsync.ErrNotHeld, err)
 	}
-	err := m.c.Release(ctx, what+" of rwmutex "+strconv.Quote(m.name), l,
+	err := m.c.Release(ctx, what+" of rwmutex "+strconv.Quote(m.name), l, false,
 		func(ctx context.Context) (bool, error) { return m.unlock(ctx, mode, l) })
 	if err != nil {
 		return fmt.Errorf("rwmutex %q: %s: %w", m.name, what, err)
@@ -371,5 +371,3 @@ func recheck(string) waitq.Signal { return waitq.Signal{Kind: waitq.Recheck} }
 func (m *RWMutex) notAcquired(err error) error {
 	return fmt.Errorf("rwmutex %q: %w: %w", m.name, distsync.ErrNotAcquired, err)
 }
-
-func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

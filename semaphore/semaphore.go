@@ -167,7 +167,7 @@ func (s *Semaphore) AcquireLease(ctx context.Context, n int64) (*distsync.Lease,
 				// The backstop: permits come back by themselves when the earliest lease
 				// lapses, and nothing is published then.
 				wait := time.Duration(vals[1]) * time.Millisecond
-				return waitq.TurnResult{Wait: wait + min(s.ttl/core.RenewDivisor, wait/2) + time.Millisecond}, nil
+				return waitq.TurnResult{Wait: core.Backstop(wait, s.ttl)}, nil
 			}
 			return waitq.TurnResult{}, s.badReply(vals)
 		},
@@ -265,12 +265,12 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 		id := s.c.NewID()
 		release := func(ctx context.Context) (bool, error) { return s.release(ctx, p.h.lease.Owner(), p.k, id) }
 		if p.last {
-			errs = append(errs, s.c.Release(ctx, "release of semaphore "+strconv.Quote(s.name), p.h.lease, release))
+			errs = append(errs, s.c.Release(ctx, "release of semaphore "+strconv.Quote(s.name), p.h.lease, true, release))
 			continue
 		}
 		// Part of an acquisition: its lease goes on. The request id makes retries, here or in
 		// the background, count once.
-		ok, err := s.c.GiveBack(ctx, "release of semaphore "+strconv.Quote(s.name), p.h.lease.TTL(), nil, release)
+		ok, err := s.c.GiveBack(ctx, "release of semaphore "+strconv.Quote(s.name), p.h.lease.TTL(), true, nil, release)
 		if err == nil && !ok {
 			err = fmt.Errorf("%w: %w: the permits had been lost", distsync.ErrNotHeld, distsync.ErrLost)
 		}
@@ -325,7 +325,7 @@ func (s *Semaphore) run(ctx context.Context, script *scripts.Script, id string, 
 
 func (s *Semaphore) runWith(ctx context.Context, script *scripts.Script, id string, n, size int64, extra string) rueidis.RedisResult {
 	return script.Exec(ctx, s.c.Client, s.keys, []string{id, strconv.FormatInt(n, 10), strconv.FormatInt(size, 10),
-		ms(s.ttl), ms(s.c.Config.WaiterLease), ms(2 * s.ttl / core.RenewDivisor), s.chanPrefix, s.c.Pub, ms(opsTTL), extra})
+		core.Ms(s.ttl), core.Ms(s.c.Config.WaiterLease), core.Ms(2 * s.ttl / core.RenewDivisor), s.chanPrefix, s.c.Pub, core.Ms(opsTTL), extra})
 }
 
 // hold records an acquisition of n permits under owner, with its lease on the renewal loop.
@@ -367,7 +367,7 @@ func (s *Semaphore) leave(ctx context.Context, w string) error {
 }
 
 func (s *Semaphore) badReply(vals []int64) error {
-	return waitq.Unexpected(scripts.SemaphoreAcquire, vals)
+	return core.Unexpected(scripts.SemaphoreAcquire, vals)
 }
 
 func (s *Semaphore) fail(ctx context.Context, err error) error {
@@ -383,5 +383,3 @@ func (s *Semaphore) fail(ctx context.Context, err error) error {
 func (s *Semaphore) notAcquired(err error) error {
 	return fmt.Errorf("semaphore %q: %w: %w", s.name, distsync.ErrNotAcquired, err)
 }
-
-func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

@@ -353,13 +353,12 @@ func (r *renewer) closeAll(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Release gives back the claim of l, which the caller has Stopped, with release: one
-// compare-and-delete, safe to repeat, that reports whether the claim was still l's (see
-// GiveBack). It returns nil once released, an error matching ErrNotHeld and ErrLost if the
-// claim was not l's any more, and otherwise the error while the handle goes on trying in the
-// background. l ends either way.
-func (h *Handle) Release(ctx context.Context, what string, l *Lease, release func(ctx context.Context) (bool, error)) error {
-	held, err := h.GiveBack(ctx, what, l.TTL(), func() { l.End(ErrReleased) }, release)
+// Release gives back the claim of l, which the caller has Stopped, with release, which
+// reports whether the claim was still l's (see GiveBack). It returns nil once released, an
+// error matching ErrNotHeld and ErrLost if the claim was not l's any more, and otherwise the
+// error while the handle goes on trying in the background. l ends either way.
+func (h *Handle) Release(ctx context.Context, what string, l *Lease, counted bool, release func(ctx context.Context) (bool, error)) error {
+	held, err := h.GiveBack(ctx, what, l.TTL(), counted, func() { l.End(ErrReleased) }, release)
 	switch {
 	case err != nil:
 		return err
@@ -373,13 +372,14 @@ func (h *Handle) Release(ctx context.Context, what string, l *Lease, release fun
 }
 
 // GiveBack runs release, which gives back a claim and reports whether it was still held; it
-// must be safe to repeat (a compare-and-delete, or a request id Redis counts once). A
-// connection error is retried a few times at once; a retry that finds the claim gone counts as
-// given back (the first attempt went through, by far the likeliest reason). If no attempt is
+// must be safe to repeat. A connection error is retried a few times at once. If release is
+// counted (it carries a request id that Redis applies once), a retry's answer is the answer;
+// if it is a compare-and-delete, a retry that finds the claim gone counts as given back (the
+// first attempt went through, by far the likeliest reason). If no attempt is
 // confirmed (ctx ended, Redis unreachable or failing), GiveBack returns the error and goes on
 // trying in the background for up to within (the claim expires by then anyway), then runs
 // finally (if not nil).
-func (h *Handle) GiveBack(ctx context.Context, what string, within time.Duration, finally func(), release func(ctx context.Context) (bool, error)) (bool, error) {
+func (h *Handle) GiveBack(ctx context.Context, what string, within time.Duration, counted bool, finally func(), release func(ctx context.Context) (bool, error)) (bool, error) {
 	held, err := release(ctx)
 	for i, backoff := 0, 10*time.Millisecond; err != nil && Transient(err) && i < 3; i, backoff = i+1, 2*backoff {
 		select {
@@ -389,7 +389,7 @@ func (h *Handle) GiveBack(ctx context.Context, what string, within time.Duration
 		if ctx.Err() != nil {
 			break
 		}
-		if held, err = release(ctx); err == nil {
+		if held, err = release(ctx); err == nil && !counted {
 			held = true
 		}
 	}

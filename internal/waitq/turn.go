@@ -2,7 +2,6 @@ package waitq
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/distsync/distsync/internal/core"
@@ -150,11 +149,6 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 			}
 		}
 	}
-}
-
-// Unexpected is the error of a script reply that does not have the expected shape.
-func Unexpected(script fmt.Stringer, reply any) error {
-	return core.Permanent(fmt.Errorf("unexpected reply %v from %s", reply, script))
 }
 
 // drain empties c without blocking.
