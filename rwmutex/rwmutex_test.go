@@ -53,27 +53,6 @@ func async(ctx context.Context, f func(context.Context) error) <-chan error {
 	return ch
 }
 
-func waitFor(t *testing.T, what string, ch <-chan error, limit time.Duration) {
-	t.Helper()
-	select {
-	case err := <-ch:
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	case <-time.After(limit):
-		t.Fatalf("%s did not return within %v", what, limit)
-	}
-}
-
-func notYet(t *testing.T, what string, ch <-chan error, d time.Duration) {
-	t.Helper()
-	select {
-	case err := <-ch:
-		t.Fatalf("%s returned (%v) while it should wait", what, err)
-	case <-time.After(d):
-	}
-}
-
 // exists reports whether key k exists.
 func exists(t *testing.T, b *redistest.Backend, k string) bool {
 	t.Helper()
@@ -338,11 +317,11 @@ func TestCrashedWaitingWriterDoesNotBlockReaders(t *testing.T) {
 			t.Fatal("the writer never marked itself as waiting")
 		}
 		lres := async(context.Background(), late.RLock)
-		notYet(t, "RLock behind a waiting writer", lres, 200*time.Millisecond)
+		redistest.Blocks(t, "RLock behind a waiting writer", lres, 200*time.Millisecond)
 		net.Cut() // the waiting writer is gone
 		start := time.Now()
 		must(t, "first RUnlock", first.RUnlock)
-		waitFor(t, "RLock after the writer vanished", lres, 5*ttl)
+		redistest.Returns(t, "RLock after the writer vanished", lres, 5*ttl)
 		t.Logf("reader got in %v after the waiting writer vanished (lease %v)", time.Since(start), ttl)
 		must(t, "late RUnlock", late.RUnlock)
 		net.Restore() // so that the writer's process can end cleanly
@@ -377,11 +356,11 @@ func TestIdleWaitersDoNotPoll(t *testing.T) {
 		}
 		start := time.Now()
 		must(t, "Unlock", holder.Unlock)
-		waitFor(t, "reader woken by Unlock", rres, ttl/2)
+		redistest.Returns(t, "reader woken by Unlock", rres, ttl/2)
 		t.Logf("reader woken %v after the Unlock", time.Since(start))
-		notYet(t, "writer while a reader holds", wres, 100*time.Millisecond)
+		redistest.Blocks(t, "writer while a reader holds", wres, 100*time.Millisecond)
 		must(t, "RUnlock", reader.RUnlock)
-		waitFor(t, "writer woken by the last RUnlock", wres, ttl/2)
+		redistest.Returns(t, "writer woken by the last RUnlock", wres, ttl/2)
 		must(t, "writer Unlock", writer.Unlock)
 	})
 }
@@ -585,7 +564,7 @@ func TestAdmittedReaderThatNeverComes(t *testing.T) {
 		net.Cut() // the reader's process is gone; its mark is not
 		start := time.Now()
 		must(t, "Unlock", w1.Unlock) // admits the dead reader
-		waitFor(t, "the next writer", wres, 3*time.Second)
+		redistest.Returns(t, "the next writer", wres, 3*time.Second)
 		t.Logf("the next writer got in %v after the Unlock", time.Since(start))
 		must(t, "Unlock", w2.Unlock)
 		net.Restore()

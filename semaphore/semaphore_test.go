@@ -74,27 +74,6 @@ func waitQueued(t *testing.T, b *redistest.Backend, prefix, name string, n int64
 	}
 }
 
-func done(t *testing.T, what string, ch <-chan error, limit time.Duration) {
-	t.Helper()
-	select {
-	case err := <-ch:
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	case <-time.After(limit):
-		t.Fatalf("%s did not return within %v", what, limit)
-	}
-}
-
-func pending(t *testing.T, what string, ch <-chan error, d time.Duration) {
-	t.Helper()
-	select {
-	case err := <-ch:
-		t.Fatalf("%s returned (%v), but must wait", what, err)
-	case <-time.After(d):
-	}
-}
-
 // Pods × goroutines acquiring random weights: the permits held never add up to more than the
 // size, and they do add up to more than one at times (the semaphore is not a mutex).
 func TestNeverMoreThanSize(t *testing.T) {
@@ -159,13 +138,13 @@ func TestReleaseServesTheHeadInOrder(t *testing.T) {
 		waitQueued(t, b, prefix, "fifo", 2)
 
 		release(t, holder, 1) // 1 free: the head wants 2, and the small one must not overtake it
-		pending(t, "the small request behind a large one", small, 300*time.Millisecond)
-		pending(t, "the large request", large, 0)
+		redistest.Blocks(t, "the small request behind a large one", small, 300*time.Millisecond)
+		redistest.Blocks(t, "the large request", large, 0)
 		release(t, holder, 1) // 2 free: the large request goes
-		done(t, "the large request", large, 2*time.Second)
-		pending(t, "the small request", small, 200*time.Millisecond)
+		redistest.Returns(t, "the large request", large, 2*time.Second)
+		redistest.Blocks(t, "the small request", small, 200*time.Millisecond)
 		release(t, holder, 1)
-		done(t, "the small request", small, 2*time.Second)
+		redistest.Returns(t, "the small request", small, 2*time.Second)
 	})
 }
 
@@ -385,11 +364,11 @@ func TestIdleWaitersDoNotPoll(t *testing.T) {
 			t.Errorf("%d renewal pipelines in %v, want at most %d", n, window, ticks)
 		}
 		release(t, holder, 2) // two of the waiters get in, then the third
-		done(t, "a waiter", res, 2*time.Second)
-		done(t, "another waiter", res, 2*time.Second)
-		pending(t, "the third waiter", res, 100*time.Millisecond)
+		redistest.Returns(t, "a waiter", res, 2*time.Second)
+		redistest.Returns(t, "another waiter", res, 2*time.Second)
+		redistest.Blocks(t, "the third waiter", res, 100*time.Millisecond)
 		release(t, w, 1)
-		done(t, "the third waiter", res, 2*time.Second)
+		redistest.Returns(t, "the third waiter", res, 2*time.Second)
 		release(t, w, 2)
 	})
 }

@@ -81,3 +81,26 @@ func Eventually(limit time.Duration, cond func() bool) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Returns fails the test unless ch yields a nil error within limit.
+func Returns(tb testing.TB, what string, ch <-chan error, limit time.Duration) {
+	tb.Helper()
+	select {
+	case err := <-ch:
+		if err != nil {
+			tb.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(limit):
+		tb.Fatalf("%s did not return within %v", what, limit)
+	}
+}
+
+// Blocks fails the test if ch yields anything within d.
+func Blocks(tb testing.TB, what string, ch <-chan error, d time.Duration) {
+	tb.Helper()
+	select {
+	case err := <-ch:
+		tb.Fatalf("%s returned (%v) while it should wait", what, err)
+	case <-time.After(d):
+	}
+}
