@@ -70,20 +70,17 @@ func WithFixedLease(ttl time.Duration) Option {
 // New returns the fair Mutex called name. It sends nothing to Redis. It returns an error
 // matching [distsync.ErrInvalid] for an empty name or a lease shorter than a millisecond.
 func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
-	c := core.Of(h)
-	if c == nil {
-		return nil, fmt.Errorf("fair: %w: nil handle", distsync.ErrInvalid)
+	c, err := core.Open(h, "fair")
+	if err != nil {
+		return nil, err
 	}
 	m := &Mutex{c: c, name: name, ttl: c.Config.LeaseTTL, renew: true}
 	for _, o := range opts {
 		o(m)
 	}
-	if m.ttl < time.Millisecond {
-		return nil, fmt.Errorf("fair %q: %w: lease TTL must be at least 1ms, got %v", name, distsync.ErrInvalid, m.ttl)
-	}
-	ks, err := c.Keys("fair", name)
+	ks, err := c.Space("fair", name, m.ttl)
 	if err != nil {
-		return nil, fmt.Errorf("fair %q: %w", name, err)
+		return nil, err
 	}
 	m.keys = []string{ks.Key(), ks.Part("fence"), ks.Part("q"), ks.Part("qx")}
 	m.chanPrefix = ks.Channel()

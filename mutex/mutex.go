@@ -81,20 +81,17 @@ func WithFixedLease(ttl time.Duration) Option {
 // matching [distsync.ErrInvalid] for an empty name or a lease shorter than a millisecond.
 // Any name is allowed otherwise; names that differ are different mutexes.
 func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
-	c := core.Of(h)
-	if c == nil {
-		return nil, fmt.Errorf("mutex: %w: nil handle", distsync.ErrInvalid)
+	c, err := core.Open(h, "mutex")
+	if err != nil {
+		return nil, err
 	}
 	m := &Mutex{c: c, name: name, ttl: c.Config.LeaseTTL, renew: true}
 	for _, o := range opts {
 		o(m)
 	}
-	if m.ttl < time.Millisecond {
-		return nil, fmt.Errorf("mutex %q: %w: lease TTL must be at least 1ms, got %v", name, distsync.ErrInvalid, m.ttl)
-	}
-	ks, err := c.Keys("mutex", name)
+	ks, err := c.Space("mutex", name, m.ttl)
 	if err != nil {
-		return nil, fmt.Errorf("mutex %q: %w", name, err)
+		return nil, err
 	}
 	m.lock, m.fence, m.q, m.qx, m.chanPrefix = ks.Key(), ks.Part("fence"), ks.Part("q"), ks.Part("qx"), ks.Channel()
 	m.keys = []string{m.lock, m.fence, m.q, m.qx}

@@ -102,20 +102,17 @@ func WithFixedLease(ttl time.Duration) Option {
 // New returns the reentrant Mutex called name. It sends nothing to Redis. It returns an error
 // matching [distsync.ErrInvalid] for an empty name or a lease shorter than a millisecond.
 func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
-	c := core.Of(h)
-	if c == nil {
-		return nil, fmt.Errorf("reentrant: %w: nil handle", distsync.ErrInvalid)
+	c, err := core.Open(h, "reentrant")
+	if err != nil {
+		return nil, err
 	}
 	m := &Mutex{c: c, name: name, ttl: c.Config.LeaseTTL, renew: true, holds: make(map[Owner]*hold)}
 	for _, o := range opts {
 		o(m)
 	}
-	if m.ttl < time.Millisecond {
-		return nil, fmt.Errorf("reentrant %q: %w: lease TTL must be at least 1ms, got %v", name, distsync.ErrInvalid, m.ttl)
-	}
-	ks, err := c.Keys("reentrant", name)
+	ks, err := c.Space("reentrant", name, m.ttl)
 	if err != nil {
-		return nil, fmt.Errorf("reentrant %q: %w", name, err)
+		return nil, err
 	}
 	m.lock, m.channel = ks.Key(), ks.Channel()
 	m.keys = []string{m.lock, ks.Part("fence"), ks.Part("ops")}

@@ -79,20 +79,17 @@ func WithFixedLease(ttl time.Duration) Option {
 // New returns the RWMutex called name. It sends nothing to Redis. It returns an error
 // matching [distsync.ErrInvalid] for an empty name or a lease shorter than a millisecond.
 func New(h *distsync.Handle, name string, opts ...Option) (*RWMutex, error) {
-	c := core.Of(h)
-	if c == nil {
-		return nil, fmt.Errorf("rwmutex: %w: nil handle", distsync.ErrInvalid)
+	c, err := core.Open(h, "rwmutex")
+	if err != nil {
+		return nil, err
 	}
 	m := &RWMutex{c: c, name: name, ttl: c.Config.LeaseTTL, renew: true}
 	for _, o := range opts {
 		o(m)
 	}
-	if m.ttl < time.Millisecond {
-		return nil, fmt.Errorf("rwmutex %q: %w: lease TTL must be at least 1ms, got %v", name, distsync.ErrInvalid, m.ttl)
-	}
-	ks, err := c.Keys("rwmutex", name)
+	ks, err := c.Space("rwmutex", name, m.ttl)
 	if err != nil {
-		return nil, fmt.Errorf("rwmutex %q: %w", name, err)
+		return nil, err
 	}
 	m.keys = []string{ks.Key(), ks.Part("r"), ks.Part("ww"), ks.Part("rq"), ks.Part("ra"), ks.Part("fence"), ks.Part("ops")}
 	// A waiting mark outlives the wait it reported by two renewal periods: one for the

@@ -84,9 +84,9 @@ func WithFixedLease(ttl time.Duration) Option {
 // returns an error matching [distsync.ErrInvalid] for an empty name, a size below 1 or a
 // lease shorter than a millisecond.
 func New(h *distsync.Handle, name string, size int64, opts ...Option) (*Semaphore, error) {
-	c := core.Of(h)
-	if c == nil {
-		return nil, fmt.Errorf("semaphore: %w: nil handle", distsync.ErrInvalid)
+	c, err := core.Open(h, "semaphore")
+	if err != nil {
+		return nil, err
 	}
 	s := &Semaphore{c: c, name: name, size: size, ttl: c.Config.LeaseTTL, renew: true}
 	for _, o := range opts {
@@ -95,12 +95,9 @@ func New(h *distsync.Handle, name string, size int64, opts ...Option) (*Semaphor
 	if size < 1 {
 		return nil, fmt.Errorf("semaphore %q: %w: size must be at least 1, got %d", name, distsync.ErrInvalid, size)
 	}
-	if s.ttl < time.Millisecond {
-		return nil, fmt.Errorf("semaphore %q: %w: lease TTL must be at least 1ms, got %v", name, distsync.ErrInvalid, s.ttl)
-	}
-	ks, err := c.Keys("semaphore", name)
+	ks, err := c.Space("semaphore", name, s.ttl)
 	if err != nil {
-		return nil, fmt.Errorf("semaphore %q: %w", name, err)
+		return nil, err
 	}
 	s.keys = []string{ks.Key(), ks.Part("n"), ks.Part("q"), ks.Part("qx"), ks.Part("qn"), ks.Part("size"), ks.Part("ops")}
 	s.chanPrefix = ks.Channel()

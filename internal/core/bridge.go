@@ -1,5 +1,12 @@
 package core
 
+import (
+	"fmt"
+	"time"
+
+	"github.com/distsync/distsync/internal/keys"
+)
+
 // Package distsync sets these at init. They let a primitive package reach the core of a
 // *distsync.Handle and hand out a *distsync.Lease without either direction being part of the
 // public API (the same pattern as grpc's internal package).
@@ -15,3 +22,26 @@ func Bridge(of func(h any) *Handle, wrap func(l *Lease) any) {
 
 // Of returns the core of a *distsync.Handle (nil for a nil handle).
 func Of(h any) *Handle { return handleOf(h) }
+
+// Open returns the core of a *distsync.Handle for a primitive of kind, or an error matching
+// ErrInvalid if the handle is nil.
+func Open(h any, kind string) (*Handle, error) {
+	if c := Of(h); c != nil {
+		return c, nil
+	}
+	return nil, fmt.Errorf("%s: %w: nil handle", kind, ErrInvalid)
+}
+
+// Space checks what every primitive's New checks, a lease of at least a millisecond and a
+// name that makes keys, and returns the key space of the primitive of kind named name. Its
+// errors match ErrInvalid.
+func (h *Handle) Space(kind, name string, ttl time.Duration) (keys.Space, error) {
+	if ttl < time.Millisecond {
+		return keys.Space{}, fmt.Errorf("%s %q: %w: lease TTL must be at least 1ms, got %v", kind, name, ErrInvalid, ttl)
+	}
+	ks, err := h.Keys(kind, name)
+	if err != nil {
+		return ks, fmt.Errorf("%s %q: %w", kind, name, err)
+	}
+	return ks, nil
+}
