@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -356,11 +357,11 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 		for {
 			select {
 			case m := <-l.ch:
-				from, res, ok := cut(m)
+				// "<leader>\n<result>": any leader's result is the call's result.
+				_, res, ok := strings.Cut(m, "\n")
 				if !ok || res == "" {
 					break wait // a leader gave up its lead: look again
 				}
-				_ = from // any leader's result is the call's result
 				c.val, c.err = g.decode(key, res)
 				c.shared = true
 				return
@@ -533,14 +534,4 @@ func (l *listener) resubscribed() <-chan struct{} {
 		l.resub = make(chan struct{})
 	}
 	return l.resub
-}
-
-// cut splits a published result into its leader and its result.
-func cut(m string) (from, res string, ok bool) {
-	for i := 0; i < len(m); i++ {
-		if m[i] == '\n' {
-			return m[:i], m[i+1:], true
-		}
-	}
-	return "", "", false
 }
