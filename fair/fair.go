@@ -109,7 +109,9 @@ func (m *Mutex) Lock(ctx context.Context) error {
 	defer slot.Close()
 	err := m.wait(ctx, w, slot)
 	if err != nil {
-		m.c.Background("leaving the queue of fair lock "+strconv.Quote(m.name), voidTTL,
+		// Leave the queue (passing on a lock handed over meanwhile) before returning: an
+		// Unlock and a TryLock right after must find the caller gone.
+		m.c.Undo("leaving the queue of fair lock "+strconv.Quote(m.name), voidTTL,
 			func(bctx context.Context) error { return m.leave(bctx, w) })
 		return m.fail(ctx, err)
 	}
@@ -162,12 +164,15 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 	vals, err := scripts.FairAcquire.Exec(ctx, m.c.Client, m.keys,
 		[]string{w, m.ttlArg, m.fenceArg, m.wleaseArg, "1", m.chanPrefix, m.c.Pub, "", m.slackArg}).AsIntSlice()
 	if err != nil {
-		m.c.Background("cleanup after a cancelled TryLock", voidTTL,
+		m.c.Undo("cleanup after a cancelled TryLock", voidTTL,
 			func(bctx context.Context) error { return m.leave(bctx, w) })
 		return false, m.fail(ctx, err)
 	}
 	if len(vals) == 2 && vals[0] == 1 {
-		return true, m.hold(w, vals[1], sent, time.Time{}, nil)
+		if err := m.hold(w, vals[1], sent, time.Time{}, nil); err != nil {
+			return false, m.fail(ctx, err)
+		}
+		return true, nil
 	}
 	return false, nil
 }
@@ -186,9 +191,6 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	l := m.holds[0]
 	m.holds = m.holds[1:]
 	m.mu.Unlock()
-	if err := l.Stop(); err != nil {
-		return fmt.Errorf("fair %q: %w: %w", m.name, distsync.ErrNotHeld, err)
-	}
 	if err := m.c.Release(ctx, "unlock of fair lock "+strconv.Quote(m.name), l, false,
 		func(ctx context.Context) (bool, error) { return m.release(ctx, l) }); err != nil {
 		return fmt.Errorf("fair %q: unlock: %w", m.name, err)
@@ -227,7 +229,7 @@ func (m *Mutex) Locker() sync.Locker { return core.Locker("fair: Locker", m.Lock
 
 // hold records an acquisition under owner, with its lease on the renewal loop.
 func (m *Mutex) hold(owner string, token int64, sent, deadline time.Time, first *scripts.Call) error {
-	l := m.c.Hold(core.LeaseSpec{
+	l, err := m.c.Hold(core.LeaseSpec{
 		Key: m.keys[0], Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent,
 		Deadline: deadline, First: first,
 		Release: func(ctx context.Context, l *core.Lease) error {
@@ -235,11 +237,8 @@ func (m *Mutex) hold(owner string, token int64, sent, deadline time.Time, first 
 			return err
 		},
 	})
-	if l.Err() != nil { // the handle closed meanwhile
-		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, _ = m.release(rctx, l)
-		cancel()
-		return core.ErrClosed
+	if err != nil { // given back: the handle closed, or the reply came too late to use
+		return err
 	}
 	m.mu.Lock()
 	m.holds = append(m.holds, l)
@@ -257,6 +256,8 @@ func (m *Mutex) fail(ctx context.Context, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return m.notAcquired(ctx.Err())
+	case errors.Is(err, core.ErrLate):
+		return m.notAcquired(err)
 	case errors.Is(err, core.ErrClosed):
 		return fmt.Errorf("fair %q: %w", m.name, core.ErrClosed)
 	}

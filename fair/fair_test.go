@@ -15,6 +15,7 @@ import (
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/fair"
 	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/internal/scripts"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -409,5 +410,73 @@ func TestBadInputAndLocker(t *testing.T) {
 			}
 		}()
 		l.Unlock()
+	})
+}
+
+// A cancelled Lock has left the queue when it returns: after the holder's Unlock right after
+// it, TryLock succeeds at once.
+func TestCancelledLockHasLeftWhenItReturns(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		holder := newFair(t, b.Pod(t, prefix), "gone")
+		waiter := newFair(t, b.Pod(t, prefix), "gone")
+		for round := range 15 {
+			lock(t, holder)
+			ctx, cancel := context.WithCancel(context.Background())
+			ch := make(chan error, 1)
+			go func() { ch <- waiter.Lock(ctx) }()
+			waitQueued(t, b, prefix, "gone", 1)
+			cancel()
+			unlock(t, holder) // races with the leaving: the lock may be handed to the waiter
+			select {
+			case err := <-ch:
+				if err != nil && !errors.Is(err, context.Canceled) {
+					t.Fatalf("cancelled Lock = %v", err)
+				}
+				if err == nil {
+					unlock(t, waiter) // it got the lock before it saw the cancel
+					continue
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("cancelled Lock did not return")
+			}
+			ok, err := holder.TryLock(context.Background())
+			if err != nil || !ok {
+				t.Fatalf("round %d: TryLock right after the cancelled Lock returned = %v, %v: it had not left", round, ok, err)
+			}
+			unlock(t, holder)
+		}
+	})
+}
+
+// A connection error that reads "context deadline exceeded" while the caller's own context is
+// live (rueidis fails every command queued on a connection that another command's deadline
+// closed) does not end a Lock: only the caller's context does.
+func TestForeignDeadlineDoesNotEndLock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		holder := newFair(t, b.Pod(t, prefix), "foreign")
+		f := redistest.NewFaulty(b.Client(t))
+		waiter := newFair(t, b.PodOn(t, f, prefix), "foreign")
+		lock(t, holder)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		f.Expire(2, redistest.ScriptCall(scripts.FairAcquire))
+		ch := make(chan error, 1)
+		go func() { ch <- waiter.Lock(ctx) }()
+		waitQueued(t, b, prefix, "foreign", 1) // queued by the third attempt
+		unlock(t, holder)
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatalf("Lock ended by an error that was not its context's: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("Lock did not return")
+		}
+		if f.Dropped() != 2 {
+			t.Fatalf("%d attempts met a foreign deadline, want 2", f.Dropped())
+		}
+		unlock(t, waiter)
 	})
 }

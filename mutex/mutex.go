@@ -157,11 +157,15 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 	res, owner, err := m.try(ctx, "", waitq.Try{})
 	if err != nil {
 		if owner != "" && !isRedisErr(err) {
-			m.c.Background("cleanup after a cancelled TryLock", voidTTL,
-				func(actx context.Context) error { return m.abandon(actx, owner, false) })
+			// Void the attempt, or pass the lock on if it took it, before returning.
+			m.c.Undo("cleanup after a cancelled TryLock", voidTTL,
+				func(actx context.Context) error { return m.abandon(actx, waitq.Leave{Owner: owner}) })
 		}
 		if ctx.Err() != nil {
 			return false, m.notAcquired(ctx.Err())
+		}
+		if errors.Is(err, core.ErrLate) {
+			return false, m.notAcquired(err)
 		}
 		return false, fmt.Errorf("mutex %q: trylock: %w", m.name, err)
 	}
@@ -187,9 +191,6 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	m.mu.Unlock()
 	if l == nil {
 		return fmt.Errorf("mutex %q: unlock of unlocked mutex: %w", m.name, distsync.ErrNotHeld)
-	}
-	if err := l.Stop(); err != nil {
-		return fmt.Errorf("mutex %q: %w: %w", m.name, distsync.ErrNotHeld, err)
 	}
 	err := m.c.Release(ctx, "unlock of mutex "+strconv.Quote(m.name), l, false,
 		func(ctx context.Context) (bool, error) { return m.release(ctx, l) })
@@ -291,8 +292,9 @@ func (m *Mutex) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Resu
 }
 
 // hold makes the acquisition under owner m's current hold, with its lease on the renewal loop.
+// An acquisition the Handle refuses (closed, or its reply came too late to use) is given back.
 func (m *Mutex) hold(owner string, token int64, sent, deadline time.Time, first *scripts.Call) error {
-	l := m.c.Hold(core.LeaseSpec{
+	l, err := m.c.Hold(core.LeaseSpec{
 		Key: m.lock, Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent,
 		Deadline: deadline, First: first,
 		Release: func(ctx context.Context, l *core.Lease) error {
@@ -300,11 +302,8 @@ func (m *Mutex) hold(owner string, token int64, sent, deadline time.Time, first 
 			return err
 		},
 	})
-	if l.Err() != nil { // the handle closed while the lock was being taken
-		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, _ = m.release(rctx, l)
-		cancel()
-		return core.ErrClosed
+	if err != nil {
+		return err
 	}
 	m.mu.Lock()
 	m.lease = l
@@ -313,14 +312,15 @@ func (m *Mutex) hold(owner string, token int64, sent, deadline time.Time, first 
 	return nil
 }
 
-// abandon is the waitq.Abandon of Lock and TryLock.
-func (m *Mutex) abandon(ctx context.Context, owner string, dequeue bool) error {
+// abandon is the waitq.Abandon of Lock (and the cleanup of a TryLock whose reply was lost).
+func (m *Mutex) abandon(ctx context.Context, lv waitq.Leave) error {
 	waiter := ""
-	if dequeue {
+	if lv.Dequeue {
 		waiter = m.waiter
 	}
 	return scripts.MutexLeave.Exec(ctx, m.c.Client, m.keys,
-		[]string{waiter, owner, m.windowArg, m.fenceArg, m.chanPrefix, m.c.Pub, core.Ms(voidTTL)}).Error()
+		[]string{waiter, lv.Owner, m.windowArg, m.fenceArg, m.chanPrefix, m.c.Pub, core.Ms(voidTTL),
+			strconv.FormatInt(lv.LastToken, 10)}).Error()
 }
 
 // parse is the waitq.Parse of m's channel (see internal/scripts/lib/queue.lua; each message

@@ -183,7 +183,10 @@ func newGroup[T any](c *core.Handle, name string, o options) (*Group[T], error) 
 // with its message; callers in the leader's process get the error itself.
 func (g *Group[T]) Do(ctx context.Context, key string, fn func(ctx context.Context) (T, error)) (v T, err error, shared bool) {
 	if err := ctx.Err(); err != nil {
-		return v, g.wrap(key, err), false
+		return v, g.wrap(key, fmt.Errorf("%w: %w", distsync.ErrNotAcquired, err)), false
+	}
+	if g.c.Closed() {
+		return v, g.wrap(key, distsync.ErrClosed), false
 	}
 	g.mu.Lock()
 	c := g.calls[key]
@@ -214,7 +217,7 @@ func (g *Group[T]) Do(ctx context.Context, key string, fn func(ctx context.Conte
 			}
 		}
 		g.mu.Unlock()
-		return v, g.wrap(key, ctx.Err()), false
+		return v, g.wrap(key, fmt.Errorf("%w: %w", distsync.ErrNotAcquired, ctx.Err())), false
 	}
 }
 
@@ -332,7 +335,16 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 			c.shared = true
 			return
 		case "l":
-			g.lead(c, ks, key, owner, sent, fn, ctx, sub != nil)
+			lease, err := g.c.Hold(core.LeaseSpec{Key: ks.lead, Owner: owner, Kind: "s", TTL: g.ttl, Renew: true, Sent: sent,
+				Release: func(ctx context.Context, _ *core.Lease) error { return g.finish(ctx, ks, owner, "", 0) }})
+			switch {
+			case errors.Is(err, core.ErrLate):
+				continue // the lead came too late to use and was given up: look again
+			case err != nil:
+				c.err = g.wrap(key, err) // the Handle closed: fn must not run uncoordinated
+				return
+			}
+			g.lead(c, ks, key, owner, lease, fn, ctx, sub != nil)
 			return
 		case "w":
 			leader, _ = reply[1].ToString()
@@ -380,10 +392,8 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 	}
 }
 
-// lead runs fn as the key's leader and shares its result.
-func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, sent time.Time, fn func(context.Context) (T, error), callCtx context.Context, subscribed bool) {
-	lease := g.c.Hold(core.LeaseSpec{Key: ks.lead, Owner: owner, Kind: "s", TTL: g.ttl, Renew: true, Sent: sent,
-		Release: func(ctx context.Context, _ *core.Lease) error { return g.finish(ctx, ks, owner, "", 0) }})
+// lead runs fn as the key's leader, under lease, and shares its result.
+func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, lease *core.Lease, fn func(context.Context) (T, error), callCtx context.Context, subscribed bool) {
 	fctx, cancel := context.WithCancelCause(context.WithoutCancel(callCtx))
 	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
 	var (
@@ -401,15 +411,17 @@ func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, sent time.Time
 	}()
 	stop()
 	cancel(nil)
-	if lerr := lease.Err(); lerr != nil {
-		// The lead was lost (or the Handle closed) while fn ran: another process may lead now.
-		// This process's callers get what fn returned; the others are not told (fn's error
-		// would often be only its cancelled context), and the lead is given up if still held.
-		lease.Stop()
+	// Err reads the lease's deadline now: a leader whose process was frozen past it learns of
+	// the loss here, even if the renewal loop has not run since it resumed.
+	if lerr := lease.Stop(); lerr != nil {
+		// The lead was lost (or the Handle closed) while fn ran: another process may lead now,
+		// and may have run fn at the same time. This process's callers are told; the others
+		// are not (another leader's result, or a re-check, reaches them), and the lead is given
+		// up if Redis still has it.
 		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
 		_ = g.finish(rctx, ks, owner, "", 0)
 		rcancel()
-		c.val, c.err, c.panicked = val, err, panicked
+		g.lostLead(c, key, val, err, panicked, lerr)
 		return
 	}
 
@@ -436,7 +448,6 @@ func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, sent time.Time
 	if err == nil && panicked == nil || err != nil && g.keepErrors {
 		keep = g.keep
 	}
-	lease.Stop()
 	// Publish the result, retrying a lost connection a few times: the waiters would otherwise
 	// wait for the lease to lapse and run fn again.
 	var n int64
@@ -454,6 +465,14 @@ func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, sent time.Time
 		g.c.Log().Warn("distsync: once: could not share a result (waiters will take over when the lead lapses)",
 			"group", g.name, "key", key, "err", ferr)
 	}
+	if ferr == nil && n < 0 {
+		// Redis no longer had this lead when the result came (it lapsed: the process or Redis
+		// stalled): nothing was shared or kept, and another leader may be running fn.
+		lerr := fmt.Errorf("%w: the lead was gone from Redis when fn returned", distsync.ErrLost)
+		lease.End(lerr)
+		g.lostLead(c, key, val, err, panicked, lerr)
+		return
+	}
 	lease.End(distsync.ErrReleased)
 	c.val, c.err, c.panicked = val, err, panicked
 	own := int64(0)
@@ -461,6 +480,17 @@ func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, sent time.Time
 		own = 1 // this process's own subscription is one of those the result reached
 	}
 	c.shared = n > own
+}
+
+// lostLead ends a call whose lead was lost while fn ran: its callers get fn's value with an
+// error matching [distsync.ErrLost] (and fn's own error, if any), since another process may
+// have run fn at the same time; a panic still panics.
+func (g *Group[T]) lostLead(c *call[T], key string, val T, err error, panicked any, lost error) {
+	e := fmt.Errorf("%w: the lead was lost while fn ran, so another process may have run it too", lost)
+	if err != nil {
+		e = errors.Join(e, err)
+	}
+	c.val, c.err, c.panicked = val, g.wrap(key, e), panicked
 }
 
 // finish runs once_finish.lua; res "" gives the lead up without a result.

@@ -442,3 +442,81 @@ func TestCancelledCallsLeaveNoLead(t *testing.T) {
 		}
 	})
 }
+
+// On a closed Handle, Do and Once.Do return ErrClosed and never run fn: fn would run without
+// any coordination with the other processes.
+func TestClosedHandleRunsNothing(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		p := b.Pod(t, prefix)
+		g := group[string](t, p, "closed")
+		o, err := once.NewOnce(p.H, "closed-once")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.H.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		ran := false
+		v, err, _ := g.Do(context.Background(), "k", func(context.Context) (string, error) { ran = true; return "v", nil })
+		if !errors.Is(err, distsync.ErrClosed) || v != "" || ran {
+			t.Fatalf("Group.Do on a closed Handle = %q, %v (fn ran: %v); want ErrClosed without running fn", v, err, ran)
+		}
+		err = o.Do(context.Background(), func(context.Context) error { ran = true; return nil })
+		if !errors.Is(err, distsync.ErrClosed) || ran {
+			t.Fatalf("Once.Do on a closed Handle = %v (fn ran: %v); want ErrClosed without running fn", err, ran)
+		}
+		if done, err := o.Done(context.Background()); err != nil || done {
+			t.Fatalf("Once.Done = %v, %v after a refused Do", done, err)
+		}
+	})
+}
+
+// A leader that loses its lead while fn runs (here its network is cut past the lease, and
+// another process takes over meanwhile) is told: fn's context ends with the loss as its
+// cause, its Do returns an error matching ErrLost, not fn's success, and its result is not
+// shared (the other process gets its own leader's).
+func TestLeaderThatLostItsLeadIsTold(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 400 * time.Millisecond
+		prefix := b.Prefix(t)
+		net := redistest.NewNetwork()
+		leader := group[string](t, b.PodVia(t, prefix, net), "lost", once.WithLeaseTTL(ttl))
+		other := group[string](t, b.Pod(t, prefix), "lost", once.WithLeaseTTL(ttl))
+		entered, release := make(chan struct{}), make(chan struct{})
+		var cause error
+		res := make(chan error, 1)
+		go func() {
+			ctx, cancel := bg(20 * time.Second)
+			defer cancel()
+			_, err, _ := leader.Do(ctx, "k", func(ctx context.Context) (string, error) {
+				close(entered)
+				<-release // a leader that does not look at its context
+				cause = context.Cause(ctx)
+				return "stale", nil
+			})
+			res <- err
+		}()
+		<-entered
+		net.Cut()
+		ctx, cancel := bg(10 * time.Second)
+		defer cancel()
+		v, err, _ := other.Do(ctx, "k", func(context.Context) (string, error) { return "fresh", nil })
+		if err != nil || v != "fresh" {
+			t.Fatalf("the other process got %q, %v; want to lead after the lost lease", v, err)
+		}
+		net.Restore()
+		close(release)
+		select {
+		case err := <-res:
+			if !errors.Is(err, distsync.ErrLost) {
+				t.Fatalf("the leader that lost its lead got %v from Do; want an error matching ErrLost", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the leader's Do did not return")
+		}
+		if !errors.Is(cause, distsync.ErrLost) {
+			t.Fatalf("fn's context ended with %v, want the loss", cause)
+		}
+	})
+}

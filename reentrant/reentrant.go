@@ -73,6 +73,9 @@ type Mutex struct {
 	keys          []string // lock, fence, ops
 	room          *waitq.Room
 
+	// amu serialises attempts, so that an attempt's outcome is matched with the local hold it
+	// was made for (one round trip each; waiting happens outside it).
+	amu   sync.Mutex
 	mu    sync.Mutex
 	holds map[Owner]*hold // this process's holds, by owner
 }
@@ -81,6 +84,9 @@ type Mutex struct {
 type hold struct {
 	n     int         // Locks not yet Unlocked
 	lease *core.Lease // renewed while n > 0
+	// gone says that the hold was lost and what Redis still had of it was given back: the
+	// Unlocks still to come only report the loss.
+	gone bool
 }
 
 // Option configures a Mutex.
@@ -194,10 +200,16 @@ func (m *Mutex) once(ctx context.Context, o Owner, retry bool) (bool, error) {
 			return res.Acquired, nil
 		}
 		if id != "" { // the attempt may have counted: undo it
-			m.c.Undo("undoing a reentrant lock attempt", opsTTL, func(ctx context.Context) error { return m.abandon(ctx, id, false) })
+			m.undo(id)
 		}
 		if ctx.Err() != nil {
 			return false, m.notAcquired(ctx.Err())
+		}
+		if errors.Is(err, distsync.ErrLost) {
+			return false, fmt.Errorf("reentrant %q: %w", m.name, err)
+		}
+		if errors.Is(err, core.ErrLate) {
+			return false, m.notAcquired(err)
 		}
 		if !retry || !core.Transient(err) {
 			return false, fmt.Errorf("reentrant %q: lock: %w", m.name, err)
@@ -211,44 +223,88 @@ func (m *Mutex) once(ctx context.Context, o Owner, retry bool) (bool, error) {
 }
 
 // attempt is the waitq.Attempt of Lock: one run of reentrant_lock.lua for the owner in ctx.
-// The value it returns for Abandon is "<request id> <owner>".
+// If this Mutex value holds m for the owner, the attempt re-enters that hold and only it; else
+// it takes m, or joins the owner's hold in another process. The value it returns for Abandon is
+// "<request id> <owner>".
 func (m *Mutex) attempt(ctx context.Context, _ waitq.Try) (waitq.Result, string, error) {
 	o, _ := OwnerFrom(ctx)
+	m.amu.Lock()
+	defer m.amu.Unlock()
+	m.mu.Lock()
+	h := m.holds[o]
+	m.mu.Unlock()
+	expect := "0"
+	if h != nil {
+		if err := h.lease.Err(); err != nil {
+			return waitq.Result{}, "", core.Permanent(fmt.Errorf("re-entering a hold that ended: %w", err))
+		}
+		expect = strconv.FormatInt(h.lease.Token(), 10)
+	}
 	id := m.c.NewID()
 	undo := id + " " + string(o)
 	sent := time.Now()
 	vals, err := scripts.ReentrantLock.Exec(ctx, m.c.Client, m.keys,
-		[]string{string(o), id, core.Ms(m.ttl), core.Ms(m.c.Config.FenceTTL), core.Ms(opsTTL)}).AsIntSlice()
+		[]string{string(o), id, core.Ms(m.ttl), core.Ms(m.c.Config.FenceTTL), core.Ms(opsTTL), expect}).AsIntSlice()
 	if err != nil {
 		return waitq.Result{}, undo, err
 	}
 	switch {
 	case len(vals) == 3 && vals[0] == 1:
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		h := m.holds[o]
-		if h == nil || h.lease.Err() != nil {
-			h = &hold{lease: m.c.Hold(core.LeaseSpec{
-				Key: m.lock, Owner: "o:" + string(o), Kind: "h", TTL: m.ttl, Renew: m.renew,
-				Token: vals[2], Sent: sent,
-				Release: func(ctx context.Context, l *core.Lease) error { return m.releaseAll(ctx, o) },
-			})}
-			m.holds[o] = h
+		if h != nil {
+			// A re-entry of h. If h's lease ended while the attempt was in flight, the count it
+			// added is not this process's to keep: undo it and report the loss.
+			m.mu.Lock()
+			err := h.lease.Err()
+			if err == nil {
+				h.n++
+			}
+			m.mu.Unlock()
+			if err != nil {
+				m.undo(undo)
+				return waitq.Result{}, "", core.Permanent(fmt.Errorf("re-entering a hold that ended: %w", err))
+			}
+			return waitq.Result{Acquired: true, Token: vals[2]}, "", nil
 		}
-		h.n++
+		l, err := m.c.Hold(core.LeaseSpec{
+			Key: m.lock, Owner: "o:" + string(o), Kind: "h", TTL: m.ttl, Renew: m.renew,
+			Token: vals[2], Sent: sent,
+			Release: func(ctx context.Context, l *core.Lease) error { return m.releaseAll(ctx, o, l) },
+		})
+		if err != nil { // closed, or too late to use: nothing of it is registered here
+			m.undo(undo)
+			return waitq.Result{}, "", err
+		}
+		m.mu.Lock()
+		m.holds[o] = &hold{n: 1, lease: l}
+		m.mu.Unlock()
 		return waitq.Result{Acquired: true, Token: vals[2]}, "", nil
 	case len(vals) == 2 && vals[0] == 0:
 		// The backstop, as for mutex: re-check when the holder's lease would run out, plus
 		// slack; at most one command per lease against a holder that renews.
 		pttl := time.Duration(vals[1]) * time.Millisecond
 		return waitq.Result{Wait: core.Backstop(pttl, m.ttl)}, "", nil
+	case len(vals) == 1 && vals[0] == -2:
+		// The hold being re-entered is gone from Redis: it was lost.
+		h.lease.Stop()
+		h.lease.End(fmt.Errorf("%w: the hold was gone from Redis when it was re-entered", distsync.ErrLost))
+		return waitq.Result{}, "", core.Permanent(fmt.Errorf("re-entering a hold that ended: %w", h.lease.Err()))
 	}
 	return waitq.Result{}, "", core.Unexpected(scripts.ReentrantLock, vals)
 }
 
-// abandon is the waitq.Abandon of Lock: it undoes the attempt named by undo, if it counted.
-func (m *Mutex) abandon(ctx context.Context, undo string, _ bool) error {
-	id, o, ok := strings.Cut(undo, " ")
+// undo undoes an attempt (see abandon) before the caller goes on, retrying in the background
+// if Redis cannot be reached.
+func (m *Mutex) undo(undo string) {
+	m.c.Undo("undoing a reentrant lock attempt", opsTTL, func(ctx context.Context) error {
+		return m.abandon(ctx, waitq.Leave{Owner: undo})
+	})
+}
+
+// abandon is the waitq.Abandon of Lock: it undoes the attempt named by lv.Owner, if it
+// counted. (There is no queue entry to remove: waiters of a reentrant Mutex are not queued in
+// Redis.)
+func (m *Mutex) abandon(ctx context.Context, lv waitq.Leave) error {
+	id, o, ok := strings.Cut(lv.Owner, " ")
 	if !ok {
 		return nil
 	}
@@ -276,17 +332,32 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		return fmt.Errorf("reentrant %q: unlock by an owner that does not hold it: %w", m.name, distsync.ErrNotHeld)
 	}
 	h.n--
-	last := h.n == 0
+	left := h.n
+	last := left == 0
 	if last {
 		delete(m.holds, o)
 	}
 	m.mu.Unlock()
 	l := h.lease
+	var err error
 	if last {
-		if err := l.Stop(); err != nil {
-			return fmt.Errorf("reentrant %q: %w: %w", m.name, distsync.ErrNotHeld, err)
+		err = l.Stop()
+	} else {
+		err = l.Err()
+	}
+	if err != nil {
+		if errors.Is(err, distsync.ErrLost) {
+			m.mu.Lock()
+			first := !h.gone
+			h.gone = true
+			m.mu.Unlock()
+			if first {
+				// Give back what Redis may still have of the hold (every count this process
+				// holds in it; by token, so never a later hold's): it would otherwise keep the
+				// others out until its TTL.
+				_, _ = m.unlock(ctx, o, m.c.NewID(), left+1, l.Token())
+			}
 		}
-	} else if err := l.Err(); err != nil {
 		return fmt.Errorf("reentrant %q: %w: %w", m.name, distsync.ErrNotHeld, err)
 	}
 
@@ -297,8 +368,8 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	}
 	held, err := m.c.GiveBack(ctx, "unlock of reentrant mutex "+strconv.Quote(m.name), m.ttl, true, finally,
 		func(ctx context.Context) (bool, error) {
-			left, err := m.unlock(ctx, o, id, 1)
-			return left >= 0, err
+			n, err := m.unlock(ctx, o, id, 1, l.Token())
+			return n >= 0, err
 		})
 	switch {
 	case err != nil:
@@ -314,10 +385,11 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	return nil
 }
 
-// unlock runs reentrant_unlock.lua: the owner's count left, or -1 if it held nothing.
-func (m *Mutex) unlock(ctx context.Context, o Owner, id string, by int) (int64, error) {
+// unlock runs reentrant_unlock.lua: the owner's count left in the hold with token, or -1 if it
+// held nothing there.
+func (m *Mutex) unlock(ctx context.Context, o Owner, id string, by int, token int64) (int64, error) {
 	vals, err := scripts.ReentrantUnlock.Exec(ctx, m.c.Client, []string{m.keys[0], m.keys[2]},
-		[]string{string(o), id, strconv.Itoa(by), core.Ms(opsTTL), m.channel, m.c.Pub}).AsIntSlice()
+		[]string{string(o), id, strconv.Itoa(by), core.Ms(opsTTL), m.channel, m.c.Pub, strconv.FormatInt(token, 10)}).AsIntSlice()
 	if err != nil {
 		return 0, err
 	}
@@ -327,20 +399,22 @@ func (m *Mutex) unlock(ctx context.Context, o Owner, id string, by int) (int64, 
 	return -1, nil
 }
 
-// releaseAll gives back every hold o has through m: the lease's Release, for Handle.Close.
-func (m *Mutex) releaseAll(ctx context.Context, o Owner) error {
+// releaseAll gives back every hold o has through m in the hold of lease l: l's Release, for
+// Handle.Close.
+func (m *Mutex) releaseAll(ctx context.Context, o Owner, l *core.Lease) error {
 	m.mu.Lock()
 	h := m.holds[o]
-	delete(m.holds, o)
-	n := 0
-	if h != nil {
-		n = h.n
+	if h == nil || h.lease != l {
+		m.mu.Unlock()
+		return nil
 	}
+	delete(m.holds, o)
+	n := h.n
 	m.mu.Unlock()
 	if n <= 0 {
 		return nil
 	}
-	_, err := m.unlock(ctx, o, m.c.NewID(), n)
+	_, err := m.unlock(ctx, o, m.c.NewID(), n, l.Token())
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -299,15 +300,10 @@ func TestOwnersExcludeEachOther(t *testing.T) {
 func TestLostRepliesCountOnce(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
-		d := redistest.NewDropper(b.Client(t))
+		d := redistest.NewFaulty(b.Client(t))
 		m := newMutex(t, b.PodOn(t, d, prefix), "flaky")
 		o := reentrant.NewOwner()
 		a := owned(o)
-		script := func(s *scripts.Script) func([]string) bool {
-			return func(cmd []string) bool {
-				return len(cmd) > 1 && (cmd[1] == s.SHA() || cmd[1] == s.Source())
-			}
-		}
 		want := func(n int64) {
 			t.Helper()
 			if got := count(t, b, prefix, "flaky", o); got != n {
@@ -318,16 +314,16 @@ func TestLostRepliesCountOnce(t *testing.T) {
 			}
 		}
 
-		d.Drop(1, script(scripts.ReentrantLock))
+		d.Drop(1, redistest.ScriptCall(scripts.ReentrantLock))
 		lock(t, m, a) // outermost, through the waiting room
 		want(1)
-		d.Drop(1, script(scripts.ReentrantLock))
+		d.Drop(1, redistest.ScriptCall(scripts.ReentrantLock))
 		lock(t, m, a) // re-entry
 		want(2)
-		d.Drop(1, script(scripts.ReentrantUnlock))
+		d.Drop(1, redistest.ScriptCall(scripts.ReentrantUnlock))
 		unlock(t, m, a)
 		want(1)
-		d.Drop(2, script(scripts.ReentrantUnlock))
+		d.Drop(2, redistest.ScriptCall(scripts.ReentrantUnlock))
 		unlock(t, m, a)
 		want(0)
 		if got := d.Dropped(); got != 5 {
@@ -566,4 +562,78 @@ func TestLocker(t *testing.T) {
 		}()
 		l.Unlock()
 	})
+}
+
+// A re-entry that is in flight while its hold's lease runs out (Redis is paused past the
+// lease) does not count in the hold that is gone, nor start a new one: it returns the loss,
+// the Unlocks still to come report it too, the local count and Redis's never diverge, no
+// token is handed out twice, and other owners get the mutex once the old hold lapsed.
+func TestReentryInFlightAcrossALostLease(t *testing.T) {
+	b := redistest.Open(t, redistest.Standalone)
+	const ttl = 600 * time.Millisecond
+	prefix := b.Prefix(t)
+	m := newMutex(t, b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)), "paused")
+	other := newMutex(t, b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)), "paused")
+	a := owned(reentrant.NewOwner())
+	lock(t, m, a)
+	lock(t, m, a)
+	tok := m.Lease(a).Token()
+
+	if err := b.Server.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = b.Server.Signal(syscall.SIGCONT)
+		}
+	}()
+	res := make(chan error, 1)
+	go func() {
+		ctx, cancel := within(a, 20*time.Second)
+		defer cancel()
+		res <- m.Lock(ctx) // waits in the socket while Redis is paused
+	}()
+	time.Sleep(ttl + 400*time.Millisecond) // the lease runs out meanwhile
+	if err := b.Server.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	select {
+	case err := <-res:
+		if err == nil || !errors.Is(err, distsync.ErrLost) {
+			t.Fatalf("a re-entry whose hold's lease ran out while it was in flight = %v, want ErrLost", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the re-entry did not return")
+	}
+	for i := range 2 {
+		if err := m.Unlock(a); !errors.Is(err, distsync.ErrNotHeld) || !errors.Is(err, distsync.ErrLost) {
+			t.Fatalf("Unlock %d after the loss = %v, want ErrNotHeld and ErrLost", i+1, err)
+		}
+	}
+	if n := m.HoldCount(a); n != 0 {
+		t.Fatalf("HoldCount = %d after every Unlock", n)
+	}
+	if n := count(t, b, prefix, "paused", ownerOf(a)); n != 0 {
+		t.Fatalf("Redis still counts %d for the owner", n)
+	}
+	bctx := owned(reentrant.NewOwner())
+	ctx, cancel := within(bctx, 5*time.Second)
+	defer cancel()
+	if err := other.Lock(ctx); err != nil {
+		t.Fatalf("another owner could not take the mutex after the lost hold: %v", err)
+	}
+	tok2 := other.Lease(bctx).Token()
+	unlock(t, other, bctx)
+	lock(t, m, a)
+	if tok3 := m.Lease(a).Token(); tok2 <= tok || tok3 <= tok2 {
+		t.Fatalf("tokens %d, %d, %d: a token was handed out again", tok, tok2, tok3)
+	}
+	unlock(t, m, a)
+}
+
+func ownerOf(ctx context.Context) reentrant.Owner {
+	o, _ := reentrant.OwnerFrom(ctx)
+	return o
 }

@@ -91,7 +91,7 @@ func New(h *distsync.Handle, name string, opts ...Option) (*RWMutex, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.keys = []string{ks.Key(), ks.Part("r"), ks.Part("ww"), ks.Part("rq"), ks.Part("ra"), ks.Part("fence"), ks.Part("ops")}
+	m.keys = []string{ks.Key(), ks.Part("r"), ks.Part("ww"), ks.Part("rq"), ks.Part("ra"), ks.Part("fence"), ks.Part("ops"), ks.Part("wo")}
 	// A waiting mark outlives the wait it reported by two renewal periods: one for the
 	// waiter's backstop slack, one for a late timer.
 	m.fixed = []string{core.Ms(m.ttl), core.Ms(2 * m.ttl / core.RenewDivisor), core.Ms(c.Config.HandoffWindow),
@@ -104,15 +104,15 @@ func New(h *distsync.Handle, name string, opts ...Option) (*RWMutex, error) {
 		Attempt: func(ctx context.Context, t waitq.Try) (waitq.Result, string, error) {
 			return m.attempt(ctx, "r", m.waiterR, t.More)
 		},
-		Abandon: func(ctx context.Context, owner string, dequeue bool) error {
-			return m.leave(ctx, "r", m.waiterR, owner, dequeue)
+		Abandon: func(ctx context.Context, lv waitq.Leave) error {
+			return m.leave(ctx, "r", m.waiterR, lv.Owner, lv.Dequeue)
 		}})
 	m.writers = waitq.NewRoom(c, ks.Channel()+":w", waitq.Hooks{Parse: recheck, Gate: m.gate,
 		Attempt: func(ctx context.Context, t waitq.Try) (waitq.Result, string, error) {
 			return m.attempt(ctx, "w", m.waiterW, t.More)
 		},
-		Abandon: func(ctx context.Context, owner string, dequeue bool) error {
-			return m.leave(ctx, "w", m.waiterW, owner, dequeue)
+		Abandon: func(ctx context.Context, lv waitq.Leave) error {
+			return m.leave(ctx, "w", m.waiterW, lv.Owner, lv.Dequeue)
 		}})
 	return m, nil
 }
@@ -245,11 +245,14 @@ func (m *RWMutex) try(ctx context.Context, mode string) (bool, error) {
 	res, owner, err := m.attempt(ctx, mode, "", false)
 	if err != nil {
 		if owner != "" {
-			m.c.Background("cleanup after a cancelled try", opsTTL,
+			m.c.Undo("cleanup after a cancelled try", opsTTL,
 				func(actx context.Context) error { return m.leave(actx, mode, "", owner, false) })
 		}
 		if ctx.Err() != nil {
 			return false, m.notAcquired(ctx.Err())
+		}
+		if errors.Is(err, core.ErrLate) {
+			return false, m.notAcquired(err)
 		}
 		return false, fmt.Errorf("rwmutex %q: try: %w", m.name, err)
 	}
@@ -307,12 +310,9 @@ func (m *RWMutex) hold(mode, owner string, token int64, sent time.Time) error {
 		_, err := m.unlock(ctx, mode, l)
 		return err
 	}
-	l := m.c.Hold(spec)
-	if l.Err() != nil { // the handle closed while the lock was being taken
-		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, _ = m.unlock(rctx, mode, l)
-		cancel()
-		return core.ErrClosed
+	l, err := m.c.Hold(spec)
+	if err != nil { // given back: the handle closed, or the reply came too late to use
+		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -329,9 +329,6 @@ func (m *RWMutex) release(ctx context.Context, mode string, l *core.Lease) error
 	what := "Unlock"
 	if mode == "r" {
 		what = "RUnlock"
-	}
-	if err := l.Stop(); err != nil {
-		return fmt.Errorf("rwmutex %q: %s: %w: %w", m.name, what, distsync.ErrNotHeld, err)
 	}
 	err := m.c.Release(ctx, what+" of rwmutex "+strconv.Quote(m.name), l, false,
 		func(ctx context.Context) (bool, error) { return m.unlock(ctx, mode, l) })

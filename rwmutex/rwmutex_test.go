@@ -572,3 +572,56 @@ func TestAdmittedReaderThatNeverComes(t *testing.T) {
 		<-dres
 	})
 }
+
+// Writers of several processes, each locking again as soon as it unlocked, take turns: a
+// writer waiting in Lock is overtaken by at most one hold of each other writer (plus one in
+// flight), never without bound; the releaser does not simply take the lock again.
+func TestWritersAreServedInTurn(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const writers, rounds = 3, 12
+		prefix := b.Prefix(t)
+		var mu sync.Mutex
+		var log []int // which writer acquired, in order
+		worst := make([]int, writers)
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		for i := range writers {
+			m := newRW(t, b.Pod(t, prefix), "turns")
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				for range rounds {
+					mu.Lock()
+					from := len(log)
+					mu.Unlock()
+					if err := m.Lock(ctx); err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					worst[i] = max(worst[i], len(log)-from)
+					log = append(log, i)
+					mu.Unlock()
+					time.Sleep(2 * time.Millisecond)
+					if err := m.Unlock(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		for i, w := range worst {
+			if w > 2*(writers-1) {
+				t.Fatalf("writer %d was overtaken %d times while it waited (order %v)", i, w, log)
+			}
+		}
+		t.Logf("most overtakes per wait: %v", worst)
+	})
+}

@@ -177,7 +177,9 @@ func (s *Semaphore) AcquireLease(ctx context.Context, n int64) (*distsync.Lease,
 	})
 	if err != nil {
 		if !errors.Is(err, ErrSizeMismatch) {
-			s.c.Background("leaving the queue of semaphore "+strconv.Quote(s.name), opsTTL,
+			// Leave the queue, giving back permits granted meanwhile, before returning: a
+			// failed Acquire leaves the semaphore as it was (x/sync promises the same).
+			s.c.Undo("leaving the queue of semaphore "+strconv.Quote(s.name), opsTTL,
 				func(bctx context.Context) error { return s.leave(bctx, w) })
 		}
 		return nil, s.fail(ctx, err)
@@ -200,14 +202,16 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (bool, error) {
 	vals, err := s.run(ctx, scripts.SemaphoreAcquire, w, n, "1")
 	if err != nil {
 		if !errors.Is(err, ErrSizeMismatch) {
-			s.c.Background("cleanup after a cancelled TryAcquire", opsTTL,
+			s.c.Undo("cleanup after a cancelled TryAcquire", opsTTL,
 				func(bctx context.Context) error { return s.leave(bctx, w) })
 		}
 		return false, s.fail(ctx, err)
 	}
 	if len(vals) == 1 && vals[0] == 1 {
-		_, err := s.hold(w, n, sent, time.Time{}, false)
-		return err == nil, err
+		if _, err := s.hold(w, n, sent, time.Time{}, false); err != nil {
+			return false, s.fail(ctx, err)
+		}
+		return true, nil
 	}
 	return false, nil
 }
@@ -253,16 +257,17 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 
 	var errs []error
 	for _, p := range parts {
-		if p.last {
-			if err := p.h.lease.Stop(); err != nil {
-				errs = append(errs, fmt.Errorf("%w: %w", distsync.ErrNotHeld, err))
-				continue
-			}
-		}
 		id := s.c.NewID()
 		release := func(ctx context.Context) (bool, error) { return s.release(ctx, p.h.lease.Owner(), p.k, id) }
 		if p.last {
 			errs = append(errs, s.c.Release(ctx, "release of semaphore "+strconv.Quote(s.name), p.h.lease, true, release))
+			continue
+		}
+		if err := p.h.lease.Err(); errors.Is(err, distsync.ErrLost) {
+			// Lost: give back what Redis may still have of it, and report the loss. (Released
+			// is no loss: another goroutine gave back the rest of the same acquisition first.)
+			_, _ = release(ctx)
+			errs = append(errs, fmt.Errorf("%w: %w", distsync.ErrNotHeld, err))
 			continue
 		}
 		// Part of an acquisition: its lease goes on. The request id makes retries, here or in
@@ -338,12 +343,9 @@ func (s *Semaphore) hold(owner string, n int64, sent, deadline time.Time, grante
 		first := spec.Extend()
 		spec.First = &first
 	}
-	l := s.c.Hold(spec)
-	if l.Err() != nil { // the handle closed meanwhile
-		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, _ = s.release(rctx, owner, n, s.c.NewID())
-		cancel()
-		return nil, core.ErrClosed
+	l, err := s.c.Hold(spec)
+	if err != nil { // given back: the handle closed, or the reply came too late to use
+		return nil, err
 	}
 	s.mu.Lock()
 	s.holds = append(s.holds, &hold{n: n, lease: l})
@@ -371,6 +373,8 @@ func (s *Semaphore) fail(ctx context.Context, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return s.notAcquired(ctx.Err())
+	case errors.Is(err, core.ErrLate):
+		return s.notAcquired(err)
 	case errors.Is(err, core.ErrClosed):
 		return fmt.Errorf("semaphore %q: %w", s.name, core.ErrClosed)
 	}

@@ -395,3 +395,39 @@ func TestLossIsSignalled(t *testing.T) {
 		}
 	})
 }
+
+// A cancelled Acquire has left the semaphore as it was when it returns: with every permit
+// free right after, TryAcquire of all of them succeeds at once. (x/sync promises the same:
+// go.dev/issue/63615.)
+func TestCancelledAcquireHasLeftWhenItReturns(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		s := newSem(t, b.Pod(t, prefix), "gone", 2)
+		for round := range 15 {
+			acquire(t, s, 1)
+			ctx, cancel := context.WithCancel(context.Background())
+			ch := make(chan error, 1)
+			go func() { ch <- s.Acquire(ctx, 2) }()
+			waitQueued(t, b, prefix, "gone", 1)
+			cancel()
+			release(t, s, 1) // races with the leaving: the permits may be granted to the waiter
+			select {
+			case err := <-ch:
+				if err != nil && !errors.Is(err, context.Canceled) {
+					t.Fatalf("cancelled Acquire = %v", err)
+				}
+				if err == nil {
+					release(t, s, 2) // it got them before it saw the cancel
+					continue
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("cancelled Acquire did not return")
+			}
+			ok, err := s.TryAcquire(context.Background(), 2)
+			if err != nil || !ok {
+				t.Fatalf("round %d: TryAcquire(2) right after the cancelled Acquire returned = %v, %v: it had not left", round, ok, err)
+			}
+			release(t, s, 2)
+		}
+	})
+}

@@ -153,25 +153,36 @@ func (h *Handle) Close(ctx context.Context) error {
 
 // Undo runs f, an idempotent clean-up (voiding or undoing an attempt whose reply was lost),
 // once with a short timeout; if that fails, as it will when the connection that lost the reply
-// is still down, it keeps trying in the background, with backoff, for up to timeout.
-func (h *Handle) Undo(what string, timeout time.Duration, f func(ctx context.Context) error) {
+// is still down, it keeps trying in the background, with backoff, for up to timeout. The
+// channel it returns is closed when f has succeeded or Undo has given up.
+func (h *Handle) Undo(what string, timeout time.Duration, f func(ctx context.Context) error) <-chan struct{} {
+	done := make(chan struct{})
 	ctx, cancel := h.Detached(time.Second)
 	err := f(ctx)
 	cancel()
-	if err == nil {
-		return
+	if err == nil || h.closed.Load() {
+		close(done)
+		return done
 	}
-	h.Background(what, timeout, func(ctx context.Context) error {
+	h.Go(func(hctx context.Context) {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(hctx, timeout)
+		defer cancel()
 		for backoff := 20 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 			err := f(ctx)
 			if err == nil || !Transient(err) {
-				return err
+				if err != nil {
+					h.Log().Warn("distsync: "+what+" failed", "err", err)
+				}
+				return
 			}
 			select {
 			case <-time.After(backoff):
 			case <-ctx.Done():
-				return err
+				h.Log().Warn("distsync: "+what+" failed", "err", err)
+				return
 			}
 		}
 	})
+	return done
 }

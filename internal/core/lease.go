@@ -40,15 +40,18 @@ type LeaseSpec struct {
 	// First, if set, is sent at once in place of the first renewal (it confirms a grant).
 	// It must reply 1 if the claim is still held and extended to TTL, 0 if not.
 	First *scripts.Call
+	// Place says the lease is a waiter's place in a queue, not a claim: when it ends, its
+	// waiter re-checks (and queues again); Hold neither refuses it late nor gives it back.
+	Place bool
 }
 
 // Extend returns the extend.lua call that renews the claim of spec.
 func (spec LeaseSpec) Extend() scripts.Call {
-	return scripts.Call{
-		Script: scripts.Extend,
-		Keys:   append([]string{spec.Key}, spec.Keep...),
-		Args:   []string{spec.Kind, spec.Owner, strconv.FormatInt(spec.TTL.Milliseconds(), 10)},
+	args := []string{spec.Kind, spec.Owner, strconv.FormatInt(spec.TTL.Milliseconds(), 10)}
+	if spec.Kind == "h" {
+		args = append(args, strconv.FormatInt(spec.Token, 10))
 	}
+	return scripts.Call{Script: scripts.Extend, Keys: append([]string{spec.Key}, spec.Keep...), Args: args}
 }
 
 // Lease is one held claim: renewed by the handle's loop, and ended (Done closed, Err set) when
@@ -70,7 +73,14 @@ type Lease struct {
 }
 
 // Hold starts tracking a claim acquired per spec and returns its lease.
-func (h *Handle) Hold(spec LeaseSpec) *Lease {
+//
+// It refuses a claim that is of no use to its holder, with the lease ended and an error: the
+// handle is closed (ErrClosed), or the claim's local deadline had passed by the time its reply
+// came (ErrLate: Redis or the network stalled for about a lease, and the claim may be gone
+// from Redis already or about to be). It then gives the claim back at once (spec.Release,
+// retried in the background if Redis cannot be reached), unless spec.Place says the lease is
+// a waiter's place in a queue, which its waiting loop handles.
+func (h *Handle) Hold(spec LeaseSpec) (*Lease, error) {
 	l := &Lease{h: h, spec: spec}
 	l.ctx, l.end = context.WithCancelCause(context.Background())
 	if wrapLease != nil {
@@ -84,10 +94,22 @@ func (h *Handle) Hold(spec LeaseSpec) *Lease {
 	if spec.First != nil {
 		l.first, l.next = spec.First, spec.Sent
 	}
-	if !h.ren.add(l) {
-		l.End(ErrClosed)
+	var err error
+	switch {
+	case !spec.Place && !time.Now().Before(l.deadline):
+		err = ErrLate
+	case !h.ren.add(l):
+		err = ErrClosed
+	default:
+		return l, nil
 	}
-	return l
+	l.End(err)
+	if spec.Release != nil && !spec.Place {
+		h.Undo("giving back a claim that came too late to use", spec.TTL, func(ctx context.Context) error {
+			return spec.Release(ctx, l)
+		})
+	}
+	return l, err
 }
 
 // Drift is the margin taken off a lease's local validity for clock rate differences between
@@ -112,27 +134,63 @@ func (l *Lease) Owner() string { return l.spec.Owner }
 // TTL returns the lease length.
 func (l *Lease) TTL() time.Duration { return l.spec.TTL }
 
-// Done is closed when the lease ends.
-func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+// Done is closed when the lease ends. A lease whose local deadline has passed is ended by
+// this call if the renewal loop has not ended it yet (see Err).
+func (l *Lease) Done() <-chan struct{} {
+	l.expire()
+	return l.ctx.Done()
+}
 
-// Context returns a context that ends, with cause Err, when the lease ends.
-func (l *Lease) Context() context.Context { return l.ctx }
+// Context returns a context that ends, with cause Err, when the lease ends (checked against
+// the deadline as Done is).
+func (l *Lease) Context() context.Context {
+	l.expire()
+	return l.ctx
+}
 
-// Err returns nil while the lease is held, then why it ended.
+// Err returns nil while the lease is held, then why it ended. It reads the local deadline on
+// the monotonic clock at the moment of the call: a holder whose process was frozen past its
+// deadline (SIGSTOP, a long GC pause, a suspended VM) learns of the loss from its first look
+// after it resumes, not when the renewal goroutine next gets to run.
 func (l *Lease) Err() error {
 	if l.ctx.Err() == nil {
-		return nil
+		l.expire()
+		if l.ctx.Err() == nil {
+			return nil
+		}
 	}
 	return context.Cause(l.ctx)
 }
+
+// expire ends l as lost if its local deadline has passed while the renewal loop tracks it.
+func (l *Lease) expire() {
+	if l.ctx.Err() != nil {
+		return
+	}
+	r := l.h.ren
+	r.mu.Lock()
+	_, tracked := r.leases[l]
+	past := tracked && !time.Now().Before(l.deadline)
+	if past {
+		delete(r.leases, l)
+	}
+	r.mu.Unlock()
+	if past {
+		l.End(errDeadline())
+	}
+}
+
+func errDeadline() error { return lost("its deadline passed before a renewal succeeded") }
 
 // End ends the lease with err (the first call wins) and closes Done.
 func (l *Lease) End(err error) { l.end(err) }
 
 // Stop takes the lease off the renewal loop before the caller releases the claim, so that no
 // renewal reply that arrives later can report a deliberate release as a loss. It returns the
-// lease's error if the lease had already ended (lost, or the handle closed), else nil.
+// lease's error if the lease had already ended (lost, its deadline passed, or the handle
+// closed), else nil.
 func (l *Lease) Stop() error {
+	l.expire()
 	l.h.ren.remove(l)
 	return l.Err()
 }
@@ -245,7 +303,7 @@ func (r *renewer) run(ctx context.Context) {
 		r.mu.Unlock()
 
 		for _, l := range expired {
-			l.End(lost("its deadline passed before a renewal succeeded"))
+			l.End(errDeadline())
 		}
 		if len(batch) > 0 {
 			r.h.bg.Add(1)
@@ -353,11 +411,23 @@ func (r *renewer) closeAll(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Release gives back the claim of l, which the caller has Stopped, with release, which
-// reports whether the claim was still l's (see GiveBack). It returns nil once released, an
-// error matching ErrNotHeld and ErrLost if the claim was not l's any more, and otherwise the
-// error while the handle goes on trying in the background. l ends either way.
+// Release stops l and gives back its claim with release, which reports whether the claim was
+// still l's (see GiveBack). It returns nil once released; an error matching ErrNotHeld and
+// ErrLost if the claim was not l's any more, or l had already ended (lost, or the handle
+// closed); and otherwise the error while the handle goes on trying in the background. l ends
+// either way.
+//
+// A lease that was lost is still given back if Redis has it under l's owner (release is a
+// compare-and-delete): a holder whose deadline passed while a renewal's reply was late, or
+// whose process was paused, may still own the key, which would otherwise hold everyone else
+// up until its TTL. That changes nothing for the caller, who is told of the loss.
 func (h *Handle) Release(ctx context.Context, what string, l *Lease, counted bool, release func(ctx context.Context) (bool, error)) error {
+	if err := l.Stop(); err != nil {
+		if errors.Is(err, ErrLost) {
+			_, _ = release(ctx)
+		}
+		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
 	held, err := h.GiveBack(ctx, what, l.TTL(), counted, func() { l.End(ErrReleased) }, release)
 	switch {
 	case err != nil:

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"context"
 	"errors"
 	"strings"
 
@@ -10,11 +9,16 @@ import (
 
 // Transient reports whether err may go away by itself, so that a blocking call should retry
 // rather than give up: a connection error (rueidis reconnects), or a Redis error that a
-// failover, a restart or a cluster resharding produces. Context errors, a closing client,
-// other Redis errors and Permanent errors are not transient.
+// failover, a restart or a cluster resharding produces. A closing client, other Redis errors
+// and Permanent errors are not transient.
+//
+// Context errors are transient: a caller checks its own context before it retries, so a
+// context error it sees with its context still live is not its own. rueidis hands one out
+// when another command on the same connection ran into that command's own deadline (it
+// closes the connection with the error, and every command queued on it gets it): a Lock
+// whose context has minutes left must not end with "context deadline exceeded".
 func Transient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, rueidis.ErrClosing) || errors.Is(err, ErrClosed) {
+	if err == nil || errors.Is(err, rueidis.ErrClosing) || errors.Is(err, ErrClosed) {
 		return false
 	}
 	var p permanent

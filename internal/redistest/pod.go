@@ -2,8 +2,11 @@ package redistest
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -41,46 +44,95 @@ func (b *Backend) podOn(tb testing.TB, raw rueidis.Client, prefix string, opts [
 	return &Pod{Raw: raw, Client: c, H: b.Handle(tb, c, append([]distsync.Option{distsync.WithKeyPrefix(prefix)}, opts...)...)}
 }
 
-// Dropper is a rueidis.Client that loses replies on request: a matching command runs in
-// Redis, but its caller gets an error that distsync treats as a dropped connection
-// ("LOADING ..."), so that it retries. It is the fault of a reply lost on the wire.
-type Dropper struct {
+// Faulty is a rueidis.Client that interferes with chosen commands sent with Do, on request:
+//
+//   - Drop: the command runs in Redis, but its caller gets an error that distsync treats as a
+//     dropped connection ("LOADING ..."), so that it retries: a reply lost on the wire;
+//   - Delay: the reply reaches its caller late: Redis or the network stalled;
+//   - Expire: the command fails with context.DeadlineExceeded before it is sent, although the
+//     caller's context is live, as rueidis fails every command queued on a connection that
+//     another command's deadline closed.
+type Faulty struct {
 	rueidis.Client
 	mu      sync.Mutex
 	left    int
 	match   func(cmd []string) bool
+	mode    int
+	delay   time.Duration
 	dropped int
 }
 
-// NewDropper wraps c.
-func NewDropper(c rueidis.Client) *Dropper { return &Dropper{Client: c} }
+const (
+	drop = iota
+	delay
+	expire
+)
 
-// Drop arms d: the replies of the next n commands sent with Do that match are lost.
-func (d *Dropper) Drop(n int, match func(cmd []string) bool) {
-	d.mu.Lock()
-	d.left, d.match = n, match
-	d.mu.Unlock()
+// NewFaulty wraps c.
+func NewFaulty(c rueidis.Client) *Faulty { return &Faulty{Client: c} }
+
+// ScriptCall returns a matcher of the commands that run s (EVALSHA or EVAL).
+func ScriptCall(s interface{ SHA() string }) func(cmd []string) bool {
+	return func(cmd []string) bool {
+		return len(cmd) > 1 && (cmd[0] == "EVALSHA" && cmd[1] == s.SHA() || cmd[0] == "EVAL" && sha1hex(cmd[1]) == s.SHA())
+	}
 }
 
-// Dropped returns how many replies d has lost.
-func (d *Dropper) Dropped() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.dropped
+// Drop arms f: the replies of the next n commands that match are lost.
+func (f *Faulty) Drop(n int, match func(cmd []string) bool) { f.arm(n, match, drop, 0) }
+
+// Delay arms f: the replies of the next n commands that match reach their callers d late.
+func (f *Faulty) Delay(n int, d time.Duration, match func(cmd []string) bool) {
+	f.arm(n, match, delay, d)
+}
+
+// Expire arms f: the next n commands that match fail with context.DeadlineExceeded, unsent.
+func (f *Faulty) Expire(n int, match func(cmd []string) bool) { f.arm(n, match, expire, 0) }
+
+func (f *Faulty) arm(n int, match func(cmd []string) bool, mode int, d time.Duration) {
+	f.mu.Lock()
+	f.left, f.match, f.mode, f.delay = n, match, mode, d
+	f.mu.Unlock()
+}
+
+// Dropped returns how many commands f has interfered with.
+func (f *Faulty) Dropped() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dropped
 }
 
 // Do implements rueidis.Client.
-func (d *Dropper) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	d.mu.Lock()
-	drop := d.left > 0 && d.match(cmd.Commands())
-	if drop {
-		d.left--
-		d.dropped++
+func (f *Faulty) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	f.mu.Lock()
+	hit := f.left > 0 && f.match(cmd.Commands())
+	mode, d := f.mode, f.delay
+	if hit {
+		f.left--
+		f.dropped++
 	}
-	d.mu.Unlock()
-	res := d.Client.Do(ctx, cmd)
-	if !drop || res.Error() != nil {
+	f.mu.Unlock()
+	if !hit {
+		return f.Client.Do(ctx, cmd)
+	}
+	switch mode {
+	case expire:
+		ectx, cancel := context.WithDeadline(ctx, time.Now())
+		defer cancel()
+		return f.Client.Do(ectx, cmd)
+	case delay:
+		res := f.Client.Do(ctx, cmd)
+		time.Sleep(d)
 		return res
 	}
-	return d.Client.Do(ctx, d.Client.B().Eval().Script("return redis.error_reply('LOADING reply dropped by the test')").Numkeys(0).Build())
+	res := f.Client.Do(ctx, cmd)
+	if res.Error() != nil {
+		return res
+	}
+	return f.Client.Do(ctx, f.Client.B().Eval().Script("return redis.error_reply('LOADING reply dropped by the test')").Numkeys(0).Build())
+}
+
+func sha1hex(s string) string {
+	h := sha1.Sum([]byte(s))
+	return hex.EncodeToString(h[:])
 }

@@ -8,6 +8,8 @@
 --                'z': a sorted set of owner -> expiry in ms, server clock (rwmutex readers)
 -- ARGV[2] owner  the holder's owner value
 -- ARGV[3] ttl    new lease in ms, counted from now on the server's clock
+-- ARGV[4] token  for 'h': the hold's token, in field 't' (a hold that lapsed and was made
+--                again under the same owner is another hold); optional otherwise
 -- Reply: 1 renewed; 0 the claim is gone (expired or deleted) or belongs to someone else
 
 -- #include lib/clock.lua
@@ -26,7 +28,7 @@ if kind == 's' then
   end
   return 0
 elseif kind == 'h' then
-  if redis.call('HEXISTS', key, owner) == 1 then
+  if redis.call('HEXISTS', key, owner) == 1 and (not ARGV[4] or redis.call('HGET', key, 't') == ARGV[4]) then
     live_for(key, ttl)
     return renewed()
   end

@@ -8,13 +8,19 @@
 -- ARGV[3] ttl        lease in ms
 -- ARGV[4] fence_ttl  ms the fence key outlives the last acquisition
 -- ARGV[5] ops_ttl    ms request ids are remembered
+-- ARGV[6] expect     '0': take the mutex, or join the hold its owner has (in another process);
+--                    a token: re-enter the caller's own hold, which has that token, and only it
 -- Reply: {1, count, token}  held: the owner's count after this call and the token of its
 --                           outermost acquisition
 --        {0, pttl}          held by another owner, for pttl more ms
 --        {-1}               the request was voided (its sender gave up on it): nothing done
+--        {-2}               expect named a hold that is gone (it expired, and the mutex may
+--                           be free or held anew, even by the same owner): nothing done
 --
 -- The count is changed once per request id: an attempt whose reply is lost is voided by its
--- sender (reentrant_abandon.lua) and never counted twice.
+-- sender (reentrant_abandon.lua) and never counted twice. A re-entry counts only in the hold
+-- it was made for: the caller's view of its count and Redis's never diverge, and a hold that
+-- lapsed is never continued under a new one's token, nor a new one under the old token.
 
 -- #include lib/clock.lua
 -- #include lib/fence.lua
@@ -31,6 +37,12 @@ elseif state == 'applied' then
     return {1, tonumber(n), tonumber(redis.call('HGET', lock, 't'))}
   end
   return {0, math.max(redis.call('PTTL', lock), 0)}
+end
+
+if ARGV[6] ~= '0' then
+  if redis.call('HEXISTS', lock, field) == 0 or redis.call('HGET', lock, 't') ~= ARGV[6] then
+    return {-2}
+  end
 end
 
 local now_ms, now_us = now()

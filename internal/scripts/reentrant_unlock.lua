@@ -7,8 +7,10 @@
 -- ARGV[4] ops_ttl   ms request ids are remembered
 -- ARGV[5] channel   the name's channel, told when the mutex is freed
 -- ARGV[6] pub       'PUBLISH' or 'SPUBLISH'
+-- ARGV[7] token     the token of the hold the holds belong to
 -- Reply: {1, count}  the owner's count after this call (0: the mutex is free, waiters told)
---        {0}         the owner holds nothing: its hold expired or was taken (lost)
+--        {0}         the owner holds nothing, or a hold with another token (its own expired,
+--                    and it or another process sharing the owner locked again): lost
 
 -- #include lib/clock.lua
 -- #include lib/ops.lua
@@ -19,7 +21,7 @@ if op_state(ops, id) == 'applied' then
   return {1, tonumber(redis.call('HGET', lock, field) or 0)}
 end
 local n = tonumber(redis.call('HGET', lock, field))
-if not n then
+if not n or redis.call('HGET', lock, 't') ~= ARGV[7] then
   return {0}
 end
 n = n - tonumber(ARGV[3])

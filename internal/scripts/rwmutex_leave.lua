@@ -25,14 +25,19 @@ if A.mode == 'w' then
       op_mark(K.ops, '!', A.owner, now_ms, A.ops_ttl)
     end
   end
+  local left_order = 0
   if A.waiter ~= '' then
     redis.call('ZREM', K.ww, A.waiter)
+    left_order = redis.call('ZREM', K.wo, A.waiter)
   end
   if undone == 1 then
     after_write(now_ms)
   elseif redis.call('EXISTS', K.ww) == 0 and redis.call('EXISTS', K.w) == 0 and redis.call('EXISTS', K.rq) == 1 then
     -- The readers were waiting only for writers, and the last one gave up.
     redis.call(A.pub, A.ch .. ':r', 'r')
+  elseif left_order == 1 and redis.call('EXISTS', K.w) == 0 then
+    -- A writer whose turn may have come left: the next one looks again.
+    redis.call(A.pub, A.ch .. ':w', 'w')
   end
   return undone
 end

@@ -9,7 +9,8 @@
 --
 -- A reader gets in unless a writer holds, or a writer waits and the reader was not admitted
 -- by the last writer's Unlock. A writer gets in when no writer holds, no reader holds a live
--- share and no admitted reader is still to come.
+-- share, no admitted reader is still to come, and it is the first waiting writer (a try, which
+-- has no waiter id, only if no writer waits at all).
 
 -- #include lib/clock.lua
 -- #include lib/fence.lua
@@ -45,12 +46,27 @@ end
 if wait < 0 then
   wait = math.max(left(K.r, now_ms), left(K.ra, now_ms))
 end
+if wait < 0 then
+  -- Free: is it this writer's turn?
+  local first = first_writer(now_ms)
+  if first and first ~= A.waiter then
+    wait = math.max(tonumber(redis.call('ZSCORE', K.ww, first)) - now_ms, 0) -- until its mark lapses
+  end
+end
 if wait >= 0 then
   mark(K.ww, now_ms, wait)
+  queue_writer(now_us, wait, false)
   return {0, wait}
 end
 redis.call('SET', K.w, A.owner, 'PX', A.ttl)
-if A.waiter ~= '' and not A.more then
-  redis.call('ZREM', K.ww, A.waiter)
+if A.waiter ~= '' then
+  if A.more then
+    -- Other writers of this process wait: keep the mark (readers stay behind them), and go to
+    -- the tail of the order, behind the writers of other processes.
+    queue_writer(now_us, A.ttl, true)
+  else
+    redis.call('ZREM', K.ww, A.waiter)
+    redis.call('ZREM', K.wo, A.waiter)
+  end
 end
 return {1, next_token(K.fence, A.fence_ttl, now_us)}

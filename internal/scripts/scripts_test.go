@@ -86,10 +86,10 @@ func (e *env) confirm(owner, waiter string, requeue bool, backup string) int64 {
 	return v
 }
 
-func (e *env) leave(waiter, owner string) int64 {
+func (e *env) leave(waiter, owner string, last int64) int64 {
 	e.t.Helper()
 	v, err := scripts.MutexLeave.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
-		[]string{waiter, owner, "500", "60000", e.k.ch, e.k.pub, "60000"}).AsInt64()
+		[]string{waiter, owner, "500", "60000", e.k.ch, e.k.pub, "60000", strconv.FormatInt(last, 10)}).AsInt64()
 	if err != nil {
 		e.t.Fatalf("leave: %v", err)
 	}
@@ -374,11 +374,12 @@ func TestDeadWaitersAreSkipped(t *testing.T) {
 }
 
 // An attempt voided by leave fails when it arrives late, even on a free lock; an attempt that
-// ran before leave is undone and passed on; a grant is passed on by its exact owner only.
+// ran before leave is undone and passed on; a grant to a waiter that leaves is passed on unless
+// one of its process's goroutines took it (its token is not above the process's last).
 func TestLeaveVoidsOrPassesOn(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
-		if e.leave("", "late") != 0 {
+		if e.leave("", "late", 0) != 0 {
 			t.Fatal("leave of an attempt that had not run passed something on")
 		}
 		if got := e.acquire("late", "", false); got[0] != 0 {
@@ -391,18 +392,21 @@ func TestLeaveVoidsOrPassesOn(t *testing.T) {
 
 		e.acquire("early", "w1", false)
 		e.acquire("x", "w2", false)
-		if e.leave("w1", "early") != 1 {
+		if e.leave("", "early", 0) != 1 {
 			t.Fatal("leave did not pass on the lock an abandoned attempt took")
 		}
 		_, tok := e.grantee()
-		if e.leave("w2", "") != 0 {
-			t.Fatal("leave without an owner passed on a grant (another goroutine may hold it)")
+		if e.leave("", "", 0) != 0 {
+			t.Fatal("leave without a waiter or an owner passed something on")
+		}
+		if e.leave("w2", "", tok) != 0 {
+			t.Fatal("leave passed on a grant one of the waiter's goroutines holds (token up to its last)")
 		}
 		if w, _ := e.grantee(); w != "w2" {
 			t.Fatalf("lock = %q, want the grant to w2 untouched", e.get(e.k.lock))
 		}
-		if e.leave("w2", "~w2:"+strconv.FormatInt(tok, 10)) != 1 {
-			t.Fatal("leave did not pass on a grant nobody waits for")
+		if e.leave("w2", "", tok-1) != 1 {
+			t.Fatal("leave did not pass on a grant to the departing waiter that none of its goroutines took")
 		}
 		if v := e.get(e.k.lock); v != "" {
 			t.Fatalf("lock = %q, want free", v)
@@ -532,7 +536,7 @@ func TestReentrantUndoSparesALaterHold(t *testing.T) {
 		acquire := func(id string) []int64 {
 			t.Helper()
 			v, err := scripts.ReentrantLock.Exec(context.Background(), e.c, []string{lock, fence, ops},
-				[]string{"owner", id, "10000", "60000", "60000"}).AsIntSlice()
+				[]string{"owner", id, "10000", "60000", "60000", "0"}).AsIntSlice()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -89,8 +89,12 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 		if place == nil || place.Err() != nil {
 			// If a renewal finds the place gone (Redis unreachable for a waiter lease, or
 			// pruned), the loop re-checks, which queues the waiter again.
-			place = h.Hold(core.LeaseSpec{Key: t.Place, Keep: t.PlaceKeep, Owner: t.ID, Kind: "z", TTL: waiterLease,
-				Renew: true, Sent: sent, Release: func(ctx context.Context, _ *core.Lease) error { return t.Leave(ctx) }})
+			var err error
+			place, err = h.Hold(core.LeaseSpec{Key: t.Place, Keep: t.PlaceKeep, Owner: t.ID, Kind: "z", TTL: waiterLease,
+				Renew: true, Sent: sent, Place: true, Release: func(ctx context.Context, _ *core.Lease) error { return t.Leave(ctx) }})
+			if err != nil {
+				return err // the handle closed
+			}
 		}
 		if !t.Slot.Ready() {
 			// Subscribe, then check again: a release published between the failed attempt

@@ -72,15 +72,27 @@ type Hooks struct {
 	// Attempt tries once. owner is the value the attempt used; the Room passes it to Abandon
 	// if the attempt's reply was not awaited.
 	Attempt func(ctx context.Context, t Try) (res Result, owner string, err error)
-	// Abandon cleans up in Redis after waiters gave up: owner is the value of an acquisition
-	// nobody will use (an attempt whose outcome is unknown, a grant that found the Room
-	// empty), or ""; dequeue says that no local waiter is left and the Room's queue entry must
-	// go. It runs in the background with its own context.
-	Abandon func(ctx context.Context, owner string, dequeue bool) error
+	// Abandon cleans up in Redis after waiters gave up (see Leave). It must be idempotent: it
+	// is retried in the background if Redis cannot be reached.
+	Abandon func(ctx context.Context, l Leave) error
 	// Gate, if set, returns a channel that is closed while the head may attempt. A mutex
 	// closes it while no goroutine of the process holds it: as with sync.Mutex, a Lock waits
 	// for the local Unlock, even if the hold was lost in Redis meanwhile.
 	Gate func() <-chan struct{}
+}
+
+// Leave is what Abandon must clean up.
+type Leave struct {
+	// Owner is the value of an attempt whose outcome is unknown (its reply was not awaited):
+	// if it took the claim, the claim must be passed on; if it has not run yet, it must be
+	// voided so that it takes nothing when it arrives. "" if none.
+	Owner string
+	// Dequeue says that no local waiter is left: the Room's queue entry must go, and a claim
+	// granted to the Room with a token above LastToken (one that none of its goroutines
+	// took) must be passed on to the next waiter, inside Redis, before the call that left
+	// returns.
+	Dequeue   bool
+	LastToken int64
 }
 
 // Kind is what a message on the Room's channel asks of it.
@@ -119,6 +131,10 @@ type Room struct {
 	queued    bool        // the waiter id is in the Redis queue, as far as this process knows
 	queuedAt  time.Time   // see Try.QueuedAt
 	checkAt   time.Time   // backstop: the head re-checks by itself then
+	// leaving is closed when the clean-up of the Room's last departure is done: a new head
+	// waits for it, so that the clean-up cannot take out (or pass on a grant to) the queue
+	// entry that the new head makes.
+	leaving <-chan struct{}
 }
 
 type waiter struct {
@@ -147,10 +163,13 @@ func (r *Room) Message(payload string) {
 		}
 		r.queued = false // the release took the Room out of the queue
 		if r.head == nil {
-			// Nobody waits any more: give the claim back (it goes to the next in line).
-			g := sig.Grant
+			// Nobody waits any more. The last waiter to leave passed on every grant newer than
+			// the Room's last token before it returned; this one can only be older than that
+			// leave (the Room was out of the queue after it), so this is the backstop for a
+			// leave that could not reach Redis.
+			lv := Leave{Dequeue: true, LastToken: r.lastToken}
 			r.h.Background("passing on a grant nobody waits for", cleanupTimeout,
-				func(ctx context.Context) error { return r.hooks.Abandon(ctx, g.Owner, true) })
+				func(ctx context.Context) error { return r.hooks.Abandon(ctx, lv) })
 			return
 		}
 		g := sig.Grant
@@ -253,7 +272,17 @@ func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
 	}
 	r.mu.Lock()
 	must := !r.queued || r.now || r.sub == nil
+	leaving := r.leaving
 	r.mu.Unlock()
+	if leaving != nil {
+		select {
+		case <-leaving:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-r.h.Done():
+			return "", core.ErrClosed
+		}
+	}
 
 	var timer *time.Timer
 	defer func() {
@@ -304,7 +333,7 @@ func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
 				r.h.Log().Debug("distsync: attempt failed, retrying", "channel", r.channel, "err", err, "in", backoff)
 				if owner != "" {
 					r.h.Undo("undoing an attempt whose reply was lost", cleanupTimeout,
-						func(ctx context.Context) error { return r.hooks.Abandon(ctx, owner, false) })
+						func(ctx context.Context) error { return r.hooks.Abandon(ctx, Leave{Owner: owner}) })
 				}
 				select {
 				case <-time.After(backoff):
@@ -378,8 +407,12 @@ func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
 	}
 }
 
-// leave takes w out of the Room, hands the turn to the next waiter, and cleans up what the
-// Room leaves in Redis when its last waiter goes.
+// leave takes w out of the Room and hands the turn to the next waiter. When its last waiter
+// goes, the Room's entry leaves the Redis queue and any grant made to it meanwhile is passed on;
+// an attempt whose reply was not awaited is voided or passed on. That runs before leave
+// returns (in the background only if Redis cannot be reached), so that a Lock that gave up has
+// finished its Redis side when it returns: a release right after it must not hand the lock to
+// a waiter that is gone.
 func (r *Room) leave(w *waiter, failed bool, owner string) {
 	r.mu.Lock()
 	wasHead := r.head == w
@@ -403,13 +436,19 @@ func (r *Room) leave(w *waiter, failed bool, owner string) {
 	}
 	r.n--
 	last := r.n == 0
-	dequeue := last && r.queued
-	var pending *Grant
+	lv := Leave{Owner: owner, Dequeue: last && (r.queued || r.grant != nil), LastToken: r.lastToken}
 	var sub *pubsub.Subscription
+	var left chan struct{}
+	if lv.Dequeue {
+		left = make(chan struct{})
+		r.leaving = left
+	}
 	if last {
 		sub, r.sub = r.sub, nil
-		pending, r.grant = r.grant, nil
-		r.queued, r.now = false, false
+		r.grant = nil
+		// Out of the queue: a grant that still arrives is not this Room's to take without
+		// asking Redis (the leave below may be passing it on), so forget when it queued.
+		r.queued, r.now, r.queuedAt = false, false, time.Time{}
 		if r.watch != nil {
 			r.watch.Stop()
 		}
@@ -422,14 +461,17 @@ func (r *Room) leave(w *waiter, failed bool, owner string) {
 	if sub != nil {
 		sub.Close()
 	}
-	if pending != nil {
-		// A grant arrived for a head that gave up, and nobody is left to take it.
-		r.h.Background("passing on a grant nobody waits for", cleanupTimeout,
-			func(ctx context.Context) error { return r.hooks.Abandon(ctx, pending.Owner, true) })
-	}
-	if owner != "" || dequeue {
-		r.h.Background("cleanup after a cancelled wait (the entry expires by itself)", cleanupTimeout,
-			func(ctx context.Context) error { return r.hooks.Abandon(ctx, owner, dequeue) })
+	if lv.Owner != "" || lv.Dequeue {
+		done := r.h.Undo("cleanup after a cancelled wait (the entry expires by itself)", cleanupTimeout,
+			func(ctx context.Context) error { return r.hooks.Abandon(ctx, lv) })
+		if left != nil {
+			select {
+			case <-done:
+				close(left)
+			default:
+				go func() { <-done; close(left) }()
+			}
+		}
 	}
 }
 

@@ -11,6 +11,10 @@
 --              the readers blocked by a writer in before the next writer; writers wait for them.
 --   [6] fence  last fencing token (lib/fence.lua)
 --   [7] ops    voided attempts (lib/ops.lua)
+--   [8] wo     the order of the waiting writers: zset waiter id -> arrival (µs, server clock).
+--              A free lock goes to the first writer in it whose mark in ww is live, so that
+--              writers of different processes are served in turn, never overtaken without
+--              bound; an entry whose mark lapsed (its writer stopped re-checking) is dropped.
 -- ARGV, the same for every rwmutex script:
 --   [1] mode 'r' (reader) or 'w' (writer)   [2] owner   [3] waiter id ('' for none)
 --   [4] more ('1': other goroutines of the waiter's process still wait)   [5] ttl ms
@@ -22,7 +26,8 @@
 --
 -- Requires lib/clock.lua.
 
-local K = {w = KEYS[1], r = KEYS[2], ww = KEYS[3], rq = KEYS[4], ra = KEYS[5], fence = KEYS[6], ops = KEYS[7]}
+local K = {w = KEYS[1], r = KEYS[2], ww = KEYS[3], rq = KEYS[4], ra = KEYS[5], fence = KEYS[6], ops = KEYS[7],
+  wo = KEYS[8]}
 local A = {mode = ARGV[1], owner = ARGV[2], waiter = ARGV[3], more = ARGV[4] == '1',
   ttl = tonumber(ARGV[5]), slack = tonumber(ARGV[6]), window = tonumber(ARGV[7]),
   fence_ttl = ARGV[8], ops_ttl = tonumber(ARGV[9]), ch = ARGV[10], pub = ARGV[11]}
@@ -56,6 +61,34 @@ local function mark(z, now_ms, wait)
   if A.waiter ~= '' then
     redis.call('ZADD', z, now_ms + wait + A.slack, A.waiter)
     live_for(z, wait + A.slack)
+  end
+end
+
+-- first_writer() returns the waiting writer whose turn it is (the oldest with a live mark), or
+-- nil if no writer waits; entries whose marks lapsed are dropped.
+local function first_writer(now_ms)
+  for _ = 1, 1000 do
+    local id = redis.call('ZRANGE', K.wo, 0, 0)[1]
+    if not id then
+      return nil
+    end
+    if tonumber(redis.call('ZSCORE', K.ww, id) or '0') > now_ms then
+      return id
+    end
+    redis.call('ZREM', K.wo, id)
+  end
+end
+
+-- queue_writer() puts the caller's waiter id in the writers' order: at the tail, or, if tail is
+-- false, where it is if it is there already.
+local function queue_writer(now_us, wait, tail)
+  if A.waiter ~= '' then
+    if tail then
+      redis.call('ZADD', K.wo, now_us, A.waiter)
+    else
+      redis.call('ZADD', K.wo, 'NX', now_us, A.waiter)
+    end
+    live_for(K.wo, wait + A.slack)
   end
 end
 

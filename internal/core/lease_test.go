@@ -1,0 +1,75 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// A lease's Err, Done and Context read its local deadline when they are called: a holder whose
+// process was frozen past the deadline (SIGSTOP, a long pause) learns of the loss from its
+// first look after it resumes, even if the renewal loop has not run since. Here the loop is
+// not running at all.
+func TestLeaseReadsItsDeadlineWhenAsked(t *testing.T) {
+	for _, look := range []struct {
+		name string
+		lost func(l *Lease) bool
+	}{
+		{"Err", func(l *Lease) bool { return errors.Is(l.Err(), ErrLost) }},
+		{"Done", func(l *Lease) bool {
+			select {
+			case <-l.Done():
+				return true
+			default:
+				return false
+			}
+		}},
+		{"Context", func(l *Lease) bool { return l.Context().Err() != nil }},
+		{"Stop", func(l *Lease) bool { return errors.Is(l.Stop(), ErrLost) }},
+	} {
+		t.Run(look.name, func(t *testing.T) {
+			h := &Handle{}
+			h.ren = newRenewer(h) // its loop never runs
+			const ttl = 100 * time.Millisecond
+			l, err := h.Hold(LeaseSpec{Key: "k", Owner: "o", Kind: "s", TTL: ttl, Renew: true, Sent: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Err() != nil {
+				t.Fatal("a fresh lease reads as lost")
+			}
+			time.Sleep(ttl) // past the deadline (ttl less drift after the send)
+			if !look.lost(l) {
+				t.Fatalf("%s does not report a lease whose deadline passed %v ago", look.name, time.Since(l.deadline))
+			}
+			if !errors.Is(l.Err(), ErrLost) {
+				t.Fatalf("Err = %v, want ErrLost", l.Err())
+			}
+		})
+	}
+}
+
+// An acquisition whose reply came after its lease's local deadline is refused, ended, and
+// given back at once; a waiter's place (Place) is not refused for that.
+func TestHoldRefusesALateClaim(t *testing.T) {
+	h := &Handle{}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	defer h.cancel()
+	h.ren = newRenewer(h)
+	given := make(chan struct{}, 1)
+	const ttl = 50 * time.Millisecond
+	l, err := h.Hold(LeaseSpec{Key: "k", Owner: "o", Kind: "s", TTL: ttl, Renew: true, Sent: time.Now().Add(-ttl),
+		Release: func(context.Context, *Lease) error { given <- struct{}{}; return nil }})
+	if !errors.Is(err, ErrLate) || !errors.Is(l.Err(), ErrLate) {
+		t.Fatalf("Hold of a late claim = %v (lease: %v), want ErrLate", err, l.Err())
+	}
+	select {
+	case <-given:
+	default:
+		t.Fatal("the late claim was not given back before Hold returned")
+	}
+	if _, err := h.Hold(LeaseSpec{Key: "k", Owner: "w", Kind: "z", TTL: ttl, Renew: true, Sent: time.Now().Add(-ttl), Place: true}); err != nil {
+		t.Fatalf("Hold of a lapsed place = %v, want it taken (its waiter re-checks)", err)
+	}
+}
