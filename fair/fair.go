@@ -122,6 +122,10 @@ func (m *Mutex) Lock(ctx context.Context) error {
 func (m *Mutex) wait(ctx context.Context, w string, slot *waitq.Slot) error {
 	return waitq.WaitTurn(ctx, m.c, m.c.Config.WaiterLease, waitq.Turn{
 		ID: w, Slot: slot, Place: m.keys[3], PlaceKeep: m.keys[2:3],
+		// The renewal of a place also hands a lock that lapsed free to the head: a stalled
+		// hand-off (a dead grantee watched by a dead waiter) lasts at most a renewal period.
+		PlaceRenewal: &scripts.Call{Script: scripts.FairPlace, Keys: m.keys,
+			Args: []string{w, m.wleaseArg, m.fenceArg, m.chanPrefix, m.c.Pub}},
 		Leave: func(ctx context.Context) error { return m.leave(ctx, w) },
 		Attempt: func(ctx context.Context, backup string) (waitq.TurnResult, error) {
 			sent := time.Now()

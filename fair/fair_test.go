@@ -480,3 +480,51 @@ func TestForeignDeadlineDoesNotEndLock(t *testing.T) {
 		unlock(t, waiter)
 	})
 }
+
+// Two dead waiters in a row at the head (one dead process had two calls queued): the lock
+// handed to the first lapses, and the second, which watched the grant, is dead too. The live
+// waiter behind them still gets the lock within about a waiter lease and a renewal period
+// (its own place renewal hands the free lock on), not at its backstop, a holder's lease later.
+func TestDeadWaitersInARowDoNotStallTheQueue(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const wlease = time.Second
+		prefix := b.Prefix(t)
+		opts := []distsync.Option{distsync.WithWaiterLease(wlease)}
+		holder := newFair(t, b.Pod(t, prefix, opts...), "row")
+		lock(t, holder)
+		net := redistest.NewNetwork()
+		dead := newFair(t, b.PodVia(t, prefix, net, opts...), "row")
+		dctx, dcancel := context.WithCancel(context.Background())
+		defer dcancel()
+		for i := range 2 {
+			go func() { _ = dead.Lock(dctx) }()
+			waitQueued(t, b, prefix, "row", i+1)
+		}
+		next := newFair(t, b.Pod(t, prefix, opts...), "row")
+		res := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res <- next.Lock(ctx)
+		}()
+		waitQueued(t, b, prefix, "row", 3)
+		net.Cut() // both calls of the head's process are gone; their places have not lapsed yet
+		start := time.Now()
+		unlock(t, holder)
+		select {
+		case err := <-res:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d > 2*wlease+time.Second {
+				t.Fatalf("the live waiter got the lock %v after the release; waiter lease %v", d, wlease)
+			} else {
+				t.Logf("two dead waiters skipped in %v (waiter lease %v)", d, wlease)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the live waiter never got the lock")
+		}
+		unlock(t, next)
+		net.Restore()
+	})
+}

@@ -43,6 +43,9 @@ type LeaseSpec struct {
 	// Place says the lease is a waiter's place in a queue, not a claim: when it ends, its
 	// waiter re-checks (and queues again); Hold neither refuses it late nor gives it back.
 	Place bool
+	// Renewal, if set, is sent for every renewal instead of extend.lua (after First). It must
+	// reply as extend.lua does: 1 if the claim is still held and extended to TTL, 0 if not.
+	Renewal *scripts.Call
 }
 
 // Extend returns the extend.lua call that renews the claim of spec.
@@ -329,9 +332,12 @@ func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 	r.mu.Lock()
 	limit := batch[0].deadline
 	for i, l := range batch {
-		if l.first != nil {
+		switch {
+		case l.first != nil:
 			calls[i] = *l.first
-		} else {
+		case l.spec.Renewal != nil:
+			calls[i] = *l.spec.Renewal
+		default:
 			calls[i] = l.spec.Extend()
 		}
 		if l.deadline.Before(limit) {

@@ -34,6 +34,7 @@ var (
 
 	FairAcquire = load("fair_acquire.lua")
 	FairLeave   = load("fair_leave.lua")
+	FairPlace   = load("fair_place.lua")
 
 	SemaphoreAcquire = load("semaphore_acquire.lua")
 	SemaphoreRelease = load("semaphore_release.lua")

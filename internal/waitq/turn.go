@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/scripts"
 )
 
 // Turn describes one waiter of a queue kept in Redis, one entry per call (fair, semaphore),
@@ -28,6 +29,8 @@ type Turn struct {
 	Place     string
 	PlaceKeep []string
 	Leave     func(ctx context.Context) error
+	// PlaceRenewal, if set, renews the place instead of extend.lua (see core.LeaseSpec.Renewal).
+	PlaceRenewal *scripts.Call
 }
 
 // TurnResult is the outcome of one Turn.Attempt.
@@ -91,7 +94,8 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 			// pruned), the loop re-checks, which queues the waiter again.
 			var err error
 			place, err = h.Hold(core.LeaseSpec{Key: t.Place, Keep: t.PlaceKeep, Owner: t.ID, Kind: "z", TTL: waiterLease,
-				Renew: true, Sent: sent, Place: true, Release: func(ctx context.Context, _ *core.Lease) error { return t.Leave(ctx) }})
+				Renew: true, Sent: sent, Place: true, Renewal: t.PlaceRenewal,
+				Release: func(ctx context.Context, _ *core.Lease) error { return t.Leave(ctx) }})
 			if err != nil {
 				return err // the handle closed
 			}
