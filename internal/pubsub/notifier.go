@@ -95,6 +95,9 @@ func (n *Notifier) SetLinger(d time.Duration) {
 // SPUBLISH.
 func (n *Notifier) Sharded() bool { return n.sharded }
 
+// unsubscribeTimeout bounds how long Close tries to unsubscribe.
+const unsubscribeTimeout = time.Second
+
 // ErrClosed is returned by Subscribe after Close.
 var ErrClosed = errors.New("pubsub: notifier closed")
 
@@ -325,13 +328,15 @@ func (n *Notifier) Close(ctx context.Context) {
 	// Unsubscribe for real (cancelling Receive alone would leave the server-side subscription
 	// on the user's connection), then stop whatever is still running.
 	if len(names) > 0 {
-		cmds := make(rueidis.Commands, len(names))
-		for i, name := range names {
-			cmds[i] = n.unsubscribeCmd(name)
+		// Bounded apart from ctx: if Redis cannot be reached, the subscription connection is
+		// gone, and the subscriptions with it.
+		uctx, cancel := context.WithTimeout(ctx, unsubscribeTimeout)
+		for _, name := range names {
+			if err := n.client.Do(uctx, n.unsubscribeCmd(name)).Error(); err != nil && uctx.Err() != nil {
+				break
+			}
 		}
-		for _, cmd := range cmds {
-			_ = n.client.Do(ctx, cmd).Error()
-		}
+		cancel()
 	}
 	n.cancel()
 	done := make(chan struct{})
