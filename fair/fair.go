@@ -104,6 +104,10 @@ func (m *Mutex) Lock(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return m.notAcquired(err)
 	}
+	if err := m.c.Enter(); err != nil {
+		return fmt.Errorf("fair %q: %w", m.name, err)
+	}
+	defer m.c.Exit()
 	w := m.proc + "/" + m.c.NewID()
 	slot := m.box.Register(w) // subscribed only if the first attempt fails
 	defer slot.Close()
@@ -163,6 +167,10 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, m.notAcquired(err)
 	}
+	if err := m.c.Enter(); err != nil {
+		return false, fmt.Errorf("fair %q: %w", m.name, err)
+	}
+	defer m.c.Exit()
 	w := m.proc + "/" + m.c.NewID()
 	sent := time.Now()
 	vals, err := scripts.FairAcquire.Exec(ctx, m.c.Client, m.keys,

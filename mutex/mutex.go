@@ -128,6 +128,10 @@ func (m *Mutex) Lock(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return m.notAcquired(err)
 	}
+	if err := m.c.Enter(); err != nil {
+		return fmt.Errorf("mutex %q: %w", m.name, err)
+	}
+	defer m.c.Exit()
 	err := m.room.Acquire(ctx)
 	switch {
 	case err == nil:
@@ -149,6 +153,10 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, m.notAcquired(err)
 	}
+	if err := m.c.Enter(); err != nil {
+		return false, fmt.Errorf("mutex %q: %w", m.name, err)
+	}
+	defer m.c.Exit()
 	select {
 	case <-m.gate():
 	default:

@@ -608,12 +608,15 @@ func TestHandleCloseReleasesAndEndsWaits(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 30 * time.Second
 		prefix := b.Prefix(t)
-		closing := newPod(t, b, prefix)
+		// A grant stranded on the closing process's waiter would hold the lock this long.
+		window := distsync.WithHandoffWindow(time.Minute)
+		closing := newPod(t, b, prefix, window)
 		held := closing.mutex(t, "closing", mutex.WithTTL(ttl))
 		blocked := closing.mutex(t, "closing", mutex.WithTTL(ttl))
-		elsewhere := newPod(t, b, prefix).mutex(t, "closing", mutex.WithTTL(ttl))
+		elsewhere := newPod(t, b, prefix, window).mutex(t, "closing", mutex.WithTTL(ttl))
 		lockWithin(t, held, 5*time.Second)
 		blockedRes := lockAsync(context.Background(), blocked)
+		waitQueued(t, b, prefix, "closing", 1) // first in line: Close's release grants it the lock
 		elsewhereRes := lockAsync(context.Background(), elsewhere)
 		waitQueued(t, b, prefix, "closing", 2)
 

@@ -281,6 +281,11 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 		c.cancel()
 		close(c.done)
 	}()
+	if err := g.c.Enter(); err != nil {
+		c.err = g.wrap(key, err)
+		return
+	}
+	defer g.c.Exit()
 	ks, err := g.keys(key)
 	if err != nil {
 		c.err = err

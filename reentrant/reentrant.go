@@ -158,6 +158,10 @@ func (m *Mutex) lock1(ctx context.Context, wait bool) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, m.notAcquired(err)
 	}
+	if err := m.c.Enter(); err != nil {
+		return false, fmt.Errorf("reentrant %q: %w", m.name, err)
+	}
+	defer m.c.Exit()
 	m.mu.Lock()
 	h := m.holds[o]
 	m.mu.Unlock()
@@ -218,6 +222,8 @@ func (m *Mutex) once(ctx context.Context, o Owner, retry bool) (bool, error) {
 		case <-time.After(backoff):
 		case <-ctx.Done():
 			return false, m.notAcquired(ctx.Err())
+		case <-m.c.Done():
+			return false, fmt.Errorf("reentrant %q: %w", m.name, distsync.ErrClosed)
 		}
 	}
 }

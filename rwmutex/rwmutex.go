@@ -225,6 +225,10 @@ func (m *RWMutex) wait(ctx context.Context, room *waitq.Room) error {
 	if err := ctx.Err(); err != nil {
 		return m.notAcquired(err)
 	}
+	if err := m.c.Enter(); err != nil {
+		return fmt.Errorf("rwmutex %q: %w", m.name, err)
+	}
+	defer m.c.Exit()
 	err := room.Acquire(ctx)
 	switch {
 	case err == nil:
@@ -242,6 +246,10 @@ func (m *RWMutex) try(ctx context.Context, mode string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, m.notAcquired(err)
 	}
+	if err := m.c.Enter(); err != nil {
+		return false, fmt.Errorf("rwmutex %q: %w", m.name, err)
+	}
+	defer m.c.Exit()
 	res, owner, err := m.attempt(ctx, mode, "", false)
 	if err != nil {
 		if owner != "" {

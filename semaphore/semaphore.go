@@ -139,6 +139,10 @@ func (s *Semaphore) AcquireLease(ctx context.Context, n int64) (*distsync.Lease,
 	if err := ctx.Err(); err != nil {
 		return nil, s.notAcquired(err)
 	}
+	if err := s.c.Enter(); err != nil {
+		return nil, fmt.Errorf("semaphore %q: %w", s.name, err)
+	}
+	defer s.c.Exit()
 	w := s.proc + "/" + s.c.NewID()
 	slot := s.box.Register(w) // subscribed only if the first attempt fails
 	defer slot.Close()
@@ -197,6 +201,10 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, s.notAcquired(err)
 	}
+	if err := s.c.Enter(); err != nil {
+		return false, fmt.Errorf("semaphore %q: %w", s.name, err)
+	}
+	defer s.c.Exit()
 	w := s.proc + "/" + s.c.NewID()
 	sent := time.Now()
 	vals, err := s.run(ctx, scripts.SemaphoreAcquire, w, n, "1")

@@ -43,10 +43,18 @@ type Handle struct {
 
 	ren *renewer
 
-	ctx    context.Context // ends when the handle closes
+	ctx    context.Context // ends when Close is done with Redis: background work stops then
 	cancel context.CancelFunc
 	bg     sync.WaitGroup
 	closed atomic.Bool
+
+	// closing is closed when Close starts ending the calls in progress (Done); Close waits
+	// for them (Enter, Exit) before it stops the notifier and background work, so that a
+	// waiter it ends still cleans up after itself in Redis.
+	closing chan struct{}
+	callMu  sync.Mutex
+	calls   int
+	drained chan struct{} // closed when calls reaches 0 during Close
 }
 
 // NewHandle starts a handle on client. cfg must be valid.
@@ -61,6 +69,7 @@ func NewHandle(client rueidis.Client, cfg Config) *Handle {
 		id:       base64.RawURLEncoding.EncodeToString(b[:]),
 		ctx:      ctx,
 		cancel:   cancel,
+		closing:  make(chan struct{}),
 	}
 	h.Pub = "PUBLISH"
 	if h.Notifier.Sharded() {
@@ -93,8 +102,32 @@ func (h *Handle) Keys(kind, name string) (keys.Space, error) {
 	return s, nil
 }
 
-// Done is closed when the handle is closed.
-func (h *Handle) Done() <-chan struct{} { return h.ctx.Done() }
+// Done is closed when the handle is closing: calls that wait must return ErrClosed, after
+// cleaning up in Redis (Detached contexts still work until they have returned).
+func (h *Handle) Done() <-chan struct{} { return h.closing }
+
+// Enter registers a call that may wait and send commands (an acquire); Close waits for it to
+// Exit. It returns ErrClosed, registering nothing, if the handle is closed.
+func (h *Handle) Enter() error {
+	h.callMu.Lock()
+	defer h.callMu.Unlock()
+	if h.closed.Load() {
+		return ErrClosed
+	}
+	h.calls++
+	return nil
+}
+
+// Exit ends a call registered by Enter.
+func (h *Handle) Exit() {
+	h.callMu.Lock()
+	defer h.callMu.Unlock()
+	h.calls--
+	if h.calls == 0 && h.drained != nil {
+		close(h.drained)
+		h.drained = nil
+	}
+}
 
 // Closed reports whether Close has been called.
 func (h *Handle) Closed() bool { return h.closed.Load() }
@@ -130,13 +163,30 @@ func (h *Handle) Detached(timeout time.Duration) (context.Context, context.Cance
 	return context.WithTimeout(h.ctx, timeout)
 }
 
-// Close releases every lease the handle still holds (waiting at most until ctx ends), stops
-// the renewal loop and the notifier, and waits for background work.
+// Close releases every lease the handle still holds (waiting at most until ctx ends), ends
+// the calls that wait and waits for them to clean up, then stops the renewal loop and the
+// notifier, and waits for background work.
 func (h *Handle) Close(ctx context.Context) error {
+	h.callMu.Lock()
 	if h.closed.Swap(true) {
+		h.callMu.Unlock()
 		return nil
 	}
+	drained := make(chan struct{})
+	if h.calls == 0 {
+		close(drained)
+	} else {
+		h.drained = drained
+	}
+	h.callMu.Unlock()
 	err := h.ren.closeAll(ctx)
+	// End the calls in progress and let them clean up (leave their queues, pass on what was
+	// granted to them meanwhile) while Redis can still be reached through the handle.
+	close(h.closing)
+	select {
+	case <-drained:
+	case <-ctx.Done():
+	}
 	h.Notifier.Close(ctx)
 	h.cancel()
 	done := make(chan struct{})
