@@ -149,6 +149,10 @@ func (s *Semaphore) AcquireLease(ctx context.Context, n int64) (*distsync.Lease,
 	var got *core.Lease
 	err := waitq.WaitTurn(ctx, s.c, s.c.Config.WaiterLease, waitq.Turn{
 		ID: w, Slot: slot, Place: s.keys[3], PlaceKeep: []string{s.keys[2], s.keys[4], s.keys[5]},
+		// The head's place renewal also serves the queue if its permits came back by
+		// themselves: a stall (a dead grantee watched by a dead waiter) lasts at most a
+		// renewal period after that.
+		PlaceRenewal: &scripts.Call{Script: scripts.SemaphorePlace, Keys: s.keys, Args: s.args(w, n, s.Size(), "")},
 		Leave: func(ctx context.Context) error { return s.leave(ctx, w) },
 		Attempt: func(ctx context.Context, _ string) (waitq.TurnResult, error) {
 			sent := time.Now()
@@ -334,8 +338,13 @@ func (s *Semaphore) run(ctx context.Context, script *scripts.Script, id string, 
 }
 
 func (s *Semaphore) runWith(ctx context.Context, script *scripts.Script, id string, n, size int64, extra string) rueidis.RedisResult {
-	return script.Exec(ctx, s.c.Client, s.keys, []string{id, strconv.FormatInt(n, 10), strconv.FormatInt(size, 10),
-		core.Ms(s.ttl), core.Ms(s.c.Config.WaiterLease), core.Ms(2 * s.ttl / core.RenewDivisor), s.chanPrefix, s.c.Pub, core.Ms(opsTTL), extra})
+	return script.Exec(ctx, s.c.Client, s.keys, s.args(id, n, size, extra))
+}
+
+// args returns the ARGV of every semaphore script (see internal/scripts/lib/sem.lua).
+func (s *Semaphore) args(id string, n, size int64, extra string) []string {
+	return []string{id, strconv.FormatInt(n, 10), strconv.FormatInt(size, 10),
+		core.Ms(s.ttl), core.Ms(s.c.Config.WaiterLease), core.Ms(2 * s.ttl / core.RenewDivisor), s.chanPrefix, s.c.Pub, core.Ms(opsTTL), extra}
 }
 
 // hold records an acquisition of n permits under owner, with its lease on the renewal loop.

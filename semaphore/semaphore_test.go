@@ -431,3 +431,47 @@ func TestCancelledAcquireHasLeftWhenItReturns(t *testing.T) {
 		}
 	})
 }
+
+// Two dead waiters in a row at the head (one dead process had two calls queued): the permits
+// granted to the first lapse, and the second, which watched the grant, is dead too. The live
+// waiter behind them still gets its permit within about a waiter lease and a renewal period
+// (its own place renewal, once it is the head, serves the queue), not at its backstop, a
+// holder's lease later.
+func TestDeadWaitersInARowDoNotStallTheQueue(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const wlease = time.Second
+		prefix := b.Prefix(t)
+		opts := []distsync.Option{distsync.WithWaiterLease(wlease)}
+		holder := newSem(t, b.Pod(t, prefix, opts...), "row", 2)
+		acquire(t, holder, 2)
+		net := redistest.NewNetwork()
+		dead := newSem(t, b.PodVia(t, prefix, net, opts...), "row", 2)
+		dctx, dcancel := context.WithCancel(context.Background())
+		defer dcancel()
+		for i := range 2 {
+			go func() { _ = dead.Acquire(dctx, 2) }()
+			waitQueued(t, b, prefix, "row", int64(i+1))
+		}
+		live := newSem(t, b.Pod(t, prefix, opts...), "row", 2)
+		res := async(live, 1)
+		waitQueued(t, b, prefix, "row", 3)
+		net.Cut() // both calls of the dead process are gone; their places have not lapsed yet
+		start := time.Now()
+		release(t, holder, 2) // grants the first dead call, which the second (dead) watches
+		select {
+		case err := <-res:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d > 2*wlease+time.Second {
+				t.Fatalf("the live waiter got its permit %v after the release; waiter lease %v", d, wlease)
+			} else {
+				t.Logf("two dead waiters skipped in %v (waiter lease %v)", d, wlease)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the live waiter never got its permit")
+		}
+		release(t, live, 1)
+		net.Restore()
+	})
+}

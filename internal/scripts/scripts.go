@@ -40,6 +40,7 @@ var (
 	SemaphoreRelease = load("semaphore_release.lua")
 	SemaphoreLeave   = load("semaphore_leave.lua")
 	SemaphoreResize  = load("semaphore_resize.lua")
+	SemaphorePlace   = load("semaphore_place.lua")
 
 	OnceBegin  = load("once_begin.lua")
 	OnceFinish = load("once_finish.lua")
