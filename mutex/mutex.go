@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -333,29 +332,18 @@ func (m *Mutex) abandon(ctx context.Context, lv waitq.Leave) error {
 
 // parse is the waitq.Parse of m's channel (see internal/scripts/lib/queue.lua; each message
 // ends with the waiter id it is for, this Mutex's): "g <token> <backup> <ms>" (the lock is
-// granted to m for ms unless confirmed), "w <ms>" (watch another waiter's grant), "c" (the
-// watched grant was confirmed).
+// granted to m for ms unless confirmed, as '~<waiter>:<token>'), "w <ms>" (watch another
+// waiter's grant), "c" (the watched grant was confirmed). A message for another waiter, or
+// not of these forms, asks for a re-check.
 func (m *Mutex) parse(p string) waitq.Signal {
-	f := strings.Split(p, " ")
-	switch {
-	case f[0] == "g" && len(f) == 5:
-		n, err1 := strconv.ParseInt(f[1], 10, 64)
-		w, err2 := strconv.ParseInt(f[3], 10, 64)
-		if err1 != nil || err2 != nil {
-			return waitq.Signal{Kind: waitq.Recheck}
-		}
-		return waitq.Signal{Kind: waitq.Granted, Grant: waitq.Grant{Owner: "~" + m.waiter + ":" + f[1], Token: n, Backup: f[2],
-			Window: time.Duration(w) * time.Millisecond}}
-	case f[0] == "w" && len(f) == 3:
-		n, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			return waitq.Signal{Kind: waitq.Recheck}
-		}
-		return waitq.Signal{Kind: waitq.Watch, Window: time.Duration(n) * time.Millisecond}
-	case f[0] == "c":
-		return waitq.Signal{Kind: waitq.Confirmed}
+	to, sig := waitq.ParseQueued(p)
+	if to != m.waiter {
+		return waitq.Signal{Kind: waitq.Recheck}
 	}
-	return waitq.Signal{Kind: waitq.Recheck}
+	if sig.Kind == waitq.Granted {
+		sig.Grant.Owner = "~" + m.waiter + ":" + strconv.FormatInt(sig.Grant.Token, 10)
+	}
+	return sig
 }
 
 func (m *Mutex) notAcquired(err error) error {

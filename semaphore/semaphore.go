@@ -153,7 +153,7 @@ func (s *Semaphore) AcquireLease(ctx context.Context, n int64) (*distsync.Lease,
 		// themselves: a stall (a dead grantee watched by a dead waiter) lasts at most a
 		// renewal period after that.
 		PlaceRenewal: &scripts.Call{Script: scripts.SemaphorePlace, Keys: s.keys, Args: s.args(w, n, s.Size(), "")},
-		Leave: func(ctx context.Context) error { return s.leave(ctx, w) },
+		Leave:        func(ctx context.Context) error { return s.leave(ctx, w) },
 		Attempt: func(ctx context.Context, _ string) (waitq.TurnResult, error) {
 			sent := time.Now()
 			vals, err := s.run(ctx, scripts.SemaphoreAcquire, w, n, "0")

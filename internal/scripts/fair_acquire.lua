@@ -57,10 +57,14 @@ if not cur then
     redis.call('ZREM', qx, head)
   end
   if not head or head == w then
+    local token = next_token(fence, ARGV[3], now_us)
+    if not token then
+      return no_token(fence)
+    end
     redis.call('SET', lock, w, 'PX', ttl)
     redis.call('ZREM', q, w)
     redis.call('ZREM', qx, w)
-    return {1, next_token(fence, ARGV[3], now_us)}
+    return {1, token}
   end
   pass_on(lock, fence, q, qx, ARGV[4], ARGV[3], ARGV[6], ARGV[7])
   cur = redis.call('GET', lock)

@@ -50,7 +50,7 @@ if granted then
 end
 if cur or not redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
   cur = cur or redis.call('GET', lock)
-  if granted_to(cur, waiter) and tonumber(string.sub(cur, #waiter + 3)) > tonumber(ARGV[10]) then
+  if granted_to(cur, waiter) and (tonumber(string.sub(cur, #waiter + 3)) or 0) > tonumber(ARGV[10]) then
     redis.call('SET', lock, owner, 'PX', ttl) -- adopt the grant
     token = tonumber(string.sub(cur, #waiter + 3))
     if ARGV[9] ~= '' then
@@ -66,7 +66,7 @@ if cur or not redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
       enqueue(q, qx, waiter, now_ms, now_us, pttl + tonumber(ARGV[6]))
     end
     local g = 0
-    if string.sub(cur, 1, 1) == '~' then
+    if cur and string.sub(cur, 1, 1) == '~' then -- (cur is false if the lock lapsed since SET NX)
       g = 1
     end
     return {0, pttl, g}
@@ -79,6 +79,10 @@ if again or not token then
 end
 if not token then
   token = next_token(fence, ARGV[3], now_us)
+  if not token then
+    redis.call('DEL', lock) -- taken by the SET NX above: give it back
+    return no_token(fence)
+  end
 end
 if waiter ~= '' then
   if again then

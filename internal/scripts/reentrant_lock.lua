@@ -28,6 +28,18 @@
 
 local lock, fence, ops = KEYS[1], KEYS[2], KEYS[3]
 local field, id, ttl = 'o:' .. ARGV[1], ARGV[2], tonumber(ARGV[3])
+
+-- held() is the reply for a mutex held by another owner: its lease's PTTL. A lock key without
+-- a TTL is not ours to judge: wait as if it were fresh (as mutex_acquire.lua does), rather
+-- than re-check at once, again and again.
+local function held()
+  local pttl = redis.call('PTTL', lock)
+  if pttl == -1 then
+    pttl = ttl
+  end
+  return {0, math.max(pttl, 0)}
+end
+
 local state = op_state(ops, id)
 if state == 'void' then
   return {-1}
@@ -36,7 +48,7 @@ elseif state == 'applied' then
   if n then
     return {1, tonumber(n), tonumber(redis.call('HGET', lock, 't'))}
   end
-  return {0, math.max(redis.call('PTTL', lock), 0)}
+  return held()
 end
 
 if ARGV[6] ~= '0' then
@@ -49,6 +61,9 @@ local now_ms, now_us = now()
 local n, token
 if redis.call('EXISTS', lock) == 0 then
   token = next_token(fence, ARGV[4], now_us)
+  if not token then
+    return no_token(fence)
+  end
   redis.call('HSET', lock, field, 1, 't', int(token))
   redis.call('PEXPIRE', lock, ttl)
   n = 1
@@ -59,7 +74,7 @@ elseif redis.call('HEXISTS', lock, field) == 1 then
     redis.call('PEXPIRE', lock, ttl)
   end
 else
-  return {0, math.max(redis.call('PTTL', lock), 0)}
+  return held()
 end
 op_mark(ops, '', id, now_ms, tonumber(ARGV[5]))
 return {1, n, token}

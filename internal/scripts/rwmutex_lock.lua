@@ -58,6 +58,10 @@ if wait >= 0 then
   queue_writer(now_us, wait, false)
   return {0, wait}
 end
+local token = next_token(K.fence, A.fence_ttl, now_us)
+if not token then
+  return no_token(K.fence)
+end
 redis.call('SET', K.w, A.owner, 'PX', A.ttl)
 if A.waiter ~= '' then
   if A.more then
@@ -69,4 +73,4 @@ if A.waiter ~= '' then
     redis.call('ZREM', K.wo, A.waiter)
   end
 end
-return {1, next_token(K.fence, A.fence_ttl, now_us)}
+return {1, token}

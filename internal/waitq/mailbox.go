@@ -2,6 +2,7 @@ package waitq
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -160,24 +161,43 @@ func (b *Mailbox) Resubscribed() {
 // ParseQueued parses a message of a queue kept in Redis (see internal/scripts/lib/queue.lua;
 // the waiter id it is for comes last): "g <n> <backup> <ms> <id>" (a grant for ms: n is its
 // fencing token, or the permits granted), "w <ms> <id>" (watch a grant), "c <id>" (the
-// watched grant was confirmed). Anything else asks for a re-check.
+// watched grant was confirmed), with the numbers integers >= 1 as the scripts write them.
+// Anything else asks for a re-check: a malformed grant is never taken.
 func ParseQueued(p string) (string, Signal) {
 	f := strings.Split(p, " ")
 	to := f[len(f)-1]
+	if to == "" {
+		return to, Signal{Kind: Recheck}
+	}
 	switch {
 	case f[0] == "g" && len(f) == 5:
-		n, err1 := strconv.ParseInt(f[1], 10, 64)
-		w, err2 := strconv.ParseInt(f[3], 10, 64)
-		if err1 == nil && err2 == nil {
-			return to, Signal{Kind: Granted, Grant: Grant{Token: n, Backup: f[2], Window: time.Duration(w) * time.Millisecond}}
+		n, ok1 := count(f[1])
+		w, ok2 := millis(f[3])
+		if ok1 && ok2 {
+			return to, Signal{Kind: Granted, Grant: Grant{Token: n, Backup: f[2], Window: w}}
 		}
 	case f[0] == "w" && len(f) == 3:
-		n, err := strconv.ParseInt(f[1], 10, 64)
-		if err == nil {
-			return to, Signal{Kind: Watch, Window: time.Duration(n) * time.Millisecond}
+		if w, ok := millis(f[1]); ok {
+			return to, Signal{Kind: Watch, Window: w}
 		}
 	case f[0] == "c" && len(f) == 2:
 		return to, Signal{Kind: Confirmed}
 	}
 	return to, Signal{Kind: Recheck}
+}
+
+// count parses an integer >= 1 written as the scripts write one: decimal, no sign, no leading
+// zero (so that it is the same string in an owner value that Redis holds).
+func count(s string) (int64, bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil && n >= 1 && strconv.FormatInt(n, 10) == s
+}
+
+// millis parses a duration in whole milliseconds >= 1 that fits a time.Duration.
+func millis(s string) (time.Duration, bool) {
+	n, ok := count(s)
+	if !ok || n > math.MaxInt64/int64(time.Millisecond) {
+		return 0, false
+	}
+	return time.Duration(n) * time.Millisecond, true
 }

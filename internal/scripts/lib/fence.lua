@@ -5,12 +5,32 @@
 -- because they follow the clock, stay larger than any token a failed-over primary handed out
 -- but never replicated once the promoted replica's clock has passed it, and than tokens whose
 -- fence key expired (see docs/guarantees.md). One call in the common case: SET ... GET.
+--
+-- If the fence key holds no token to count on from (a value of another type; a string that is
+-- not an integer; one at 2^53 - 1 or above, past which a Lua number cannot count by one, and
+-- from which the reply to Redis would overflow), it returns nil, with the fence key as it
+-- was (its TTL reset): the caller must not take the claim, and must report an error.
 local function next_token(fence, fence_ttl, now_us)
   local token = now_us
-  local last = redis.call('SET', fence, int(now_us), 'PX', fence_ttl, 'GET')
-  if last and tonumber(last) >= token then
-    token = tonumber(last) + 1 -- the clock is behind the last token: count on from it
-    redis.call('SET', fence, int(token), 'PX', fence_ttl)
+  local last = redis.pcall('SET', fence, int(now_us), 'PX', fence_ttl, 'GET')
+  if type(last) == 'table' then
+    return nil -- another type (WRONGTYPE): nothing was written
+  end
+  if last then
+    local n = tonumber(last)
+    if not n or n ~= math.floor(n) or n >= 2^53 - 1 then
+      redis.call('SET', fence, last, 'PX', fence_ttl) -- put it back
+      return nil
+    end
+    if n >= token then
+      token = n + 1 -- the clock is behind the last token: count on from it
+      redis.call('SET', fence, int(token), 'PX', fence_ttl)
+    end
   end
   return token
+end
+
+-- no_token() is the error reply of a claim refused because next_token() returned nil.
+local function no_token(fence)
+  return redis.error_reply('distsync: the fence key ' .. fence .. ' holds no fencing token')
 end

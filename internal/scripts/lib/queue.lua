@@ -56,7 +56,9 @@ end
 -- The grant lasts `window` ms; the new holder confirms it (mutex_confirm.lua extends it to its
 -- lease) right after it wakes, without making its Lock wait for that. The next waiter in line
 -- is asked to watch the grant, so that a dead or stalled waiter costs at most `window`.
--- Waiters whose entries lapsed are dropped.
+-- Waiters whose entries lapsed are dropped. If the fence key holds no token (lib/fence.lua),
+-- nobody can be granted the lock: it is freed, and the head is told to re-check (its attempt
+-- then reports the fence's error).
 local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub)
   local now_ms, now_us
   for _ = 1, 1000 do
@@ -70,7 +72,13 @@ local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub)
       now_ms, now_us = now()
     end
     if tonumber(redis.call('ZSCORE', qx, head) or '0') > now_ms then
-      local token = int(next_token(fence, fence_ttl, now_us))
+      local token = next_token(fence, fence_ttl, now_us)
+      if not token then
+        redis.call('DEL', lock)
+        tell(pub, prefix, head, 'r')
+        return ''
+      end
+      token = int(token)
       redis.call('SET', lock, '~' .. head .. ':' .. token, 'PX', window)
       -- The backup is the next live waiter: a dead one would watch nothing.
       local backup = ''

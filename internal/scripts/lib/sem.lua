@@ -23,10 +23,21 @@ local A = {id = ARGV[1], n = tonumber(ARGV[2]), size = tonumber(ARGV[3]), ttl = 
   wlease = tonumber(ARGV[5]), slack = tonumber(ARGV[6]), prefix = ARGV[7], pub = ARGV[8],
   ops_ttl = tonumber(ARGV[9]), extra = ARGV[10]}
 
--- size_in_redis() returns the size Redis has, or nil.
+-- permits() returns s as a number of permits: an integer >= 1 that a Lua number holds
+-- exactly. Anything else (negative, zero, fractional, inf, nan, not a number) is nil: no count
+-- the scripts wrote, and never one that makes room for permits that are not there.
+local function permits(s)
+  local n = tonumber(s)
+  if n and n >= 1 and n < 2^53 and n == math.floor(n) then
+    return n
+  end
+  return nil
+end
+
+-- size_in_redis() returns the size Redis has, or nil (none, or not a size).
 local function size_in_redis()
   local s = redis.call('GET', K.size)
-  return s and tonumber(s)
+  return s and permits(s)
 end
 
 -- claim_size() makes the caller's size the semaphore's if it has none; it returns false and
@@ -51,8 +62,17 @@ local function prune(now_ms)
     redis.call('HDEL', K.n, o)
   end
   local used = 0
-  for _, v in ipairs(redis.call('HVALS', K.n)) do
-    used = used + tonumber(v)
+  local counts = redis.call('HGETALL', K.n)
+  for i = 1, #counts, 2 do
+    local c = permits(counts[i + 1])
+    if c then
+      used = used + c
+    else
+      -- Not a count of permits: no hold a script made. Counted, a negative one would make
+      -- room for permits that are not there.
+      redis.call('HDEL', K.n, counts[i])
+      redis.call('ZREM', K.h, counts[i])
+    end
   end
   return used
 end
@@ -98,21 +118,24 @@ local function serve(now_ms, used, self)
     if not w then
       return
     end
-    local need = tonumber(redis.call('HGET', K.qn, w) or '1')
-    if need > free then
+    local need = permits(redis.call('HGET', K.qn, w) or '1')
+    if not need then
+      dequeue(w) -- no request a script queued: it would take permits that are not there
+    elseif need > free then
       if granted and w ~= self then
         tell(A.pub, A.prefix, w, 'w ' .. A.wlease)
       end
       return
-    end
-    dequeue(w)
-    free = free - need
-    if w == self then
-      hold(self, need, now_ms, A.ttl)
     else
-      hold('~' .. w, need, now_ms, A.wlease)
-      tell(A.pub, A.prefix, w, 'g ' .. need .. '  ' .. A.wlease) -- no backup: 'g <n>  <ms> <id>'
-      granted = true
+      dequeue(w)
+      free = free - need
+      if w == self then
+        hold(self, need, now_ms, A.ttl)
+      else
+        hold('~' .. w, need, now_ms, A.wlease)
+        tell(A.pub, A.prefix, w, 'g ' .. need .. '  ' .. A.wlease) -- no backup: 'g <n>  <ms> <id>'
+        granted = true
+      end
     end
   end
 end
@@ -124,7 +147,9 @@ end
 local function wait(now_ms)
   local e = redis.call('ZRANGE', K.h, 0, 0, 'WITHSCORES')
   if e[1] then
-    return math.max(tonumber(e[2]) - now_ms, 0)
+    -- At most a lease: a holder renews within one anyway, and a lease of +inf (which no
+    -- script writes) must not become an overflowing reply, that is a re-check at once.
+    return math.min(math.max((tonumber(e[2]) or math.huge) - now_ms, 0), A.ttl)
   end
   return A.wlease
 end

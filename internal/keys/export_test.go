@@ -1,0 +1,4 @@
+package keys
+
+// Slot is slot, for the external tests of the package.
+var Slot = slot

@@ -1,0 +1,216 @@
+package once
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/distsync/distsync/internal/core"
+)
+
+// fuzzStruct is a result type with the shapes JSON results usually have.
+type fuzzStruct struct {
+	ID    int               `json:"id"`
+	Name  string            `json:"name"`
+	Tags  []string          `json:"tags,omitempty"`
+	Attrs map[string]any    `json:"attrs,omitempty"`
+	Next  *fuzzStruct       `json:"next,omitempty"`
+	Raw   map[string]string `json:"raw,omitempty"`
+}
+
+// FuzzDecode feeds Group.decode any stored or published result, as a foreign value under a
+// once key's kept or res:<leader> key, or a foreign PUBLISH on its channel, would.
+//
+// A result is one status byte and a payload (internal/scripts/once_begin.lua): 'v' and the
+// encoded value, 'e' and the leader's error message, 'p' and its panic. Property, for a
+// Group of each default codec (JSON, String, Bytes) and JSON of a struct: decode never panics;
+// "" is an error matching ErrCodec; 'v' gives exactly what the codec decodes from the
+// payload, or an error matching ErrCodec when the codec refuses it; 'p' gives an error
+// matching ErrPanicked, 'e' one matching ErrLeaderFailed, both with the message; any other
+// status byte gives an error (ErrLeaderFailed or ErrCodec). A non-nil error never comes with a
+// value other than the zero value.
+func FuzzDecode(f *testing.F) {
+	for _, seed := range []string{
+		"", "v", "v42", "v-0", "v1e3", "vnull", "v\"x\"", "v{}", "v[]", "v{\"id\":1,\"name\":\"n\"}",
+		"v{\"id\":1e400}", "v\xff", "e", "eboom", "p", "pboom", "x", "\x00", "V42", "v 42 ", "v42x",
+		"v{\"next\":{\"next\":{\"id\":3}}}", "v[1,2,3]", "v\"\\ud800\"",
+	} {
+		f.Add(seed)
+	}
+	gi := testGroup[int](JSON[int]())
+	gs := testGroup[string](String())
+	gb := testGroup[[]byte](Bytes())
+	gst := testGroup[fuzzStruct](JSON[fuzzStruct]())
+	f.Fuzz(func(t *testing.T, res string) {
+		checkDecode(t, gi, res)
+		checkDecode(t, gs, res)
+		checkDecode(t, gb, res)
+		checkDecode(t, gst, res)
+	})
+}
+
+func testGroup[T any](c Codec[T]) *Group[T] {
+	return &Group[T]{name: "g", codec: c, maxSize: DefaultMaxValueSize}
+}
+
+func checkDecode[T any](t *testing.T, g *Group[T], res string) {
+	t.Helper()
+	v, err := g.decode("k", res)
+	var zero T
+	if err != nil && !reflect.DeepEqual(v, zero) {
+		t.Fatalf("decode(%q) as %T: error %v with value %#v", res, zero, err, v)
+	}
+	switch {
+	case res == "":
+		if !errors.Is(err, ErrCodec) {
+			t.Fatalf("decode(%q) as %T = %#v, %v; want ErrCodec", res, zero, v, err)
+		}
+	case res[0] == 'v':
+		want, werr := g.codec.Decode([]byte(res[1:]))
+		switch {
+		case werr != nil && !errors.Is(err, ErrCodec):
+			t.Fatalf("decode(%q) as %T = %#v, %v; the codec refuses it (%v): want ErrCodec", res, zero, v, err, werr)
+		case werr == nil && (err != nil || !reflect.DeepEqual(v, want)):
+			t.Fatalf("decode(%q) as %T = %#v, %v; want %#v", res, zero, v, err, want)
+		}
+	case res[0] == 'p':
+		if !errors.Is(err, ErrPanicked) || !strings.Contains(err.Error(), res[1:]) {
+			t.Fatalf("decode(%q) as %T = %#v, %v; want ErrPanicked with the message", res, zero, v, err)
+		}
+	case res[0] == 'e':
+		if !errors.Is(err, ErrLeaderFailed) || !strings.Contains(err.Error(), res[1:]) {
+			t.Fatalf("decode(%q) as %T = %#v, %v; want ErrLeaderFailed with the message", res, zero, v, err)
+		}
+	default:
+		if !errors.Is(err, ErrLeaderFailed) && !errors.Is(err, ErrCodec) {
+			t.Fatalf("decode(%q) as %T = %#v, %v; want an error matching ErrLeaderFailed or ErrCodec", res, zero, v, err)
+		}
+	}
+}
+
+// FuzzCodecs feeds the codecs any bytes (a 'v' payload from Redis) and any value to encode.
+//
+// Property: no codec panics. Bytes and String decode every payload, to exactly its bytes, and
+// encode a value to exactly its bytes (what a waiter gets is what the leader returned). JSON
+// either refuses a payload or decodes it to a value that encodes, and that encoding decodes to
+// the same value again (a value shared once is shared unchanged by the next leader); a value
+// it encodes decodes without error.
+func FuzzCodecs(f *testing.F) {
+	for _, seed := range []string{"", "42", "-0", "1e400", "1e-400", "null", "\"\\ud800\"", "\"\xff\"", "{}", "[]",
+		"{\"id\":1,\"name\":\"n\",\"tags\":[\"a\"],\"attrs\":{\"x\":[1,{\"y\":null}]}}", "{\"next\":{\"next\":null}}",
+		"9007199254740993", "123456789012345678901234567890", " 1 ", "[1,2", "\x00"} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if v, err := Bytes().Decode(bytes.Clone(b)); err != nil || !bytes.Equal(v, b) {
+			t.Fatalf("Bytes().Decode(%q) = %q, %v", b, v, err)
+		}
+		if e, err := Bytes().Encode(bytes.Clone(b)); err != nil || !bytes.Equal(e, b) {
+			t.Fatalf("Bytes().Encode(%q) = %q, %v", b, e, err)
+		}
+		if v, err := String().Decode(b); err != nil || v != string(b) {
+			t.Fatalf("String().Decode(%q) = %q, %v", b, v, err)
+		}
+		if e, err := String().Encode(string(b)); err != nil || string(e) != string(b) {
+			t.Fatalf("String().Encode(%q) = %q, %v", b, e, err)
+		}
+		checkJSON[int](t, b)
+		checkJSON[float64](t, b)
+		checkJSON[string](t, b)
+		checkJSON[[]string](t, b)
+		checkJSON[map[string]any](t, b)
+		checkJSON[any](t, b)
+		checkJSON[*fuzzStruct](t, b)
+		checkJSON[fuzzStruct](t, b)
+		// A value made from the payload encodes and decodes back.
+		s := string(b)
+		c := JSON[fuzzStruct]()
+		in := fuzzStruct{ID: len(b), Name: strings.ToValidUTF8(s, "\uFFFD"), Tags: []string{strconv.Quote(s)}, Raw: map[string]string{"k": strings.ToValidUTF8(s, "?")}}
+		enc, err := c.Encode(in)
+		if err != nil {
+			t.Fatalf("JSON encode %#v: %v", in, err)
+		}
+		out, err := c.Decode(enc)
+		if err != nil || !reflect.DeepEqual(out, in) {
+			t.Fatalf("JSON round trip of %#v: %#v, %v", in, out, err)
+		}
+	})
+}
+
+func checkJSON[T any](t *testing.T, b []byte) {
+	t.Helper()
+	c := JSON[T]()
+	v, err := c.Decode(b)
+	if err != nil {
+		return
+	}
+	enc, err := c.Encode(v)
+	if err != nil {
+		t.Fatalf("JSON[%T]: %q decodes to %#v, which does not encode: %v", v, b, v, err)
+	}
+	again, err := c.Decode(enc)
+	if err != nil || !reflect.DeepEqual(again, v) {
+		t.Fatalf("JSON[%T]: %q decodes to %#v, encoded %q, which decodes to %#v, %v", v, b, v, enc, again, err)
+	}
+}
+
+// FuzzGroupKeys checks how a Group names the Redis keys of one of its keys: the group name
+// and the key are joined with a length prefix, then escaped (internal/keys).
+//
+// Property: for any group names and keys, the keys of one (group, key) pair (lead, kept, every
+// res:<owner>, the channel) share one hash slot, and two different pairs never share a key:
+// "a:b"+"c" is not "a"+"b:c".
+func FuzzGroupKeys(f *testing.F) {
+	f.Add("a:b", "c", "a", "b:c")
+	f.Add("1:a", "", "1", "a:")
+	f.Add("{", "}", "}", "{")
+	f.Add("g", "%7B", "g", "{")
+	f.Add("", "x", "x", "")
+	f.Add("\xff\x00", "k", "\xff", "\x00:k")
+	h := &core.Handle{Config: core.Config{Prefix: "distsync:"}}
+	f.Fuzz(func(t *testing.T, g1, k1, g2, k2 string) {
+		a, erra := (&Group[int]{c: h, name: g1}).keys(k1)
+		b, errb := (&Group[int]{c: h, name: g2}).keys(k2)
+		if erra != nil || errb != nil {
+			// Group names are checked by NewGroup; the encoded name is never empty.
+			t.Fatalf("keys(%q, %q): %v; keys(%q, %q): %v", g1, k1, erra, g2, k2, errb)
+		}
+		for _, ks := range []keyset{a, b} {
+			want := slotOf(ks.lead)
+			for _, k := range []string{ks.kept, ks.resPrefix, ks.resPrefix + "AAECAwQFBgcICQoL:1", ks.channel} {
+				if got := slotOf(k); got != want {
+					t.Fatalf("%q in slot %d, %q in slot %d", ks.lead, want, k, got)
+				}
+			}
+		}
+		same := g1 == g2 && k1 == k2
+		if (a == b) != same || (a.lead == b.lead) != same || (a.channel == b.channel) != same || (a.kept == b.kept) != same {
+			t.Fatalf("group %q key %q: %+v; group %q key %q: %+v", g1, k1, a, g2, k2, b)
+		}
+	})
+}
+
+// slotOf is Redis Cluster's key slot (CRC16/XMODEM of the hash tag, or of the whole key), as
+// in internal/keys' tests (checked there against CLUSTER KEYSLOT).
+func slotOf(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc % 16384)
+}
