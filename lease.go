@@ -32,14 +32,9 @@ func (l *Lease) Done() <-chan struct{} { return l.l.Done() }
 func (l *Lease) Err() error { return l.l.Err() }
 
 // Context returns a copy of parent that is also cancelled, with [context.Cause] set to Err,
-// when the lease ends. Run the work the lock protects under it. Call cancel when the work is
-// done to release the context's resources.
+// when the lease ends. Run the work the lock protects under it. Its Err and Done read the
+// lease's local deadline when called, as Err does. Call cancel when the work is done to release
+// the context's resources.
 func (l *Lease) Context(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {
-	c, cancelCause := context.WithCancelCause(parent)
-	inner := l.l.Context()
-	stop := context.AfterFunc(inner, func() { cancelCause(context.Cause(inner)) })
-	return c, func() {
-		stop()
-		cancelCause(context.Canceled)
-	}
+	return l.l.Bind(parent)
 }

@@ -203,7 +203,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	l := m.holds[0]
 	m.holds = m.holds[1:]
 	m.mu.Unlock()
-	if err := m.c.Release(ctx, "unlock of fair lock "+strconv.Quote(m.name), l, false,
+	if err := m.c.Release(ctx, "unlock of fair lock "+strconv.Quote(m.name), l,
 		func(ctx context.Context) (bool, error) { return m.release(ctx, l) }); err != nil {
 		return fmt.Errorf("fair %q: unlock: %w", m.name, err)
 	}

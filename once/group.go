@@ -399,8 +399,7 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 
 // lead runs fn as the key's leader, under lease, and shares its result.
 func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, lease *core.Lease, fn func(context.Context) (T, error), callCtx context.Context, subscribed bool) {
-	fctx, cancel := context.WithCancelCause(context.WithoutCancel(callCtx))
-	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
+	fctx, cancel := lease.Bind(context.WithoutCancel(callCtx))
 	var (
 		val      T
 		err      error
@@ -414,8 +413,7 @@ func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, lease *core.Le
 		}()
 		val, err = fn(fctx)
 	}()
-	stop()
-	cancel(nil)
+	cancel()
 	// Err reads the lease's deadline now: a leader whose process was frozen past it learns of
 	// the loss here, even if the renewal loop has not run since it resumed.
 	if lerr := lease.Stop(); lerr != nil {

@@ -104,15 +104,15 @@ func New(h *distsync.Handle, name string, opts ...Option) (*RWMutex, error) {
 		Attempt: func(ctx context.Context, t waitq.Try) (waitq.Result, string, error) {
 			return m.attempt(ctx, "r", m.waiterR, t.More)
 		},
-		Abandon: func(ctx context.Context, lv waitq.Leave) error {
-			return m.leave(ctx, "r", m.waiterR, lv.Owner, lv.Dequeue)
+		Abandon: func(ctx context.Context, lv waitq.Leave) (int64, error) {
+			return 0, m.leave(ctx, "r", m.waiterR, lv.Owner, lv.Dequeue)
 		}})
 	m.writers = waitq.NewRoom(c, ks.Channel()+":w", waitq.Hooks{Parse: recheck, Gate: m.gate,
 		Attempt: func(ctx context.Context, t waitq.Try) (waitq.Result, string, error) {
 			return m.attempt(ctx, "w", m.waiterW, t.More)
 		},
-		Abandon: func(ctx context.Context, lv waitq.Leave) error {
-			return m.leave(ctx, "w", m.waiterW, lv.Owner, lv.Dequeue)
+		Abandon: func(ctx context.Context, lv waitq.Leave) (int64, error) {
+			return 0, m.leave(ctx, "w", m.waiterW, lv.Owner, lv.Dequeue)
 		}})
 	return m, nil
 }
@@ -338,7 +338,7 @@ func (m *RWMutex) release(ctx context.Context, mode string, l *core.Lease) error
 	if mode == "r" {
 		what = "RUnlock"
 	}
-	err := m.c.Release(ctx, what+" of rwmutex "+strconv.Quote(m.name), l, false,
+	err := m.c.Release(ctx, what+" of rwmutex "+strconv.Quote(m.name), l,
 		func(ctx context.Context) (bool, error) { return m.unlock(ctx, mode, l) })
 	if err != nil {
 		return fmt.Errorf("rwmutex %q: %s: %w", m.name, what, err)

@@ -272,7 +272,7 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 		id := s.c.NewID()
 		release := func(ctx context.Context) (bool, error) { return s.release(ctx, p.h.lease.Owner(), p.k, id) }
 		if p.last {
-			errs = append(errs, s.c.Release(ctx, "release of semaphore "+strconv.Quote(s.name), p.h.lease, true, release))
+			errs = append(errs, s.c.Release(ctx, "release of semaphore "+strconv.Quote(s.name), p.h.lease, release))
 			continue
 		}
 		if err := p.h.lease.Err(); errors.Is(err, distsync.ErrLost) {
@@ -284,7 +284,7 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 		}
 		// Part of an acquisition: its lease goes on. The request id makes retries, here or in
 		// the background, count once.
-		ok, err := s.c.GiveBack(ctx, "release of semaphore "+strconv.Quote(s.name), p.h.lease.TTL(), true, nil, release)
+		ok, err := s.c.GiveBack(ctx, "release of semaphore "+strconv.Quote(s.name), p.h.lease.TTL(), nil, release)
 		if err == nil && !ok {
 			err = fmt.Errorf("%w: %w: the permits had been lost", distsync.ErrNotHeld, distsync.ErrLost)
 		}

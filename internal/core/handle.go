@@ -49,12 +49,60 @@ type Handle struct {
 	closed atomic.Bool
 
 	// closing is closed when Close starts ending the calls in progress (Done); Close waits
-	// for them (Enter, Exit) before it stops the notifier and background work, so that a
-	// waiter it ends still cleans up after itself in Redis.
-	closing chan struct{}
-	callMu  sync.Mutex
-	calls   int
-	drained chan struct{} // closed when calls reaches 0 during Close
+	// for them (Enter, Exit), then a moment for the clean-ups still being retried, before it
+	// stops the notifier and background work, so that a waiter it ends still cleans up after
+	// itself in Redis.
+	closing  chan struct{}
+	calls    tracker
+	cleanups tracker
+}
+
+// cleanupGrace is how long Close lets clean-ups that are being retried in the background (a
+// queue entry to remove, a release to finish) go on before it stops them: long enough for a
+// few retries after a dropped connection, short against Redis being unreachable.
+const cleanupGrace = time.Second
+
+// tracker counts work in progress that Close waits for.
+type tracker struct {
+	mu      sync.Mutex
+	n       int
+	closed  bool
+	drained chan struct{} // closed when n reaches 0 after close
+}
+
+// enter registers one more piece of work, unless close was called.
+func (t *tracker) enter() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.n++
+	return true
+}
+
+func (t *tracker) exit() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.n--
+	if t.n == 0 && t.drained != nil {
+		close(t.drained)
+		t.drained = nil
+	}
+}
+
+// close refuses new work and returns a channel closed once the work in progress is done.
+func (t *tracker) close() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+	ch := make(chan struct{})
+	if t.n == 0 {
+		close(ch)
+	} else {
+		t.drained = ch
+	}
+	return ch
 }
 
 // NewHandle starts a handle on client. cfg must be valid.
@@ -109,25 +157,14 @@ func (h *Handle) Done() <-chan struct{} { return h.closing }
 // Enter registers a call that may wait and send commands (an acquire); Close waits for it to
 // Exit. It returns ErrClosed, registering nothing, if the handle is closed.
 func (h *Handle) Enter() error {
-	h.callMu.Lock()
-	defer h.callMu.Unlock()
-	if h.closed.Load() {
+	if !h.calls.enter() {
 		return ErrClosed
 	}
-	h.calls++
 	return nil
 }
 
 // Exit ends a call registered by Enter.
-func (h *Handle) Exit() {
-	h.callMu.Lock()
-	defer h.callMu.Unlock()
-	h.calls--
-	if h.calls == 0 && h.drained != nil {
-		close(h.drained)
-		h.drained = nil
-	}
-}
+func (h *Handle) Exit() { h.calls.exit() }
 
 // Closed reports whether Close has been called.
 func (h *Handle) Closed() bool { return h.closed.Load() }
@@ -143,18 +180,21 @@ func (h *Handle) Go(f func(ctx context.Context)) {
 
 // Background runs f in the background with its own context, which ends after timeout or
 // at Close, and logs its error: for work a caller must not wait for, such as cleaning up
-// after a cancelled wait or finishing an unconfirmed release.
-func (h *Handle) Background(what string, timeout time.Duration, f func(ctx context.Context) error) {
-	if h.closed.Load() {
-		return
+// after a cancelled wait or finishing an unconfirmed release. It reports whether f was
+// started: not once the handle is closing.
+func (h *Handle) Background(what string, timeout time.Duration, f func(ctx context.Context) error) (started bool) {
+	if !h.cleanups.enter() {
+		return false // closing
 	}
 	h.Go(func(hctx context.Context) {
+		defer h.cleanups.exit()
 		ctx, cancel := context.WithTimeout(hctx, timeout)
 		defer cancel()
 		if err := f(ctx); err != nil {
 			h.Log().Warn("distsync: "+what+" failed", "err", err)
 		}
 	})
+	return true
 }
 
 // Detached returns a context for a command that must not be cut short by the caller's
@@ -164,21 +204,14 @@ func (h *Handle) Detached(timeout time.Duration) (context.Context, context.Cance
 }
 
 // Close releases every lease the handle still holds (waiting at most until ctx ends), ends
-// the calls that wait and waits for them to clean up, then stops the renewal loop and the
-// notifier, and waits for background work.
+// the calls that wait and waits for them to clean up, gives clean-ups that are being retried
+// up to cleanupGrace to finish, then stops the renewal loop and the notifier, and waits for
+// background work.
 func (h *Handle) Close(ctx context.Context) error {
-	h.callMu.Lock()
 	if h.closed.Swap(true) {
-		h.callMu.Unlock()
 		return nil
 	}
-	drained := make(chan struct{})
-	if h.calls == 0 {
-		close(drained)
-	} else {
-		h.drained = drained
-	}
-	h.callMu.Unlock()
+	drained := h.calls.close()
 	err := h.ren.closeAll(ctx)
 	// End the calls in progress and let them clean up (leave their queues, pass on what was
 	// granted to them meanwhile) while Redis can still be reached through the handle.
@@ -187,6 +220,13 @@ func (h *Handle) Close(ctx context.Context) error {
 	case <-drained:
 	case <-ctx.Done():
 	}
+	// Clean-ups being retried (a connection dropped under one) get a moment to finish.
+	grace, cancel := context.WithTimeout(ctx, cleanupGrace)
+	select {
+	case <-h.cleanups.close():
+	case <-grace.Done():
+	}
+	cancel()
 	h.Notifier.Close(ctx)
 	h.cancel()
 	done := make(chan struct{})
@@ -210,11 +250,12 @@ func (h *Handle) Undo(what string, timeout time.Duration, f func(ctx context.Con
 	ctx, cancel := h.Detached(time.Second)
 	err := f(ctx)
 	cancel()
-	if err == nil || h.closed.Load() {
+	if err == nil || !h.cleanups.enter() {
 		close(done)
 		return done
 	}
 	h.Go(func(hctx context.Context) {
+		defer h.cleanups.exit()
 		defer close(done)
 		ctx, cancel := context.WithTimeout(hctx, timeout)
 		defer cancel()

@@ -165,6 +165,42 @@ func (l *Lease) Err() error {
 	return context.Cause(l.ctx)
 }
 
+// Bind returns a copy of parent that is also cancelled, with the lease's error as its cause,
+// when the lease ends. Its Err and Done read the lease's deadline as Err does, so work that
+// checks them after its process was frozen past the deadline sees the loss at once; a goroutine
+// already blocked on Done wakes when the renewal loop, or any look at the lease, ends it.
+func (l *Lease) Bind(parent context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancelCause(parent)
+	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	return &leaseContext{Context: c, l: l, cancel: cancel}, func() {
+		stop()
+		cancel(context.Canceled)
+	}
+}
+
+// leaseContext is the context of Bind.
+type leaseContext struct {
+	context.Context
+	l      *Lease
+	cancel context.CancelCauseFunc
+}
+
+func (c *leaseContext) sync() {
+	if err := c.l.Err(); err != nil {
+		c.cancel(err)
+	}
+}
+
+func (c *leaseContext) Done() <-chan struct{} {
+	c.sync()
+	return c.Context.Done()
+}
+
+func (c *leaseContext) Err() error {
+	c.sync()
+	return c.Context.Err()
+}
+
 // expire ends l as lost if its local deadline has passed while the renewal loop tracks it.
 func (l *Lease) expire() {
 	if l.ctx.Err() != nil {
@@ -172,14 +208,10 @@ func (l *Lease) expire() {
 	}
 	r := l.h.ren
 	r.mu.Lock()
-	_, tracked := r.leases[l]
-	past := tracked && !time.Now().Before(l.deadline)
-	if past {
+	defer r.mu.Unlock()
+	if _, tracked := r.leases[l]; tracked && !time.Now().Before(l.deadline) {
 		delete(r.leases, l)
-	}
-	r.mu.Unlock()
-	if past {
-		l.End(errDeadline())
+		l.End(errDeadline()) // under the lock, as the loop does
 	}
 }
 
@@ -276,14 +308,16 @@ func (r *renewer) run(ctx context.Context) {
 	for {
 		now := time.Now()
 		wake := now.Add(time.Hour)
-		var batch, expired []*Lease
+		var batch []*Lease
 
 		r.mu.Lock()
 		r.wakeAt = time.Time{}
 		for l := range r.leases {
 			if !now.Before(l.deadline) {
+				// Ended under the lock: a lease off the loop and not yet ended would read as
+				// held to Err (expire skips leases the loop no longer tracks).
 				delete(r.leases, l)
-				expired = append(expired, l)
+				l.End(errDeadline())
 				continue
 			}
 			at := l.deadline
@@ -305,9 +339,6 @@ func (r *renewer) run(ctx context.Context) {
 		r.wakeAt = wake
 		r.mu.Unlock()
 
-		for _, l := range expired {
-			l.End(errDeadline())
-		}
 		if len(batch) > 0 {
 			r.h.bg.Add(1)
 			go func() {
@@ -353,8 +384,6 @@ func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 	cancel()
 
 	now := time.Now()
-	var gone []*Lease
-	var reasons []string
 	r.mu.Lock()
 	for i, l := range batch {
 		l.inflight = false
@@ -369,9 +398,8 @@ func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 			l.deadline = sent.Add(l.spec.TTL - Drift(l.spec.TTL))
 			l.first = nil
 		case err == nil || isWrongType(err):
-			delete(r.leases, l)
-			gone = append(gone, l)
-			reasons = append(reasons, "the claim was gone or held by another owner when it was renewed")
+			delete(r.leases, l) // and ended under the lock, as in run
+			l.End(lost("the claim was gone or held by another owner when it was renewed"))
 		default:
 			// Unreachable, or a transient Redis error (LOADING, READONLY during a failover):
 			// try again soon; the deadline ends the lease if nothing gets through.
@@ -380,9 +408,6 @@ func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 		}
 	}
 	r.mu.Unlock()
-	for i, l := range gone {
-		l.End(lost(reasons[i]))
-	}
 	r.wake()
 }
 
@@ -398,13 +423,13 @@ func (r *renewer) closeAll(ctx context.Context) error {
 	held := make([]*Lease, 0, len(r.leases))
 	for l := range r.leases {
 		held = append(held, l)
+		l.End(ErrClosed) // first, and under the lock: the release below must not record the end as a release
 	}
 	r.leases = map[*Lease]struct{}{}
 	r.mu.Unlock()
 
 	var errs []error
 	for _, l := range held {
-		l.End(ErrClosed) // first: the release below must not record the end as a release
 		r.mu.Lock()
 		l.inflight = false // the loop is stopping: whatever it did not send, the release sends
 		r.mu.Unlock()
@@ -427,14 +452,14 @@ func (r *renewer) closeAll(ctx context.Context) error {
 // compare-and-delete): a holder whose deadline passed while a renewal's reply was late, or
 // whose process was paused, may still own the key, which would otherwise hold everyone else
 // up until its TTL. That changes nothing for the caller, who is told of the loss.
-func (h *Handle) Release(ctx context.Context, what string, l *Lease, counted bool, release func(ctx context.Context) (bool, error)) error {
+func (h *Handle) Release(ctx context.Context, what string, l *Lease, release func(ctx context.Context) (bool, error)) error {
 	if err := l.Stop(); err != nil {
 		if errors.Is(err, ErrLost) {
 			_, _ = release(ctx)
 		}
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
-	held, err := h.GiveBack(ctx, what, l.TTL(), counted, func() { l.End(ErrReleased) }, release)
+	held, err := h.GiveBack(ctx, what, l.TTL(), func() { l.End(ErrReleased) }, release)
 	switch {
 	case err != nil:
 		return err
@@ -448,14 +473,15 @@ func (h *Handle) Release(ctx context.Context, what string, l *Lease, counted boo
 }
 
 // GiveBack runs release, which gives back a claim and reports whether it was still held; it
-// must be safe to repeat. A connection error is retried a few times at once. If release is
-// counted (it carries a request id that Redis applies once), a retry's answer is the answer;
-// if it is a compare-and-delete, a retry that finds the claim gone counts as given back (the
-// first attempt went through, by far the likeliest reason). If no attempt is
-// confirmed (ctx ended, Redis unreachable or failing), GiveBack returns the error and goes on
-// trying in the background for up to within (the claim expires by then anyway), then runs
-// finally (if not nil).
-func (h *Handle) GiveBack(ctx context.Context, what string, within time.Duration, counted bool, finally func(), release func(ctx context.Context) (bool, error)) (bool, error) {
+// must be safe to repeat. A connection error is retried a few times at once, and a retry's
+// answer is the answer. For a release that carries a request id Redis applies once (counted),
+// that is exact. For a compare-and-delete, a retry that finds the claim gone cannot tell an
+// earlier attempt that ran without its reply reaching us from a claim that was lost (Redis
+// restarted empty between the two, say): it reports the loss, which is never hidden. If no
+// attempt is confirmed (ctx ended, Redis unreachable or failing), GiveBack returns the error
+// and goes on trying in the background for up to within (the claim expires by then anyway),
+// then runs finally (if not nil).
+func (h *Handle) GiveBack(ctx context.Context, what string, within time.Duration, finally func(), release func(ctx context.Context) (bool, error)) (bool, error) {
 	held, err := release(ctx)
 	for i, backoff := 0, 10*time.Millisecond; err != nil && Transient(err) && i < 3; i, backoff = i+1, 2*backoff {
 		select {
@@ -465,14 +491,12 @@ func (h *Handle) GiveBack(ctx context.Context, what string, within time.Duration
 		if ctx.Err() != nil {
 			break
 		}
-		if held, err = release(ctx); err == nil && !counted {
-			held = true
-		}
+		held, err = release(ctx)
 	}
 	if err == nil {
 		return held, nil
 	}
-	h.Background(what+" (the claim expires with its lease)", within, func(bctx context.Context) error {
+	started := h.Background(what+" (the claim expires with its lease)", within, func(bctx context.Context) error {
 		if finally != nil {
 			defer finally()
 		}
@@ -487,5 +511,8 @@ func (h *Handle) GiveBack(ctx context.Context, what string, within time.Duration
 			}
 		}
 	})
+	if !started && finally != nil {
+		finally()
+	}
 	return false, fmt.Errorf("release not confirmed (finishing in the background): %w", err)
 }

@@ -3,6 +3,9 @@ package core
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -26,6 +29,11 @@ func TestLeaseReadsItsDeadlineWhenAsked(t *testing.T) {
 			}
 		}},
 		{"Context", func(l *Lease) bool { return l.Context().Err() != nil }},
+		{"Bind", func(l *Lease) bool {
+			ctx, cancel := l.Bind(context.Background())
+			defer cancel()
+			return ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrLost)
+		}},
 		{"Stop", func(l *Lease) bool { return errors.Is(l.Stop(), ErrLost) }},
 	} {
 		t.Run(look.name, func(t *testing.T) {
@@ -71,5 +79,28 @@ func TestHoldRefusesALateClaim(t *testing.T) {
 	}
 	if _, err := h.Hold(LeaseSpec{Key: "k", Owner: "w", Kind: "z", TTL: ttl, Renew: true, Sent: time.Now().Add(-ttl), Place: true}); err != nil {
 		t.Fatalf("Hold of a lapsed place = %v, want it taken (its waiter re-checks)", err)
+	}
+}
+
+// A release retried after a connection error takes the retry's answer: a claim it finds gone
+// is reported lost, whatever the first attempt's error, since a lost reply and a lost claim
+// (Redis restarted empty) cannot be told apart, and a loss is never hidden.
+func TestGiveBackReportsAGoneClaimAsLost(t *testing.T) {
+	h := &Handle{}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	defer h.cancel()
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, first := range []error{refused, io.EOF} {
+		calls := 0
+		held, err := h.GiveBack(context.Background(), "test", time.Second, nil, func(context.Context) (bool, error) {
+			calls++
+			if calls == 1 {
+				return false, first
+			}
+			return false, nil // the claim is not there
+		})
+		if err != nil || held {
+			t.Errorf("first attempt %v, then the claim gone: GiveBack = %v, %v; want not held", first, held, err)
+		}
 	}
 }
