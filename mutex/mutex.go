@@ -166,7 +166,10 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 		if owner != "" && !isRedisErr(err) {
 			// Void the attempt, or pass the lock on if it took it, before returning.
 			m.c.Undo("cleanup after a cancelled TryLock", voidTTL,
-				func(actx context.Context) error { return m.abandon(actx, waitq.Leave{Owner: owner}) })
+				func(actx context.Context) error {
+					_, err := m.abandon(actx, waitq.Leave{Owner: owner})
+					return err
+				})
 		}
 		if ctx.Err() != nil {
 			return false, m.notAcquired(ctx.Err())
@@ -183,8 +186,9 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 // lock was held and is now released. It returns an error matching [distsync.ErrNotHeld] if m
 // is not locked, and one matching both ErrNotHeld and [distsync.ErrLost] if the hold was lost
 // before Unlock (someone else may have the lock now). A connection error is retried a few
-// times at once; if a retry finds the lock gone after an attempt whose reply was lost, that
-// attempt counts as the release and Unlock returns nil. ctx bounds the wait for Redis; if it
+// times at once; a retry that finds the lock gone reports the loss too: it cannot tell an
+// attempt that ran without its reply reaching us from a lock lost meanwhile (Redis restarted
+// empty, say), and a loss is never reported as a release. ctx bounds the wait for Redis; if it
 // ends first, or Redis stays unreachable, Unlock returns the error and the Handle keeps trying
 // in the background until the lease would have run out anyway. Either way m is unlocked
 // locally when Unlock returns.
@@ -199,7 +203,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if l == nil {
 		return fmt.Errorf("mutex %q: unlock of unlocked mutex: %w", m.name, distsync.ErrNotHeld)
 	}
-	err := m.c.Release(ctx, "unlock of mutex "+strconv.Quote(m.name), l, false,
+	err := m.c.Release(ctx, "unlock of mutex "+strconv.Quote(m.name), l,
 		func(ctx context.Context) (bool, error) { return m.release(ctx, l) })
 	if err != nil {
 		return fmt.Errorf("mutex %q: unlock: %w", m.name, err)
@@ -320,14 +324,21 @@ func (m *Mutex) hold(owner string, token int64, sent, deadline time.Time, first 
 }
 
 // abandon is the waitq.Abandon of Lock (and the cleanup of a TryLock whose reply was lost).
-func (m *Mutex) abandon(ctx context.Context, lv waitq.Leave) error {
+func (m *Mutex) abandon(ctx context.Context, lv waitq.Leave) (int64, error) {
 	waiter := ""
 	if lv.Dequeue {
 		waiter = m.waiter
 	}
-	return scripts.MutexLeave.Exec(ctx, m.c.Client, m.keys,
+	vals, err := scripts.MutexLeave.Exec(ctx, m.c.Client, m.keys,
 		[]string{waiter, lv.Owner, m.windowArg, m.fenceArg, m.chanPrefix, m.c.Pub, core.Ms(voidTTL),
-			strconv.FormatInt(lv.LastToken, 10)}).Error()
+			strconv.FormatInt(lv.LastToken, 10)}).AsIntSlice()
+	if err != nil {
+		return 0, err
+	}
+	if len(vals) != 2 {
+		return 0, core.Unexpected(scripts.MutexLeave, vals)
+	}
+	return vals[1], nil
 }
 
 // parse is the waitq.Parse of m's channel (see internal/scripts/lib/queue.lua; each message

@@ -947,3 +947,72 @@ func lockValue(t *testing.T, b *redistest.Backend, prefix, name string) string {
 	v, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Get().Key(keyOf(prefix, name, "")).Build() }).ToString()
 	return v
 }
+
+// A grant that a cancelled Lock's clean-up passed on is not taken later by the same Mutex
+// value's next Lock when its message arrives late: the clean-up remembers the token it passed
+// on. (Here the grant is written and its message published by the test, so that the message
+// surely comes after the clean-up; in the field, pub/sub delivers it whenever it does.)
+func TestStaleGrantAfterACancelIsNotTaken(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		holder := newPod(t, b, prefix).mutex(t, "stale")
+		m := newPod(t, b, prefix).mutex(t, "stale")
+		other := newPod(t, b, prefix).mutex(t, "stale")
+		lockWithin(t, holder, 5*time.Second)
+		ctx, cancel := context.WithCancel(context.Background())
+		first := lockAsync(ctx, m)
+		waitQueued(t, b, prefix, "stale", 1)
+		ids, err := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Zrange().Key(keyOf(prefix, "stale", "q")).Min("0").Max("0").Build()
+		}).AsStrSlice()
+		if err != nil || len(ids) != 1 {
+			t.Fatalf("queue: %v, %v", ids, err)
+		}
+		w := ids[0]
+		otherRes := lockAsync(context.Background(), other)
+		waitQueued(t, b, prefix, "stale", 2)
+		// A release grants the lock to m's process, as Unlock would; its message is late.
+		token := time.Now().UnixMicro()
+		grant := fmt.Sprintf("~%s:%d", w, token)
+		b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Set().Key(keyOf(prefix, "stale", "")).Value(grant).Px(time.Minute).Build()
+		})
+		b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Zrem().Key(keyOf(prefix, "stale", "q")).Member(w).Build()
+		})
+		cancel() // m gives up: its clean-up passes the grant on to other
+		if r := wait(t, first, 5*time.Second); !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("cancelled Lock = %v", r.err)
+		}
+		if r := wait(t, otherRes, 5*time.Second); r.err != nil {
+			t.Fatalf("the grant was not passed on: %v", r.err)
+		}
+		// m locks again and queues behind other; then the stale grant's message arrives.
+		second := lockAsync(context.Background(), m)
+		waitQueued(t, b, prefix, "stale", 1)
+		ch := keyOf(prefix, "stale", "ch") + ":" + w
+		cmd := "PUBLISH"
+		if b.Name == redistest.ClusterB {
+			cmd = "SPUBLISH"
+		}
+		b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Arbitrary(cmd).Keys(ch).Args(fmt.Sprintf("g %d  500 %s", token, w)).Build()
+		})
+		select {
+		case r := <-second:
+			t.Fatalf("Lock took a grant that had been passed on (err %v) while another holds the lock", r.err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		unlock(t, other)
+		if r := wait(t, second, 5*time.Second); r.err != nil {
+			t.Fatal(r.err)
+		}
+		if tok := m.Lease().Token(); tok <= token {
+			t.Fatalf("token %d after the stale grant's %d", tok, token)
+		}
+		unlock(t, m)
+		if err := holder.Unlock(context.Background()); !errors.Is(err, distsync.ErrLost) {
+			t.Fatalf("Unlock of the hold the test's grant replaced = %v, want ErrLost", err)
+		}
+	})
+}

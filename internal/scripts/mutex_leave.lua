@@ -14,7 +14,9 @@
 -- ARGV[7] void_ttl   ms to remember a voided attempt, longer than any command stays in flight
 -- ARGV[8] last       the largest token the waiter's process acquired: a grant with a token up
 --                    to it was taken by one of its goroutines, which holds it
--- Reply: 1 if the lock was passed on, else 0
+-- Reply: {passed, token}: passed is 1 if the lock was passed on, else 0; token is the token
+--        of the grant to the waiter that was passed on (0 if none): a message announcing that
+--        grant may still be on its way to the waiter's process, which must not take it
 --
 -- The caller runs this before its Lock returns. A release that ran just before it may have
 -- granted the lock to the departing waiter ('~<waiter>:<token>'); it goes on to the next waiter
@@ -37,20 +39,21 @@ if waiter ~= '' then
   if redis.call('ZREM', q, waiter) == 1 then
     redis.call('ZREM', qx, waiter)
   end
-  if granted_to(cur, waiter) and (tonumber(string.sub(cur, #waiter + 3)) or 0) > tonumber(ARGV[8]) then
+  local token = granted_to(cur, waiter) and (tonumber(string.sub(cur, #waiter + 3)) or 0)
+  if token and token > tonumber(ARGV[8]) then
     pass_on(lock, fence, q, qx, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
-    return 1
+    return {1, token}
   end
 end
 if owner == '' then
-  return 0
+  return {0, 0}
 end
 if cur == owner then
   pass_on(lock, fence, q, qx, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
-  return 1
+  return {1, 0}
 end
 -- Void the attempt. (A grant is made by a release, never in flight: nothing to void.)
 local void_ttl = tonumber(ARGV[7])
 redis.call('ZADD', qx, now() + void_ttl, '!' .. owner)
 live_for(qx, void_ttl)
-return 0
+return {0, 0}

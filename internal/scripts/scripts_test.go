@@ -89,11 +89,11 @@ func (e *env) confirm(owner, waiter string, requeue bool, backup string) int64 {
 func (e *env) leave(waiter, owner string, last int64) int64 {
 	e.t.Helper()
 	v, err := scripts.MutexLeave.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
-		[]string{waiter, owner, "500", "60000", e.k.ch, e.k.pub, "60000", strconv.FormatInt(last, 10)}).AsInt64()
-	if err != nil {
-		e.t.Fatalf("leave: %v", err)
+		[]string{waiter, owner, "500", "60000", e.k.ch, e.k.pub, "60000", strconv.FormatInt(last, 10)}).AsIntSlice()
+	if err != nil || len(v) != 2 {
+		e.t.Fatalf("leave: %v, %v", v, err)
 	}
-	return v
+	return v[0]
 }
 
 // grantee returns the waiter and token of the grant the lock holds, or "" if it holds none.

@@ -73,8 +73,10 @@ type Hooks struct {
 	// if the attempt's reply was not awaited.
 	Attempt func(ctx context.Context, t Try) (res Result, owner string, err error)
 	// Abandon cleans up in Redis after waiters gave up (see Leave). It must be idempotent: it
-	// is retried in the background if Redis cannot be reached.
-	Abandon func(ctx context.Context, l Leave) error
+	// is retried in the background if Redis cannot be reached. It returns the token of a grant
+	// to the Room that it passed on (0 if none): the grant's message may still be on its way,
+	// and the Room must not take it.
+	Abandon func(ctx context.Context, l Leave) (passed int64, err error)
 	// Gate, if set, returns a channel that is closed while the head may attempt. A mutex
 	// closes it while no goroutine of the process holds it: as with sync.Mutex, a Lock waits
 	// for the local Unlock, even if the hold was lost in Redis meanwhile.
@@ -169,7 +171,7 @@ func (r *Room) Message(payload string) {
 			// leave that could not reach Redis.
 			lv := Leave{Dequeue: true, LastToken: r.lastToken}
 			r.h.Background("passing on a grant nobody waits for", cleanupTimeout,
-				func(ctx context.Context) error { return r.hooks.Abandon(ctx, lv) })
+				func(ctx context.Context) error { return r.abandon(ctx, lv) })
 			return
 		}
 		g := sig.Grant
@@ -333,7 +335,7 @@ func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
 				r.h.Log().Debug("distsync: attempt failed, retrying", "channel", r.channel, "err", err, "in", backoff)
 				if owner != "" {
 					r.h.Undo("undoing an attempt whose reply was lost", cleanupTimeout,
-						func(ctx context.Context) error { return r.hooks.Abandon(ctx, Leave{Owner: owner}) })
+						func(ctx context.Context) error { return r.abandon(ctx, Leave{Owner: owner}) })
 				}
 				select {
 				case <-time.After(backoff):
@@ -463,7 +465,7 @@ func (r *Room) leave(w *waiter, failed bool, owner string) {
 	}
 	if lv.Owner != "" || lv.Dequeue {
 		done := r.h.Undo("cleanup after a cancelled wait (the entry expires by itself)", cleanupTimeout,
-			func(ctx context.Context) error { return r.hooks.Abandon(ctx, lv) })
+			func(ctx context.Context) error { return r.abandon(ctx, lv) })
 		if left != nil {
 			select {
 			case <-done:
@@ -473,6 +475,20 @@ func (r *Room) leave(w *waiter, failed bool, owner string) {
 			}
 		}
 	}
+}
+
+// abandon runs Hooks.Abandon and remembers the token of a grant it passed on as taken, so that
+// a late message announcing it is dropped (Message, contend) rather than taken by a new head.
+func (r *Room) abandon(ctx context.Context, lv Leave) error {
+	passed, err := r.hooks.Abandon(ctx, lv)
+	if passed > 0 {
+		r.mu.Lock()
+		if passed > r.lastToken {
+			r.lastToken = passed
+		}
+		r.mu.Unlock()
+	}
+	return err
 }
 
 // The head retries an attempt that failed on a transient error after minBackoff, doubling
