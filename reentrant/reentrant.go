@@ -78,6 +78,16 @@ type Mutex struct {
 	amu   sync.Mutex
 	mu    sync.Mutex
 	holds map[Owner]*hold // this process's holds, by owner
+	// unlocking holds, by owner, the Unlocks still being finished in the background (their
+	// ctx ended, or Redis was unreachable): the owner's next Lock waits for them, so that a
+	// new outermost Lock never joins a hold whose release is still on its way.
+	unlocking map[Owner]*pending
+}
+
+// pending counts an owner's Unlocks still being finished; done closes when none is left.
+type pending struct {
+	n    int
+	done chan struct{}
 }
 
 // hold is what one owner holds of the mutex through this Mutex value.
@@ -112,7 +122,8 @@ func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Mutex{c: c, name: name, ttl: c.Config.LeaseTTL, renew: true, holds: make(map[Owner]*hold)}
+	m := &Mutex{c: c, name: name, ttl: c.Config.LeaseTTL, renew: true, holds: make(map[Owner]*hold),
+		unlocking: make(map[Owner]*pending)}
 	for _, o := range opts {
 		o(m)
 	}
@@ -164,7 +175,23 @@ func (m *Mutex) lock1(ctx context.Context, wait bool) (bool, error) {
 	defer m.c.Exit()
 	m.mu.Lock()
 	h := m.holds[o]
+	var unlocking <-chan struct{}
+	if p := m.unlocking[o]; p != nil {
+		unlocking = p.done
+	}
 	m.mu.Unlock()
+	if unlocking != nil {
+		select {
+		case <-unlocking:
+		case <-ctx.Done():
+			return false, m.notAcquired(ctx.Err())
+		case <-m.c.Done():
+			return false, fmt.Errorf("reentrant %q: %w", m.name, distsync.ErrClosed)
+		}
+		m.mu.Lock()
+		h = m.holds[o]
+		m.mu.Unlock()
+	}
 	if h != nil {
 		if err := h.lease.Err(); err != nil {
 			return false, fmt.Errorf("reentrant %q: re-entering a hold that ended: %w", m.name, err)
@@ -302,19 +329,20 @@ func (m *Mutex) attempt(ctx context.Context, _ waitq.Try) (waitq.Result, string,
 // if Redis cannot be reached.
 func (m *Mutex) undo(undo string) {
 	m.c.Undo("undoing a reentrant lock attempt", opsTTL, func(ctx context.Context) error {
-		return m.abandon(ctx, waitq.Leave{Owner: undo})
+		_, err := m.abandon(ctx, waitq.Leave{Owner: undo})
+		return err
 	})
 }
 
 // abandon is the waitq.Abandon of Lock: it undoes the attempt named by lv.Owner, if it
 // counted. (There is no queue entry to remove: waiters of a reentrant Mutex are not queued in
 // Redis.)
-func (m *Mutex) abandon(ctx context.Context, lv waitq.Leave) error {
+func (m *Mutex) abandon(ctx context.Context, lv waitq.Leave) (int64, error) {
 	id, o, ok := strings.Cut(lv.Owner, " ")
 	if !ok {
-		return nil
+		return 0, nil
 	}
-	return scripts.ReentrantAbandon.Exec(ctx, m.c.Client, []string{m.keys[0], m.keys[2]},
+	return 0, scripts.ReentrantAbandon.Exec(ctx, m.c.Client, []string{m.keys[0], m.keys[2]},
 		[]string{o, id, core.Ms(opsTTL), m.channel, m.c.Pub}).Error()
 }
 
@@ -368,15 +396,36 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	}
 
 	id := m.c.NewID() // retries send the same id: Redis counts the Unlock once
-	var finally func()
-	if last {
-		finally = func() { l.End(distsync.ErrReleased) }
+	m.mu.Lock()
+	p := m.unlocking[o]
+	if p == nil {
+		p = &pending{done: make(chan struct{})}
+		m.unlocking[o] = p
 	}
-	held, err := m.c.GiveBack(ctx, "unlock of reentrant mutex "+strconv.Quote(m.name), m.ttl, true, finally,
+	p.n++
+	m.mu.Unlock()
+	settled := func() {
+		m.mu.Lock()
+		if p.n--; p.n == 0 {
+			close(p.done)
+			delete(m.unlocking, o)
+		}
+		m.mu.Unlock()
+	}
+	finally := func() { // the background attempts are over
+		if last {
+			l.End(distsync.ErrReleased)
+		}
+		settled()
+	}
+	held, err := m.c.GiveBack(ctx, "unlock of reentrant mutex "+strconv.Quote(m.name), m.ttl, finally,
 		func(ctx context.Context) (bool, error) {
 			n, err := m.unlock(ctx, o, id, 1, l.Token())
 			return n >= 0, err
 		})
+	if err == nil {
+		settled()
+	}
 	switch {
 	case err != nil:
 		return fmt.Errorf("reentrant %q: unlock: %w", m.name, err)

@@ -637,3 +637,30 @@ func ownerOf(ctx context.Context) reentrant.Owner {
 	o, _ := reentrant.OwnerFrom(ctx)
 	return o
 }
+
+// An owner's Lock right after an Unlock that is still being finished in the background (its
+// attempts could not be sent) waits for it, and starts a new hold with a new token: it never
+// joins the hold being released and reuses its token.
+func TestLockAfterAnUnfinishedUnlockStartsANewHold(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		f := redistest.NewFaulty(b.Client(t))
+		m := newMutex(t, b.PodOn(t, f, prefix), "unfinished")
+		o := reentrant.NewOwner()
+		a := owned(o)
+		lock(t, m, a)
+		tok := m.Lease(a).Token()
+		f.Expire(4, redistest.ScriptCall(scripts.ReentrantUnlock)) // the first four are never sent
+		if err := m.Unlock(a); err == nil {
+			t.Fatal("Unlock whose attempts could not be sent returned nil")
+		}
+		lock(t, m, a)
+		if tok2 := m.Lease(a).Token(); tok2 <= tok {
+			t.Fatalf("Lock after the unfinished Unlock got token %d, the released hold's was %d", tok2, tok)
+		}
+		if n := count(t, b, prefix, "unfinished", o); n != 1 {
+			t.Fatalf("Redis counts %d for the owner, want 1", n)
+		}
+		unlock(t, m, a)
+	})
+}
