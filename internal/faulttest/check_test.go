@@ -1,0 +1,747 @@
+package faulttest
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The checker: pure functions over a merged history (the workers' events and the test's
+// fault events), no Redis, no clocks. Each check returns violations; a violation carries the
+// span and the workers that a reader needs to see.
+
+const forever = math.MaxInt64
+
+// model says what the history is of.
+type model struct {
+	prim  string
+	size  int64         // semaphore
+	ttl   time.Duration // the lease TTL: a dead or stopped holder's claim lapses by then...
+	grant time.Duration // ...or, if it died before confirming a hand-off, by the grant's end
+	bound time.Duration // liveness: a free claim that someone waits for is taken within this
+}
+
+// claimMax is the longest a claim outlives its holder's death or pause.
+func (m model) claimMax() int64 { return int64(max(m.ttl, m.grant)) }
+
+type violation struct {
+	at, from, to int64
+	workers      []string
+	msg          string
+}
+
+// hold is one acquisition, from the history: for once, one run of fn.
+type hold struct {
+	id, w    string
+	role     string // rwmutex: "r" or "w"
+	call     string // once: the Do call that ran fn
+	tok, n   int64
+	start    int64
+	exit     int64 // left the critical section (or died, or the history ended): forever if unknown
+	released int64 // the release returned (0 if not)
+	relErr   string
+	lostAt   int64 // first time the holder was told of a loss: 0 if never
+	dead     bool  // the lease had ended when the acquire returned
+	killed   bool  // the worker was SIGKILLed while holding
+	claimEnd int64 // when the claim was free in Redis at the latest (forever if unknown)
+}
+
+func (h *hold) told() bool { return h.lostAt != 0 }
+
+func (h *hold) tell(t int64) {
+	if h.lostAt == 0 || t < h.lostAt {
+		h.lostAt = t
+	}
+}
+
+func (h *hold) writer(prim string) bool { return prim != pRWMutex || h.role == "w" }
+
+func (h *hold) String() string {
+	s := fmt.Sprintf("%s (%s", h.id, h.w)
+	if h.role != "" {
+		s += " role=" + h.role
+	}
+	if h.tok != 0 {
+		s += fmt.Sprintf(" tok=%d", h.tok)
+	}
+	if h.n != 0 {
+		s += fmt.Sprintf(" n=%d", h.n)
+	}
+	if h.told() {
+		s += " told-lost"
+	} else {
+		s += " not-told"
+	}
+	if h.killed {
+		s += " killed"
+	}
+	return s + ")"
+}
+
+// wait is one acquire call (for once: one Do call) that had to wait, from its start until
+// it returned (or its worker died, or the history ended).
+type wait struct {
+	w          string
+	start, end int64
+	n          int64
+	role       string
+	killed     bool // ended by the worker's death
+}
+
+// span is a time range, [from, to).
+type span struct{ from, to int64 }
+
+// faults are the test's own events, digested.
+type faults struct {
+	kills     map[string]int64  // worker -> SIGKILL time
+	stops     map[string][]span // worker -> SIGSTOP..SIGCONT
+	blackouts []span            // Redis unavailable: paused or restarting
+	restarts  []span
+	pauses    []span
+	hiccups   []span // some process of the run was not scheduled (merged, in order)
+	term      int64  // SIGTERM to every worker: the end of the run (forever if none)
+	t0        int64  // the first event
+	end       int64  // the last event
+}
+
+// history is a merged history, digested.
+type history struct {
+	evs    []Event
+	f      faults
+	holds  []*hold
+	waits  []wait
+	byID   map[string]*hold
+	doRets map[string]Event // once: Do call -> its return
+}
+
+// digest builds holds and waits from the merged events.
+func digest(m model, evs []Event) *history {
+	h := &history{evs: evs, byID: map[string]*hold{}, doRets: map[string]Event{}}
+	f := &h.f
+	f.kills, f.stops, f.term = map[string]int64{}, map[string][]span{}, forever
+	if len(evs) > 0 {
+		f.t0, f.end = evs[0].T, evs[len(evs)-1].T
+	}
+	var pause, restart int64
+	var hiccups []Event
+	for _, e := range evs {
+		if e.Ev == evHiccup {
+			hiccups = append(hiccups, e)
+		}
+		if e.W != driver {
+			continue
+		}
+		switch e.Ev {
+		case drvKill:
+			f.kills[e.Target] = e.T
+		case drvStop:
+			f.stops[e.Target] = append(f.stops[e.Target], span{e.T, forever})
+		case drvCont:
+			if s := f.stops[e.Target]; len(s) > 0 && s[len(s)-1].to == forever {
+				s[len(s)-1].to = e.T
+			}
+		case drvTerm:
+			if f.term == forever {
+				f.term = e.T
+			}
+		case drvRedisPause:
+			pause = e.T
+		case drvRedisResume:
+			f.pauses = append(f.pauses, span{pause, e.T})
+			f.blackouts = append(f.blackouts, span{pause, e.T})
+		case drvRestartBegin:
+			restart = e.T
+		case drvRestartDone:
+			f.restarts = append(f.restarts, span{restart, e.T})
+			f.blackouts = append(f.blackouts, span{restart, e.T})
+		}
+	}
+
+	// A worker that was SIGSTOPped sees its own stop as a hiccup: that is the fault, not the
+	// machine.
+	for _, e := range hiccups {
+		sp, own := span{e.T - e.N, e.T}, false
+		for _, st := range f.stops[e.W] {
+			own = own || (sp.from < st.to && st.from < sp.to)
+		}
+		if !own {
+			f.hiccups = append(f.hiccups, sp)
+		}
+	}
+	f.hiccups = union(f.hiccups)
+	waiting := map[string]wait{} // worker -> its acquire call in progress
+	endWait := func(w string, t int64) {
+		if x, ok := waiting[w]; ok {
+			x.end = t
+			h.waits = append(h.waits, x)
+			delete(waiting, w)
+		}
+	}
+	for _, e := range evs {
+		if e.W == driver {
+			continue
+		}
+		switch e.Ev {
+		case evWait, evDoStart:
+			endWait(e.W, e.T)
+			waiting[e.W] = wait{w: e.W, start: e.T, n: e.N, role: e.Role}
+		case evAcquired:
+			endWait(e.W, e.T)
+			x := &hold{id: e.Hold, w: e.W, role: e.Role, tok: e.Tok, n: e.N, start: e.T, exit: forever, claimEnd: forever, dead: e.Dead}
+			if e.Dead {
+				x.tell(e.T)
+			}
+			h.holds = append(h.holds, x)
+			h.byID[x.id] = x
+		case evFailed:
+			endWait(e.W, e.T)
+		case evDoReturn:
+			endWait(e.W, e.T)
+			h.doRets[e.Hold] = e
+		case evFnEnter:
+			x := &hold{id: e.Hold, w: e.W, call: e.Call, start: e.T, exit: forever, claimEnd: forever}
+			h.holds = append(h.holds, x)
+			h.byID[x.id] = x
+		case evLost, evFnCtx:
+			if x := h.byID[e.Hold]; x != nil && (e.Ev == evLost || e.Lost) {
+				x.tell(e.T)
+			}
+		case evReenter:
+			if x := h.byID[e.Hold]; x != nil && e.Lost {
+				x.tell(e.T)
+			}
+		case evExit, evFnExit:
+			if x := h.byID[e.Hold]; x != nil {
+				x.exit = e.T
+				if e.Lost {
+					x.tell(e.T)
+				}
+			}
+		case evRelease:
+			if x := h.byID[e.Hold]; x != nil {
+				x.released, x.relErr = e.T, e.Err
+				if e.Lost {
+					x.tell(e.T)
+				}
+			}
+		}
+	}
+	for _, x := range waiting {
+		x.end = forever
+		h.waits = append(h.waits, x)
+	}
+	// A killed worker's hold ends at its death, and its claim a lease later at the latest;
+	// its wait ends at its death.
+	for i := range h.waits {
+		if k, ok := f.kills[h.waits[i].w]; ok && h.waits[i].end > k && h.waits[i].start <= k {
+			h.waits[i].end, h.waits[i].killed = k, true
+		}
+	}
+	sort.Slice(h.waits, func(i, j int) bool { return h.waits[i].start < h.waits[j].start })
+	lapse := m.claimMax()
+	for _, x := range h.holds {
+		if k, ok := f.kills[x.w]; ok && x.exit > k && x.start <= k {
+			x.exit, x.killed = k, true
+		}
+		if x.exit == forever {
+			x.exit = f.end + 1
+		}
+		// The claim's end in Redis, at the latest.
+		end := int64(forever)
+		if m.prim == pOnce {
+			// The lead ends when fn has returned and the leader has published; its Do returns
+			// after that, unless its ctx ended earlier (fn goes on for the others).
+			if !x.killed && x.exit <= f.end {
+				end = x.exit + int64(50*time.Millisecond)
+				if r, ok := h.doRets[x.call]; ok && r.T >= x.exit {
+					end = r.T
+				}
+			}
+		} else if x.released != 0 {
+			end = x.released
+		}
+		if x.lostAt != 0 && x.lostAt < end {
+			end = x.lostAt
+		}
+		if x.killed {
+			end = min(end, f.kills[x.w]+lapse)
+		}
+		for _, s := range f.stops[x.w] {
+			if s.from >= x.start && s.from < end {
+				end = min(end, s.from+lapse)
+			}
+		}
+		for _, r := range f.restarts {
+			if r.from >= x.start && r.from < end {
+				end = min(end, r.to)
+			}
+		}
+		x.claimEnd = end
+	}
+	if m.prim == pOnce {
+		// A leader is told of a lost lead by fn's ctx, or, if fn returned first, by Do.
+		for _, x := range h.holds {
+			if r, ok := h.doRets[x.call]; ok && r.Lost && r.T >= x.start {
+				x.tell(r.T)
+			}
+		}
+	}
+	sort.SliceStable(h.holds, func(i, j int) bool { return h.holds[i].start < h.holds[j].start })
+	return h
+}
+
+func overlap(a, b *hold) bool { return a.start < b.exit && b.start < a.exit }
+
+// union merges spans into disjoint ones, in order.
+func union(ss []span) []span {
+	sort.Slice(ss, func(i, j int) bool { return ss[i].from < ss[j].from })
+	var out []span
+	for _, s := range ss {
+		if n := len(out); n > 0 && s.from <= out[n-1].to {
+			out[n-1].to = max(out[n-1].to, s.to)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// hiccupTime returns how much of [from, to) the machine did not run some process of the run.
+func (f *faults) hiccupTime(from, to int64) int64 {
+	var d int64
+	for _, s := range f.hiccups {
+		if s.to > from && s.from < to {
+			d += min(s.to, to) - max(s.from, from)
+		}
+	}
+	return d
+}
+
+// checkExclusion: two holds that overlap must be explained by a loss the holder was told of,
+// with a token smaller than the other's (for readers of a rwmutex, which carry the last
+// write's token, by the loss alone). Readers may overlap readers.
+func checkExclusion(m model, h *history) []violation {
+	var out []violation
+	var active []*hold
+	for _, b := range h.holds {
+		kept := active[:0]
+		for _, a := range active {
+			if a.exit > b.start {
+				kept = append(kept, a)
+			}
+		}
+		active = kept
+		for _, a := range active {
+			if !overlap(a, b) {
+				continue
+			}
+			aw, bw := a.writer(m.prim), b.writer(m.prim)
+			if !aw && !bw {
+				continue // readers share
+			}
+			var ok bool
+			if aw && bw {
+				ok = (a.told() && a.tok < b.tok) || (b.told() && b.tok < a.tok)
+			} else {
+				ok = a.told() || b.told()
+			}
+			if !ok {
+				out = append(out, violation{at: b.start, from: a.start, to: min(a.exit, b.exit),
+					workers: []string{a.w, b.w},
+					msg: fmt.Sprintf("holds overlap without a told loss (with a smaller token): %v held %s..%s, %v from %s",
+						a, rel(h, a.start), rel(h, a.exit), b, rel(h, b.start))})
+			}
+		}
+		active = append(active, b)
+	}
+	return out
+}
+
+// checkTokens: holds that do not overlap get strictly increasing tokens in the order they
+// were acquired (writers only, for a rwmutex).
+func checkTokens(m model, h *history) []violation {
+	var ws []*hold
+	for _, x := range h.holds {
+		if x.writer(m.prim) {
+			ws = append(ws, x)
+		}
+	}
+	byExit := append([]*hold(nil), ws...)
+	sort.Slice(byExit, func(i, j int) bool { return byExit[i].exit < byExit[j].exit })
+	var out []violation
+	var best *hold // the hold with the largest token among those that ended before b began
+	j := 0
+	for _, b := range ws { // ws is in start order
+		for ; j < len(byExit) && byExit[j].exit <= b.start; j++ {
+			if best == nil || byExit[j].tok > best.tok {
+				best = byExit[j]
+			}
+		}
+		if best != nil && b.tok <= best.tok {
+			out = append(out, violation{at: b.start, from: best.start, to: b.start + 1, workers: []string{best.w, b.w},
+				msg: fmt.Sprintf("token did not increase: %v acquired at %s after %v ended at %s",
+					b, rel(h, b.start), best, rel(h, best.exit))})
+		}
+	}
+	return out
+}
+
+// checkCapacity: the permits held by holds that were never told of a loss never exceed the
+// size.
+func checkCapacity(m model, h *history) []violation {
+	type step struct {
+		t int64
+		d int64
+		x *hold
+	}
+	var steps []step
+	for _, x := range h.holds {
+		if x.told() {
+			continue
+		}
+		steps = append(steps, step{x.start, x.n, x}, step{x.exit, -x.n, x})
+	}
+	sort.Slice(steps, func(i, j int) bool {
+		if steps[i].t != steps[j].t {
+			return steps[i].t < steps[j].t
+		}
+		return steps[i].d < steps[j].d // leave before enter at the same instant
+	})
+	var out []violation
+	used := int64(0)
+	live := map[*hold]bool{}
+	for _, s := range steps {
+		used += s.d
+		if s.d > 0 {
+			live[s.x] = true
+		} else {
+			delete(live, s.x)
+		}
+		if used > m.size && len(out) < 5 {
+			var names []string
+			var ws []string
+			from := s.t
+			for x := range live {
+				names = append(names, x.String())
+				ws = append(ws, x.w)
+				from = min(from, x.start)
+			}
+			sort.Strings(names)
+			out = append(out, violation{at: s.t, from: from, to: s.t + 1, workers: ws,
+				msg: fmt.Sprintf("%d permits in use at %s, size %d, none of the holders told of a loss: %s",
+					used, rel(h, s.t), m.size, strings.Join(names, ", "))})
+		}
+	}
+	return out
+}
+
+// checkOnce: runs of fn for the key overlap only if the earlier run was told its lead was
+// lost (its ctx ended with the loss, or, if fn returned before a renewal could tell, its Do
+// returned the loss); and a leader whose lead was lost (told, or overtaken by a later run)
+// must not get a success from Do.
+func checkOnce(m model, h *history) []violation {
+	var out []violation
+	overtaken := map[*hold]*hold{}
+	for i, a := range h.holds {
+		for _, b := range h.holds[i+1:] {
+			if b.start >= a.exit {
+				break
+			}
+			first := overtaken[a] == nil
+			if first {
+				overtaken[a] = b
+			}
+			if !a.told() && first { // one report per earlier run
+				out = append(out, violation{at: b.start, from: a.start, to: min(a.exit, b.exit), workers: []string{a.w, b.w},
+					msg: fmt.Sprintf("fn ran twice at once: run %v from %s to %s, run %v from %s, and the first run was never told its lead was lost (neither by fn's ctx nor by Do)",
+						a, rel(h, a.start), rel(h, a.exit), b, rel(h, b.start))})
+			}
+		}
+	}
+	for _, a := range h.holds {
+		b, over := overtaken[a]
+		if !a.told() && !over {
+			continue
+		}
+		r, ok := h.doRets[a.call]
+		if !ok || !r.OK {
+			continue
+		}
+		why := "its ctx ended with the loss"
+		if over {
+			why = fmt.Sprintf("run %s started at %s while it ran", b.id, rel(h, b.start))
+		}
+		out = append(out, violation{at: r.T, from: a.start, to: r.T + 1, workers: []string{a.w},
+			msg: fmt.Sprintf("a leader whose lead was lost got a success from Do: run %v (%s), Do %s returned ok at %s",
+				a, why, a.call, rel(h, r.T))})
+	}
+	return out
+}
+
+// checkEarlyLoss: an acquisition returns a live lease. A lease that had ended when the call
+// returned, or is lost less than a renewal period later with no fault in between that could
+// take it (a restart, a pause of Redis or of the holder, its death, the machine not running
+// the processes), was granted after its local deadline.
+func checkEarlyLoss(m model, h *history) []violation {
+	var out []violation
+	ttl := int64(m.ttl)
+	for _, x := range h.holds {
+		if m.prim == pOnce || !x.told() || x.lostAt-x.start >= ttl/3-int64(20*time.Millisecond) {
+			continue
+		}
+		excused := false
+		in := func(t int64) bool { return t >= x.start-ttl && t <= x.lostAt }
+		for _, s := range h.f.restarts {
+			excused = excused || in(s.from) || in(s.to)
+		}
+		for _, s := range h.f.pauses {
+			excused = excused || in(s.from)
+		}
+		for _, s := range h.f.stops[x.w] {
+			excused = excused || in(s.from) || in(s.to)
+		}
+		excused = excused || h.f.hiccupTime(x.start-ttl, x.lostAt+int64(50*time.Millisecond)) > 0
+		if excused {
+			continue
+		}
+		what := fmt.Sprintf("lost %s after it was acquired", ms(x.lostAt-x.start))
+		if x.dead {
+			what = "already ended when the acquire returned"
+		}
+		out = append(out, violation{at: x.start, from: x.start - int64(200*time.Millisecond), to: x.lostAt + 1, workers: []string{x.w},
+			msg: fmt.Sprintf("an acquisition returned a lease that was %s (lease %v): %v", what, m.ttl, x)})
+	}
+	return out
+}
+
+// checkCtxErrors: a call fails with a context error only when its own context ended; an
+// internal timeout must not pass for the caller's.
+func checkCtxErrors(h *history) []violation {
+	var out []violation
+	for _, e := range h.evs {
+		if e.W == driver || !e.Ctx || !e.Alive {
+			continue
+		}
+		if len(out) == 5 {
+			break
+		}
+		out = append(out, violation{at: e.T, from: e.T - int64(500*time.Millisecond), to: e.T + 1, workers: []string{e.W},
+			msg: fmt.Sprintf("%s of %s returned a context error while its context was live: %q", e.Ev, e.Hold, e.Err)})
+	}
+	return out
+}
+
+// stall is a stretch in which the claim was free and someone waited, and nobody acquired.
+type stall struct {
+	from, to int64
+	waiter   string
+	cut      bool // ended by the end of the run, not by an acquisition
+}
+
+// stalls finds every time a claim was free (no live claim in Redis, counting a dead or
+// stopped holder's claim until it lapses) while a live worker waited, and measures how long
+// until someone acquired or a waiter's call ended. Time when Redis was unavailable (paused,
+// restarting) does not count.
+func stalls(m model, h *history) []stall {
+	// Progress: any acquisition, any acquire call that returned (for once: any Do return,
+	// any run of fn starting). A waiter's death is not progress.
+	var progress []int64
+	for _, x := range h.holds {
+		progress = append(progress, x.start)
+	}
+	for _, w := range h.waits {
+		if w.end != forever && !w.killed {
+			progress = append(progress, w.end)
+		}
+	}
+	sort.Slice(progress, func(i, j int) bool { return progress[i] < progress[j] })
+	nextProgress := func(t int64) int64 {
+		i := sort.Search(len(progress), func(i int) bool { return progress[i] > t })
+		if i == len(progress) {
+			return forever
+		}
+		return progress[i]
+	}
+	stopped := func(w string, t int64) bool {
+		for _, s := range h.f.stops[w] {
+			if t >= s.from && t < s.to {
+				return true
+			}
+		}
+		return false
+	}
+	inBlackout := func(t int64) bool {
+		for _, b := range h.f.blackouts {
+			if t >= b.from && t < b.to {
+				return true
+			}
+		}
+		return false
+	}
+	// Candidate instants: whenever a claim ends, a wait starts, a blackout or a stop ends.
+	var cands []int64
+	for _, x := range h.holds {
+		if x.claimEnd != forever {
+			cands = append(cands, x.claimEnd)
+		}
+	}
+	for _, w := range h.waits {
+		cands = append(cands, w.start)
+	}
+	for _, b := range h.f.blackouts {
+		cands = append(cands, b.to)
+	}
+	for _, ss := range h.f.stops {
+		for _, s := range ss {
+			if s.to != forever {
+				cands = append(cands, s.to)
+			}
+		}
+	}
+	sort.Slice(cands, func(i, j int) bool { return cands[i] < cands[j] })
+
+	// Sweep: holds and waits are in start order; the active ones are kept as t grows.
+	var out []stall
+	var activeH []*hold
+	var activeW []wait
+	hi, wi := 0, 0
+	covered := int64(math.MinInt64) // a stall already found runs until here
+	for _, t := range cands {
+		if t >= h.f.term {
+			break
+		}
+		for ; hi < len(h.holds) && h.holds[hi].start <= t; hi++ {
+			activeH = append(activeH, h.holds[hi])
+		}
+		for ; wi < len(h.waits) && h.waits[wi].start <= t; wi++ {
+			activeW = append(activeW, h.waits[wi])
+		}
+		kh := activeH[:0]
+		for _, x := range activeH {
+			if x.claimEnd > t {
+				kh = append(kh, x)
+			}
+		}
+		activeH = kh
+		kw := activeW[:0]
+		for _, w := range activeW {
+			if w.end > t {
+				kw = append(kw, w)
+			}
+		}
+		activeW = kw
+		if t < covered || inBlackout(t) {
+			continue
+		}
+		var ws []wait
+		for _, w := range activeW {
+			if !stopped(w.w, t) {
+				ws = append(ws, w)
+			}
+		}
+		if len(ws) == 0 {
+			continue
+		}
+		used, maxN := int64(0), int64(0)
+		for _, x := range activeH {
+			used += max(x.n, 1)
+		}
+		for _, w := range ws {
+			maxN = max(maxN, w.n, 1)
+		}
+		size := int64(1)
+		if m.prim == pSemaphore {
+			size = m.size
+		}
+		if used+maxN > size {
+			continue // not free for every waiter (and, but for a semaphore, not free at all)
+		}
+		end, cut := nextProgress(t), false
+		if end > h.f.term {
+			end, cut = h.f.term, true
+		}
+		// A blackout inside the stretch restarts the count after it.
+		from := t
+		for _, b := range h.f.blackouts {
+			if b.from < end && b.to > from {
+				from = max(from, b.to)
+			}
+		}
+		if end <= from {
+			continue
+		}
+		out = append(out, stall{from: from, to: end, waiter: ws[0].w, cut: cut})
+		covered = end
+	}
+	return out
+}
+
+// checkLiveness: no stall longer than the bound.
+func checkLiveness(m model, h *history) ([]violation, time.Duration) {
+	var out []violation
+	longest := time.Duration(0)
+	for _, s := range stalls(m, h) {
+		idle := h.f.hiccupTime(s.from, s.to)
+		d := time.Duration(s.to - s.from - idle)
+		longest = max(longest, d)
+		if d > m.bound {
+			how := "until someone acquired"
+			if s.cut {
+				how = "until the end of the run, with nobody acquiring"
+			}
+			note := ""
+			if idle > 0 {
+				note = fmt.Sprintf(", not counting %v the machine did not run the processes", dur(idle).Round(time.Millisecond))
+			}
+			out = append(out, violation{at: s.from, from: s.from - int64(time.Second), to: s.to + int64(200*time.Millisecond),
+				msg: fmt.Sprintf("stranded: the claim was free from %s and %s waited, %v %s (bound %v%s)",
+					rel(h, s.from), s.waiter, d.Round(time.Millisecond), how, m.bound, note)})
+		}
+	}
+	return out, longest
+}
+
+// check runs every check that applies to the primitive.
+func check(m model, h *history) []violation {
+	var out []violation
+	switch {
+	case m.prim == pOnce:
+		out = append(out, checkOnce(m, h)...)
+	case m.prim == pSemaphore:
+		out = append(out, checkCapacity(m, h)...)
+	default:
+		out = append(out, checkExclusion(m, h)...)
+		out = append(out, checkTokens(m, h)...)
+	}
+	out = append(out, checkEarlyLoss(m, h)...)
+	out = append(out, checkCtxErrors(h)...)
+	lv, _ := checkLiveness(m, h)
+	return append(out, lv...)
+}
+
+// report formats violations with the slice of the history each one needs.
+func report(h *history, vs []violation, limit int) string {
+	var b strings.Builder
+	sort.SliceStable(vs, func(i, j int) bool { return vs[i].at < vs[j].at })
+	for i, v := range vs {
+		if i == limit {
+			fmt.Fprintf(&b, "... and %d more violations\n", len(vs)-limit)
+			break
+		}
+		fmt.Fprintf(&b, "VIOLATION at %s: %s\n", rel(h, v.at), v.msg)
+		from := v.from - int64(300*time.Millisecond)
+		to := v.to + int64(300*time.Millisecond)
+		b.WriteString(excerpt(h.evs, h.f.t0, v.at, from, to, v.workers, 60))
+	}
+	return b.String()
+}
+
+// rel formats t relative to the start of the history.
+func rel(h *history, t int64) string {
+	if t == forever {
+		return "(never)"
+	}
+	return fmt.Sprintf("%.1fms", float64(t-h.f.t0)/1e6)
+}

@@ -1,0 +1,39 @@
+// Package faulttest drives real worker processes (this test binary, re-executed) against real
+// redis-server processes, injects faults — a holder killed or stopped, connections killed,
+// Redis restarted empty or paused, a waiter killed in the queue, random cancellation — and
+// checks the recorded history afterwards: mutual exclusion or capacity up to told losses,
+// fencing, liveness within a stated bound, and what is left in Redis and in the process
+// table at the end.
+//
+// Run it with the rest: go test -race ./... (DISTSYNC_REQUIRE_REDIS=1 makes a missing
+// redis-server a failure). FAULTTEST_FIGURES=<file> appends the measured figures there as
+// JSON lines.
+package faulttest
+
+import (
+	"flag"
+	"os"
+	"testing"
+)
+
+// scenarioParallel is how many scenarios run at once when -test.parallel is not given. They
+// mostly wait for leases to run out, so more of them than cores fit; each one's bounds are
+// far above what that load costs.
+const scenarioParallel = "6"
+
+func TestMain(m *testing.M) {
+	if raw := os.Getenv(envWorker); raw != "" {
+		os.Exit(workerMain(raw))
+	}
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", scenarioParallel)
+	}
+	code := m.Run()
+	if storeProc != nil {
+		storeProc.Stop()
+	}
+	os.Exit(code)
+}

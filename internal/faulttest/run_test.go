@@ -1,0 +1,720 @@
+package faulttest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/fair"
+	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/mutex"
+	"github.com/distsync/distsync/once"
+	"github.com/distsync/distsync/reentrant"
+	"github.com/distsync/distsync/rwmutex"
+	"github.com/distsync/distsync/semaphore"
+)
+
+// Bounds of every scenario: the happy path never comes near them on a loaded 2-core machine,
+// and the library's fallback delays (leases, hand-off windows, waiter leases) are chosen far
+// above them where a scenario is about lost wake-ups, so that a wake-up lost or a grant
+// stranded shows up as a multi-second stall.
+const (
+	happyBound   = 1500 * time.Millisecond // a free claim someone waits for is taken within this
+	keyTTLLimit  = time.Minute             // queue entries, request ids, void marks
+	fenceRetain  = 2 * time.Minute         // WithFenceRetention in every scenario
+	workerMaxRun = 90 * time.Second        // a worker left alone stops by itself after this
+	startLimit   = 30 * time.Second        // to start the workers
+	exitLimit    = 15 * time.Second        // for a worker to exit after SIGTERM
+)
+
+// workerRole is one worker of a scenario.
+type workerRole struct {
+	role string // rwmutex: "r" or "w"
+	n    int64  // semaphore weight
+}
+
+// config is one scenario.
+type config struct {
+	prim    string
+	fault   string
+	ttl     time.Duration
+	window  time.Duration // hand-off window (mutex, rwmutex admissions)
+	wlease  time.Duration // waiter lease (fair, semaphore)
+	hold    time.Duration
+	gap     time.Duration
+	random  bool
+	size    int64 // semaphore
+	workers []workerRole
+	bound   time.Duration // liveness bound
+}
+
+func (c config) settings() string {
+	s := fmt.Sprintf("lease=%v window=%v waiter-lease=%v hold=%v", c.ttl, c.window, c.wlease, c.hold)
+	if c.prim == pSemaphore {
+		s += fmt.Sprintf(" size=%d", c.size)
+	}
+	return s
+}
+
+// proc is one worker process.
+type proc struct {
+	id      string
+	sp      spec
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when Wait returned
+	waitErr error
+	tail    *tailer
+	killed  bool // by the test, on purpose
+	stopped bool
+	termed  bool
+}
+
+func (p *proc) alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (p *proc) signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// run is one scenario in progress.
+type run struct {
+	t       *testing.T
+	cfg     config
+	dir     string
+	lock    *redistest.Proc
+	store   string
+	ns      string
+	prefix  string
+	name    string
+	procs   []*proc
+	drv     *recorder
+	drvTail *tailer
+	t0      int64
+	checks  []func(h *history) []violation
+	lapse   int64 // what the killed workers left in Redis has lapsed by then
+}
+
+// start starts the lock's redis-server and the workers, and waits until every worker is ready.
+func start(t *testing.T, cfg config) *run {
+	t.Helper()
+	if cfg.bound == 0 {
+		cfg.bound = happyBound
+	}
+	store := sharedStore(t)
+	lock := redistest.StartRedis(t)
+	dir := t.TempDir()
+	tag := strings.NewReplacer("/", ".", " ", "_").Replace(t.Name())
+	r := &run{t: t, cfg: cfg, dir: dir, lock: lock, store: store,
+		ns: fmt.Sprintf("fence:%s:%d", tag, time.Now().UnixNano()), prefix: "ft." + tag + ":", name: "res"}
+	f, err := os.OpenFile(filepath.Join(dir, "test.jsonl"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.drv = &recorder{f: f, w: driver}
+	r.drvTail = &tailer{path: f.Name()}
+	hstop := make(chan struct{})
+	go watchHiccups(r.drv, hstop)
+	t.Cleanup(func() {
+		close(hstop)
+		r.drv.mu.Lock()
+		_ = f.Close()
+		r.drv.f = nil
+		r.drv.mu.Unlock()
+	})
+	t.Cleanup(r.reap)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	verbose := os.Getenv("FAULTTEST_VERBOSE") == "1"
+	for i, wr := range cfg.workers {
+		id := fmt.Sprintf("w%d", i+1)
+		sp := spec{ID: id, Prim: cfg.prim, Role: wr.role, N: wr.n, Size: cfg.size,
+			Addr: lock.Addr(), Prefix: r.prefix, Name: r.name,
+			LeaseTTL: cfg.ttl, Window: cfg.window, WaiterLease: cfg.wlease, FenceRetention: fenceRetain,
+			Hold: cfg.hold, Gap: cfg.gap, Random: cfg.random, Seed: uint64(time.Now().UnixNano()) + uint64(i),
+			MaxIter: 1_000_000, MaxRun: workerMaxRun, Out: filepath.Join(dir, id+".jsonl"),
+			Stderr: filepath.Join(dir, id+".stderr"), Verbose: verbose}
+		if exclusive(cfg.prim) || (cfg.prim == pRWMutex && wr.role == "w") {
+			sp.Store, sp.StoreNS = store, r.ns
+		}
+		raw, err := json.Marshal(sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errf, err := os.Create(sp.Stderr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), envWorker+"="+string(raw))
+		cmd.Stdout, cmd.Stderr = errf, errf
+		// If the test binary dies, its workers die with it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			_ = errf.Close()
+			t.Fatalf("start worker %s: %v", id, err)
+		}
+		p := &proc{id: id, sp: sp, cmd: cmd, done: make(chan struct{}), tail: &tailer{path: sp.Out}}
+		go func() {
+			p.waitErr = cmd.Wait()
+			_ = errf.Close()
+			close(p.done)
+		}()
+		r.procs = append(r.procs, p)
+	}
+	r.waitFor("every worker to start", startLimit, func(evs []Event) bool {
+		ready := map[string]bool{}
+		for _, e := range evs {
+			if e.Ev == evFatal {
+				t.Fatalf("worker %s could not start: %s", e.W, e.Err)
+			}
+			if e.Ev == evStart {
+				ready[e.W] = true
+			}
+		}
+		return len(ready) == len(r.procs)
+	})
+	r.mark(Event{Ev: drvBegin})
+	r.t0 = mono()
+	return r
+}
+
+// reap is the last cleanup: a worker still running then is killed by its PID, and that is a
+// failure unless the test failed already (then it is expected).
+func (r *run) reap() {
+	for _, p := range r.procs {
+		if !p.alive() {
+			continue
+		}
+		_ = p.signal(syscall.SIGCONT)
+		_ = p.signal(syscall.SIGKILL)
+		<-p.done
+		if !r.t.Failed() {
+			r.t.Errorf("worker %s (PID %d) was still running at cleanup and had to be killed", p.id, p.cmd.Process.Pid)
+		}
+	}
+}
+
+// mark records one of the test's own events.
+func (r *run) mark(e Event) int64 {
+	e.T = mono()
+	r.drv.rec(e)
+	return e.T
+}
+
+// events returns the merged history so far.
+func (r *run) events() []Event {
+	hs := [][]Event{}
+	for _, tl := range append([]*tailer{r.drvTail}, r.tails()...) {
+		if err := tl.read(); err != nil {
+			r.t.Fatalf("read history: %v", err)
+		}
+		hs = append(hs, tl.evs)
+	}
+	return merge(hs...)
+}
+
+func (r *run) tails() []*tailer {
+	var ts []*tailer
+	for _, p := range r.procs {
+		ts = append(ts, p.tail)
+	}
+	return ts
+}
+
+// waitFor polls the history until cond holds, or fails the test after limit with the recent
+// history.
+func (r *run) waitFor(what string, limit time.Duration, cond func(evs []Event) bool) []Event {
+	r.t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		evs := r.events()
+		if cond(evs) {
+			return evs
+		}
+		if time.Now().After(deadline) {
+			now := mono()
+			r.t.Fatalf("gave up after %v waiting for %s; history of the last 3s:\n%s", limit, what,
+				excerpt(evs, r.t0, now, now-int64(3*time.Second), now, nil, 80))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sleep waits d.
+func (r *run) sleep(d time.Duration) { time.Sleep(d) }
+
+// state is what each worker is doing, from the history so far.
+type state struct {
+	holding map[string]Event // worker -> its acquired (or fn-enter) event, while in the critical section
+	waiting map[string]Event // worker -> its wait (or do-start) event, while waiting
+}
+
+func stateOf(evs []Event) state {
+	s := state{holding: map[string]Event{}, waiting: map[string]Event{}}
+	for _, e := range evs {
+		if e.W == driver {
+			continue
+		}
+		switch e.Ev {
+		case evWait:
+			s.waiting[e.W] = e
+		case evDoStart:
+			if _, ok := s.holding[e.W]; !ok {
+				s.waiting[e.W] = e
+			}
+		case evAcquired, evFnEnter:
+			delete(s.waiting, e.W)
+			s.holding[e.W] = e
+		case evFailed, evDoReturn:
+			delete(s.waiting, e.W)
+		case evExit, evFnExit:
+			delete(s.holding, e.W)
+		}
+	}
+	return s
+}
+
+// waitHolder waits until some worker for which ok holds has been in its critical section
+// for at least into (and not much longer: a fault is aimed at a hold that has most of its
+// time left), with at least waiters workers waiting, and returns it and its event.
+func (r *run) waitHolder(limit, into time.Duration, waiters int, ok func(e Event) bool) (*proc, Event) {
+	r.t.Helper()
+	var got *proc
+	var ev Event
+	late := into + 250*time.Millisecond
+	r.waitFor(fmt.Sprintf("a holder %v into its hold with %d waiting", into, waiters), limit, func(evs []Event) bool {
+		s := stateOf(evs)
+		if len(s.waiting) < waiters {
+			return false
+		}
+		now := mono()
+		for w, e := range s.holding {
+			p := r.proc(w)
+			if p == nil || !p.alive() || p.stopped || now-e.T < int64(into) || now-e.T > int64(late) || (ok != nil && !ok(e)) {
+				continue
+			}
+			got, ev = p, e
+			return true
+		}
+		return false
+	})
+	return got, ev
+}
+
+func (r *run) proc(id string) *proc {
+	for _, p := range r.procs {
+		if p.id == id {
+			return p
+		}
+	}
+	return nil
+}
+
+// kill SIGKILLs p and waits until it is gone. What p left in Redis lapses within lapse (its
+// lease for a holder; a hand-off window or a waiter lease for a waiter): finish waits that
+// long before it checks that the claim is free.
+func (r *run) kill(p *proc, lapse time.Duration) int64 {
+	r.t.Helper()
+	t := r.mark(Event{Ev: drvKill, Target: p.id})
+	p.killed = true
+	if err := p.signal(syscall.SIGKILL); err != nil {
+		r.t.Fatalf("SIGKILL %s: %v", p.id, err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		r.t.Fatalf("worker %s did not die of SIGKILL", p.id)
+	}
+	r.lapse = max(r.lapse, t+int64(lapse))
+	return t
+}
+
+func (r *run) stop(p *proc) int64 {
+	r.t.Helper()
+	t := r.mark(Event{Ev: drvStop, Target: p.id})
+	if err := p.signal(syscall.SIGSTOP); err != nil {
+		r.t.Fatalf("SIGSTOP %s: %v", p.id, err)
+	}
+	p.stopped = true
+	return t
+}
+
+func (r *run) cont(p *proc) int64 {
+	r.t.Helper()
+	if err := p.signal(syscall.SIGCONT); err != nil {
+		r.t.Fatalf("SIGCONT %s: %v", p.id, err)
+	}
+	p.stopped = false
+	return r.mark(Event{Ev: drvCont, Target: p.id})
+}
+
+func (r *run) pauseRedis() int64 {
+	r.t.Helper()
+	t := r.mark(Event{Ev: drvRedisPause})
+	if err := r.lock.Pause(); err != nil {
+		r.t.Fatalf("SIGSTOP redis-server: %v", err)
+	}
+	return t
+}
+
+func (r *run) resumeRedis() int64 {
+	r.t.Helper()
+	if err := r.lock.Resume(); err != nil {
+		r.t.Fatalf("SIGCONT redis-server: %v", err)
+	}
+	return r.mark(Event{Ev: drvRedisResume})
+}
+
+func (r *run) restartRedis() (int64, int64) {
+	r.t.Helper()
+	begin := r.mark(Event{Ev: drvRestartBegin})
+	if err := r.lock.Restart(20 * time.Second); err != nil {
+		r.t.Fatalf("restart redis-server: %v", err)
+	}
+	return begin, r.mark(Event{Ev: drvRestartDone})
+}
+
+// clientKill runs CLIENT KILL TYPE typ SKIPME yes and returns how many connections it killed.
+func (r *run) clientKill(typ string) int64 {
+	r.t.Helper()
+	n, err := r.lock.ClientKill(typ)
+	if err != nil {
+		r.t.Fatalf("CLIENT KILL TYPE %s: %v", typ, err)
+	}
+	r.mark(Event{Ev: drvClientKill, Err: typ, N: n})
+	return n
+}
+
+// after adds a scenario's own check of the final history.
+func (r *run) after(f func(h *history) []violation) { r.checks = append(r.checks, f) }
+
+// figure reports a measured figure: logged, and appended to $FAULTTEST_FIGURES if set.
+func (r *run) figure(name string, v any) {
+	r.t.Logf("FIGURE %s %s: %s = %v (%s)", r.cfg.fault, r.cfg.prim, name, v, r.cfg.settings())
+	if path := os.Getenv("FAULTTEST_FIGURES"); path != "" {
+		b, _ := json.Marshal(map[string]any{"fault": r.cfg.fault, "prim": r.cfg.prim, "figure": name,
+			"value": fmt.Sprint(v), "settings": r.cfg.settings()})
+		figMu.Lock()
+		defer figMu.Unlock()
+		if f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644); err == nil {
+			_, _ = f.Write(append(b, '\n'))
+			_ = f.Close()
+		}
+	}
+}
+
+var figMu sync.Mutex
+
+func (r *run) model() model {
+	return model{prim: r.cfg.prim, size: r.cfg.size, ttl: r.cfg.ttl, grant: r.cfg.grant(), bound: r.cfg.bound}
+}
+
+// grant is how long a claim handed to a waiter lasts until that waiter confirms it: the
+// hand-off window (mutex; rwmutex reader admissions), the waiter lease (fair, semaphore).
+func (c config) grant() time.Duration {
+	switch c.prim {
+	case pMutex, pRWMutex:
+		return c.window
+	case pFair, pSemaphore:
+		return c.wlease
+	}
+	return 0
+}
+
+// finish stops every worker with SIGTERM, checks that they exit by themselves, checks what is
+// left in Redis, and checks the history.
+func (r *run) finish() *history {
+	t := r.t
+	t.Helper()
+	for _, p := range r.procs {
+		if p.stopped {
+			r.cont(p)
+		}
+	}
+	r.mark(Event{Ev: drvTerm})
+	for _, p := range r.procs {
+		if p.alive() {
+			p.termed = true
+			_ = p.signal(syscall.SIGTERM)
+		}
+	}
+	for _, p := range r.procs {
+		if !p.termed {
+			continue
+		}
+		select {
+		case <-p.done:
+			if p.waitErr != nil {
+				t.Errorf("worker %s exited with %v after SIGTERM; its stderr:\n%s", p.id, p.waitErr, tailFile(p.sp.Stderr))
+			}
+		case <-time.After(exitLimit):
+			_ = p.signal(syscall.SIGKILL)
+			<-p.done
+			t.Errorf("worker %s (PID %d) did not exit within %v of SIGTERM and had to be killed; its stderr:\n%s",
+				p.id, p.cmd.Process.Pid, exitLimit, tailFile(p.sp.Stderr))
+		}
+	}
+	evs := r.events()
+	for _, e := range evs {
+		if e.Ev == evFatal {
+			t.Errorf("worker %s failed: %s", e.W, e.Err)
+		}
+	}
+	// What a killed worker left lapses within its lease, hand-off window or waiter lease.
+	if d := time.Duration(r.lapse + int64(200*time.Millisecond) - mono()); r.lapse != 0 && d > 0 {
+		time.Sleep(d)
+	}
+	r.checkKeys()
+	r.checkFree()
+
+	h := digest(r.model(), evs)
+	vs := check(r.model(), h)
+	for _, c := range r.checks {
+		vs = append(vs, c(h)...)
+	}
+	if len(vs) > 0 {
+		t.Errorf("%d violations (%s, %s):\n%s", len(vs), r.cfg.prim, r.cfg.settings(), report(h, vs, 6))
+	}
+	_, longest := checkLiveness(r.model(), h)
+	r.figure("longest stall", longest.Round(time.Millisecond))
+	if frozen := h.f.hiccupTime(h.f.t0, h.f.end); frozen > 0 {
+		r.figure("machine stalls (time some process was not scheduled, not counted above)", dur(frozen).Round(time.Millisecond))
+	}
+	r.figure("acquisitions", len(h.holds))
+	if exclusive(r.cfg.prim) || r.cfg.prim == pRWMutex {
+		r.checkStore(h)
+	}
+	if keep := os.Getenv("FAULTTEST_KEEP"); keep != "" && t.Failed() {
+		dst := filepath.Join(keep, strings.NewReplacer("/", "_").Replace(t.Name()))
+		if err := os.MkdirAll(dst, 0o755); err == nil {
+			files, _ := filepath.Glob(filepath.Join(r.dir, "*"))
+			for _, f := range files {
+				if b, err := os.ReadFile(f); err == nil {
+					_ = os.WriteFile(filepath.Join(dst, filepath.Base(f)), b, 0o644)
+				}
+			}
+			t.Logf("histories kept in %s", dst)
+		}
+	}
+	return h
+}
+
+// checkStore checks the fenced store's log and counts the rejected late writes.
+func (r *run) checkStore(h *history) (rejectedLate int) {
+	acc, rej := readStore(r.t, r.store, r.ns)
+	for _, bad := range checkFencedLog(acc) {
+		r.t.Errorf("fenced store: %s", bad)
+	}
+	for _, w := range rej {
+		if w.Phase == "late" {
+			rejectedLate++
+		}
+	}
+	r.figure("fenced writes accepted/rejected/rejected late", fmt.Sprintf("%d/%d/%d", len(acc), len(rej), rejectedLate))
+	return rejectedLate
+}
+
+// rejectedLate returns the late writes of holds of worker w that the store rejected.
+func (r *run) rejectedLate(w string) int {
+	_, rej := readStore(r.t, r.store, r.ns)
+	n := 0
+	for _, x := range rej {
+		if x.Phase == "late" && strings.HasPrefix(x.Hold, w+"#") {
+			n++
+		}
+	}
+	return n
+}
+
+func tailFile(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return string(b)
+}
+
+// checkKeys: after every worker stopped and closed its Handle, every key under the prefix has
+// a TTL no larger than the documented maximum for its kind.
+func (r *run) checkKeys() {
+	t := r.t
+	c := r.client()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var keys []string
+	cursor := uint64(0)
+	for range 10000 {
+		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(r.prefix+"*").Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			t.Fatalf("SCAN: %v", err)
+		}
+		keys = append(keys, e.Elements...)
+		if cursor = e.Cursor; cursor == 0 {
+			break
+		}
+	}
+	sort.Strings(keys)
+	other := max(keyTTLLimit, 2*r.cfg.ttl+r.cfg.wlease+r.cfg.window) + time.Second
+	for _, k := range keys {
+		pttl, err := c.Do(ctx, c.B().Pttl().Key(k).Build()).AsInt64()
+		if err != nil {
+			t.Fatalf("PTTL %s: %v", k, err)
+		}
+		limit := other
+		if strings.HasSuffix(k, ":fence") {
+			limit = fenceRetain + time.Second
+		}
+		switch {
+		case pttl == -1:
+			t.Errorf("key %s has no TTL after every worker stopped", k)
+		case pttl >= 0 && time.Duration(pttl)*time.Millisecond > limit:
+			t.Errorf("key %s lives %v more, above its limit %v", k, time.Duration(pttl)*time.Millisecond, limit)
+		}
+	}
+	r.figure("keys left (all with a TTL)", len(keys))
+}
+
+func (r *run) client() rueidis.Client {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{r.lock.Addr()}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		r.t.Fatalf("rueidis.NewClient: %v", err)
+	}
+	return c
+}
+
+// dumpKeys describes every key under the prefix: type, PTTL and contents.
+func (r *run) dumpKeys() string {
+	c := r.client()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	keys, err := c.Do(ctx, c.B().Keys().Pattern(r.prefix+"*").Build()).AsStrSlice()
+	if err != nil {
+		return err.Error()
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		typ, err := c.Do(ctx, c.B().Type().Key(k).Build()).ToString()
+		pttl, err2 := c.Do(ctx, c.B().Pttl().Key(k).Build()).AsInt64()
+		var v any
+		var err3 error
+		switch typ {
+		case "string":
+			v, err3 = c.Do(ctx, c.B().Get().Key(k).Build()).ToString()
+		case "hash":
+			v, err3 = c.Do(ctx, c.B().Hgetall().Key(k).Build()).AsStrMap()
+		case "zset":
+			v, err3 = c.Do(ctx, c.B().Zrange().Key(k).Min("0").Max("-1").Withscores().Build()).AsZScores()
+		case "list":
+			v, err3 = c.Do(ctx, c.B().Lrange().Key(k).Start(0).Stop(-1).Build()).AsStrSlice()
+		}
+		fmt.Fprintf(&b, "  %s %s pttl=%dms %q", k, typ, pttl, fmt.Sprint(v))
+		if e := errors.Join(err, err2, err3); e != nil {
+			fmt.Fprintf(&b, " (%v)", e)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// checkFree: once every worker is gone, a new client takes the claim at once ("a call that
+// returns has finished its Redis side").
+func (r *run) checkFree() {
+	t := r.t
+	c := r.client()
+	defer c.Close()
+	// A long lease: the check's own hold must not lapse if the machine stalls between its
+	// acquire and its release.
+	h, err := distsync.New(c, distsync.WithKeyPrefix(r.prefix), distsync.WithLeaseTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = h.Close(ctx)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var took bool
+	var release func() error
+	switch r.cfg.prim {
+	case pMutex:
+		m, _ := mutex.New(h, r.name)
+		took, err = m.TryLock(ctx)
+		release = func() error { return m.Unlock(ctx) }
+	case pFair:
+		m, _ := fair.New(h, r.name)
+		took, err = m.TryLock(ctx)
+		release = func() error { return m.Unlock(ctx) }
+	case pRWMutex:
+		m, _ := rwmutex.New(h, r.name)
+		took, err = m.TryLock(ctx)
+		release = func() error { return m.Unlock(ctx) }
+	case pReentrant:
+		m, _ := reentrant.New(h, r.name)
+		octx := reentrant.WithOwner(ctx, reentrant.NewOwner())
+		took, err = m.TryLock(octx)
+		release = func() error { return m.Unlock(octx) }
+	case pSemaphore:
+		s, _ := semaphore.New(h, r.name, r.cfg.size)
+		took, err = s.TryAcquire(ctx, r.cfg.size)
+		release = func() error { return s.Release(ctx, r.cfg.size) }
+	case pOnce:
+		g, _ := once.NewGroup[string](h, r.name)
+		var ran atomic.Bool // fn runs on the Group's goroutine
+		start := time.Now()
+		dctx, dcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err, _ = g.Do(dctx, "k", func(context.Context) (string, error) { ran.Store(true); return "end", nil })
+		dcancel()
+		took = ran.Load() && err == nil
+		if !took {
+			t.Errorf("once: a Do after every worker stopped did not lead at once (ran fn: %v, err: %v, after %v); keys left:\n%s",
+				ran.Load(), err, time.Since(start), r.dumpKeys())
+		}
+		return
+	default:
+		t.Fatalf("no free check for %q", r.cfg.prim)
+	}
+	if err != nil || !took {
+		t.Errorf("%s not free at once after every worker stopped: took=%v err=%v; keys left:\n%s", r.cfg.prim, took, err, r.dumpKeys())
+		return
+	}
+	if err := release(); err != nil {
+		t.Errorf("release after the free check: %v", err)
+	}
+}
+
+// firstAfter returns the first event after t (strictly) for which ok holds.
+func firstAfter(evs []Event, t int64, ok func(Event) bool) (Event, bool) {
+	for _, e := range evs {
+		if e.T > t && ok(e) {
+			return e, true
+		}
+	}
+	return Event{}, false
+}
+
+func isAcquire(e Event) bool { return e.Ev == evAcquired || e.Ev == evFnEnter }

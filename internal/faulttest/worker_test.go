@@ -1,0 +1,499 @@
+package faulttest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/fair"
+	"github.com/distsync/distsync/mutex"
+	"github.com/distsync/distsync/once"
+	"github.com/distsync/distsync/reentrant"
+	"github.com/distsync/distsync/rwmutex"
+	"github.com/distsync/distsync/semaphore"
+)
+
+// envWorker holds a worker's spec: TestMain runs the worker instead of the tests when it is set.
+const envWorker = "DISTSYNC_FAULT_WORKER"
+
+// Primitive names.
+const (
+	pMutex     = "mutex"
+	pReentrant = "reentrant"
+	pRWMutex   = "rwmutex"
+	pFair      = "fair"
+	pSemaphore = "semaphore"
+	pOnce      = "once"
+	// pElection: package election does not exist yet. When it does, add a claim for it in
+	// newClaim (Campaign as the acquire, Resign as the release, the term's lease and token)
+	// and add it to exclusive() and to the scenario tables: the checker treats it as any other
+	// exclusive lock with fencing tokens.
+	pElection = "election"
+)
+
+// exclusive reports whether a primitive has one holder at a time and fencing tokens.
+func exclusive(prim string) bool {
+	switch prim {
+	case pMutex, pReentrant, pFair, pElection:
+		return true
+	}
+	return false
+}
+
+// spec is what one worker process does.
+type spec struct {
+	ID   string `json:"id"`
+	Prim string `json:"prim"`
+	Role string `json:"role,omitempty"` // rwmutex: "r" reader, "w" writer
+	N    int64  `json:"n,omitempty"`    // semaphore: the weight of each acquisition
+	Size int64  `json:"size,omitempty"` // semaphore: its size
+
+	Addr    string `json:"addr"`               // the lock's Redis
+	Store   string `json:"store,omitempty"`    // the fenced store ("" for no fenced writes)
+	StoreNS string `json:"store_ns,omitempty"` // its key namespace
+	Prefix  string `json:"prefix"`
+	Name    string `json:"name"`
+
+	LeaseTTL       time.Duration `json:"lease_ttl"`
+	Window         time.Duration `json:"window,omitempty"`
+	WaiterLease    time.Duration `json:"waiter_lease,omitempty"`
+	FenceRetention time.Duration `json:"fence_retention,omitempty"`
+
+	Hold    time.Duration `json:"hold"`              // time in the critical section
+	Gap     time.Duration `json:"gap"`               // time between a release and the next acquire
+	Random  bool          `json:"random,omitempty"`  // random short deadlines on every call
+	Seed    uint64        `json:"seed,omitempty"`    // for Random
+	MaxIter int           `json:"max_iter"`          // acquisitions at most
+	MaxRun  time.Duration `json:"max_run"`           // the worker stops by itself after this
+	Out     string        `json:"out"`               // the history file
+	Stderr  string        `json:"stderr,omitempty"`  // informational
+	Verbose bool          `json:"verbose,omitempty"` // log the Handle's warnings to stderr
+}
+
+// claim is one exclusive-or-shared primitive, seen the same way by the worker loop.
+type claim interface {
+	acquire(ctx context.Context) (*distsync.Lease, error)
+	release(ctx context.Context) error
+}
+
+type mutexClaim struct{ m *mutex.Mutex }
+
+func (c mutexClaim) acquire(ctx context.Context) (*distsync.Lease, error) {
+	if err := c.m.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return c.m.Lease(), nil
+}
+func (c mutexClaim) release(ctx context.Context) error { return c.m.Unlock(ctx) }
+
+type fairClaim struct{ m *fair.Mutex }
+
+func (c fairClaim) acquire(ctx context.Context) (*distsync.Lease, error) {
+	if err := c.m.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return c.m.Lease(), nil
+}
+func (c fairClaim) release(ctx context.Context) error { return c.m.Unlock(ctx) }
+
+type rwClaim struct {
+	m      *rwmutex.RWMutex
+	reader bool
+}
+
+func (c rwClaim) acquire(ctx context.Context) (*distsync.Lease, error) {
+	if c.reader {
+		if err := c.m.RLock(ctx); err != nil {
+			return nil, err
+		}
+		return c.m.RLease(), nil
+	}
+	if err := c.m.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return c.m.Lease(), nil
+}
+
+func (c rwClaim) release(ctx context.Context) error {
+	if c.reader {
+		return c.m.RUnlock(ctx)
+	}
+	return c.m.Unlock(ctx)
+}
+
+type semClaim struct {
+	s *semaphore.Semaphore
+	n int64
+}
+
+func (c semClaim) acquire(ctx context.Context) (*distsync.Lease, error) {
+	return c.s.AcquireLease(ctx, c.n)
+}
+func (c semClaim) release(ctx context.Context) error { return c.s.Release(ctx, c.n) }
+
+// reentrantClaim locks twice (nested) and unlocks as often as it holds.
+type reentrantClaim struct {
+	m     *reentrant.Mutex
+	owner reentrant.Owner
+}
+
+func (c reentrantClaim) acquire(ctx context.Context) (*distsync.Lease, error) {
+	ctx = reentrant.WithOwner(ctx, c.owner)
+	if err := c.m.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return c.m.Lease(ctx), nil
+}
+
+// reenter takes the nested hold.
+func (c reentrantClaim) reenter(ctx context.Context) error {
+	return c.m.Lock(reentrant.WithOwner(ctx, c.owner))
+}
+
+func (c reentrantClaim) release(ctx context.Context) error {
+	ctx = reentrant.WithOwner(ctx, c.owner)
+	var errs []error
+	for i := c.m.HoldCount(ctx); i > 0; i-- { // bounded: the count drops by one per Unlock
+		errs = append(errs, c.m.Unlock(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// newClaim makes the primitive of sp on h.
+func newClaim(h *distsync.Handle, sp spec) (claim, error) {
+	switch sp.Prim {
+	case pMutex:
+		m, err := mutex.New(h, sp.Name)
+		return mutexClaim{m}, err
+	case pFair:
+		m, err := fair.New(h, sp.Name)
+		return fairClaim{m}, err
+	case pRWMutex:
+		m, err := rwmutex.New(h, sp.Name)
+		return rwClaim{m, sp.Role == "r"}, err
+	case pSemaphore:
+		s, err := semaphore.New(h, sp.Name, sp.Size)
+		return semClaim{s, sp.N}, err
+	case pReentrant:
+		m, err := reentrant.New(h, sp.Name)
+		return reentrantClaim{m, reentrant.NewOwner()}, err
+	}
+	return nil, fmt.Errorf("no claim for primitive %q", sp.Prim)
+}
+
+// workerMain runs the worker described by raw (JSON) and returns the exit code.
+func workerMain(raw string) int {
+	var sp spec
+	if err := json.Unmarshal([]byte(raw), &sp); err != nil {
+		fmt.Fprintln(os.Stderr, "worker spec:", err)
+		return 2
+	}
+	f, err := os.OpenFile(sp.Out, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker history:", err)
+		return 2
+	}
+	r := &recorder{f: f, w: sp.ID}
+	w := &worker{sp: sp, r: r, rnd: rand.New(rand.NewPCG(sp.Seed, uint64(os.Getpid())))}
+	code := w.run()
+	r.mu.Lock()
+	_ = f.Close()
+	r.f = nil
+	r.mu.Unlock()
+	return code
+}
+
+type worker struct {
+	sp    spec
+	r     *recorder
+	rnd   *rand.Rand
+	store *fencedStore
+	stop  context.Context // ends at SIGTERM or MaxRun
+}
+
+func (w *worker) fatal(format string, a ...any) int {
+	msg := fmt.Sprintf(format, a...)
+	w.r.rec(Event{Ev: evFatal, Err: msg})
+	fmt.Fprintln(os.Stderr, "worker", w.sp.ID+":", msg)
+	return 2
+}
+
+func (w *worker) run() int {
+	sp := w.sp
+	stop, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer cancel()
+	stop, cancelRun := context.WithTimeout(stop, sp.MaxRun)
+	defer cancelRun()
+	w.stop = stop
+
+	hstop := make(chan struct{})
+	defer close(hstop)
+	go watchHiccups(w.r, hstop)
+	// On a machine loaded by other work the first dial can time out: try for a while.
+	var client rueidis.Client
+	var err error
+	for i := 0; i < 4; i++ {
+		if client, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{sp.Addr}}); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return w.fatal("rueidis.NewClient(%s): %v", sp.Addr, err)
+	}
+	defer client.Close()
+	if sp.Store != "" {
+		sc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{sp.Store}, DisableCache: true})
+		if err != nil {
+			return w.fatal("fenced store client: %v", err)
+		}
+		defer sc.Close()
+		w.store = &fencedStore{c: sc, ns: sp.StoreNS}
+	}
+	opts := []distsync.Option{distsync.WithKeyPrefix(sp.Prefix), distsync.WithLeaseTTL(sp.LeaseTTL)}
+	if sp.Window > 0 {
+		opts = append(opts, distsync.WithHandoffWindow(sp.Window))
+	}
+	if sp.WaiterLease > 0 {
+		opts = append(opts, distsync.WithWaiterLease(sp.WaiterLease))
+	}
+	if sp.FenceRetention > 0 {
+		opts = append(opts, distsync.WithFenceRetention(sp.FenceRetention))
+	}
+	h, err := distsync.New(client, opts...)
+	if err != nil {
+		return w.fatal("distsync.New: %v", err)
+	}
+	if sp.Prim == pOnce {
+		g, err := once.NewGroup[string](h, sp.Name, once.WithLeaseTTL(sp.LeaseTTL))
+		if err != nil {
+			return w.fatal("once.NewGroup: %v", err)
+		}
+		w.r.rec(Event{Ev: evStart, PID: os.Getpid()})
+		w.onceLoop(g)
+	} else {
+		c, err := newClaim(h, sp)
+		if err != nil {
+			return w.fatal("%v", err)
+		}
+		w.r.rec(Event{Ev: evStart, PID: os.Getpid()})
+		w.lockLoop(c)
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err = h.Close(cctx)
+	ccancel()
+	w.r.rec(Event{Ev: evClosed, Err: errText(err)})
+	return 0
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// callCtx returns the context of one call: in random mode a deadline of 0-20ms, one time in
+// ten already cancelled; otherwise the worker's own (which ends at SIGTERM) or, for a
+// release, a fresh one that SIGTERM does not cut short.
+func (w *worker) callCtx(release bool) (context.Context, context.CancelFunc) {
+	base := w.stop
+	if release {
+		base = context.Background()
+	}
+	if !w.sp.Random {
+		if release {
+			return context.WithTimeout(base, 10*time.Second)
+		}
+		return context.WithCancel(base)
+	}
+	if w.rnd.IntN(10) == 0 {
+		ctx, cancel := context.WithCancel(base)
+		cancel()
+		return ctx, cancel
+	}
+	return context.WithTimeout(base, time.Duration(w.rnd.Int64N(int64(20*time.Millisecond))))
+}
+
+// sleep waits d or until the worker stops; it reports whether the worker goes on.
+func (w *worker) sleep(d time.Duration) bool {
+	if d <= 0 {
+		return w.stop.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.stop.Done():
+		return false
+	}
+}
+
+func (w *worker) holdTime() time.Duration {
+	if w.sp.Random {
+		return time.Duration(w.rnd.Int64N(int64(3 * time.Millisecond)))
+	}
+	return w.sp.Hold
+}
+
+func (w *worker) gapTime() time.Duration {
+	if w.sp.Random {
+		return time.Duration(w.rnd.Int64N(int64(3 * time.Millisecond)))
+	}
+	return w.sp.Gap
+}
+
+// fenced writes to the store with the hold's token, and records the result.
+func (w *worker) fenced(hold string, tok int64, phase string) {
+	if w.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ok, err := w.store.write(ctx, tok, hold, phase)
+	cancel()
+	w.r.rec(Event{Ev: evWrite, Hold: hold, Tok: tok, Phase: phase, OK: ok, Err: errText(err)})
+}
+
+// lockLoop is the life of a lock worker: acquire, critical section, release, over and over.
+func (w *worker) lockLoop(c claim) {
+	sp := w.sp
+	role := sp.Role
+	for i := 0; i < sp.MaxIter && w.stop.Err() == nil; i++ {
+		hold := fmt.Sprintf("%s#%d", sp.ID, i)
+		w.r.rec(Event{Ev: evWait, Hold: hold, Role: role, N: sp.N})
+		ctx, cancel := w.callCtx(false)
+		lease, err := c.acquire(ctx)
+		alive := ctx.Err() == nil
+		cancel()
+		if err == nil && lease == nil {
+			err = errors.New("acquired, but the primitive has no lease")
+		}
+		if err != nil {
+			w.r.rec(Event{Ev: evFailed, Hold: hold, Err: err.Error(), Ctx: isCtxErr(err), Alive: alive})
+			if !sp.Random && !isCtxErr(err) {
+				w.sleep(50 * time.Millisecond) // an error other than the ctx: do not spin
+			}
+			continue
+		}
+		tok := lease.Token()
+		if sp.Prim == pSemaphore {
+			tok = 0 // permits carry no fencing token
+		}
+		w.r.rec(Event{Ev: evAcquired, Hold: hold, Tok: tok, N: sp.N, Role: role, Dead: lease.Err() != nil, Err: errText(lease.Err())})
+		quit := make(chan struct{})
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			select {
+			case <-lease.Done():
+				if err := lease.Err(); errors.Is(err, distsync.ErrLost) {
+					w.r.rec(Event{Ev: evLost, Hold: hold, Err: err.Error()})
+				}
+			case <-quit:
+			}
+		}()
+		if rc, ok := c.(reentrantClaim); ok {
+			ctx, cancel := w.callCtx(false)
+			err := rc.reenter(ctx)
+			alive := ctx.Err() == nil
+			cancel()
+			w.r.rec(Event{Ev: evReenter, Hold: hold, Err: errText(err), Lost: errors.Is(err, distsync.ErrLost),
+				Ctx: isCtxErr(err), Alive: alive && err != nil})
+		}
+		fencedWrites := exclusive(sp.Prim) || (sp.Prim == pRWMutex && role == "w")
+		if fencedWrites {
+			w.fenced(hold, tok, "entry")
+		}
+		t := time.NewTimer(w.holdTime())
+		select {
+		case <-t.C:
+		case <-lease.Done():
+		case <-w.stop.Done():
+		}
+		t.Stop()
+		if fencedWrites {
+			// The late write: a naive holder writes whether or not it still holds the lock;
+			// the store must refuse it if a newer token wrote meanwhile.
+			w.fenced(hold, tok, "late")
+		}
+		lerr := lease.Err()
+		w.r.rec(Event{Ev: evExit, Hold: hold, Lost: errors.Is(lerr, distsync.ErrLost), Err: errText(lerr)})
+		ctx, cancel = w.callCtx(true)
+		err = c.release(ctx)
+		alive = ctx.Err() == nil
+		cancel()
+		w.r.rec(Event{Ev: evRelease, Hold: hold, Err: errText(err), Lost: errors.Is(err, distsync.ErrLost),
+			NotHeld: errors.Is(err, distsync.ErrNotHeld), Ctx: isCtxErr(err), Alive: alive && err != nil})
+		// The lease ends at the release (or the Handle finishes it in the background): give
+		// the watcher a moment to report a loss the release found, then let it go.
+		select {
+		case <-watched:
+		case <-time.After(100 * time.Millisecond):
+		}
+		close(quit)
+		<-watched
+		if !w.sleep(w.gapTime()) {
+			break
+		}
+	}
+}
+
+// onceLoop calls Group.Do on one key over and over; fn is the critical section.
+func (w *worker) onceLoop(g *once.Group[string]) {
+	sp := w.sp
+	var runs atomic.Int64 // fn may outlive a cancelled Do and run on the Group's goroutine
+	for i := 0; i < sp.MaxIter && w.stop.Err() == nil; i++ {
+		call := fmt.Sprintf("%s#%d", sp.ID, i)
+		w.r.rec(Event{Ev: evDoStart, Hold: call})
+		ctx, cancel := w.callCtx(false)
+		hold := w.holdTime()
+		v, err, shared := g.Do(ctx, "k", func(fctx context.Context) (string, error) {
+			run := fmt.Sprintf("%s@%d", sp.ID, runs.Add(1))
+			w.r.rec(Event{Ev: evFnEnter, Hold: run, Call: call})
+			t := time.NewTimer(hold)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-fctx.Done():
+				cause := context.Cause(fctx)
+				w.r.rec(Event{Ev: evFnCtx, Hold: run, Err: errText(cause), Lost: errors.Is(cause, distsync.ErrLost)})
+			case <-w.stop.Done():
+			}
+			if fctx.Err() != nil {
+				cause := context.Cause(fctx)
+				w.r.rec(Event{Ev: evFnExit, Hold: run, Lost: errors.Is(cause, distsync.ErrLost), Ctx: true, Err: errText(cause)})
+				return "", cause
+			}
+			if w.stop.Err() != nil {
+				w.r.rec(Event{Ev: evFnExit, Hold: run, Err: "worker stopping"})
+				return "", errors.New("worker stopping")
+			}
+			w.r.rec(Event{Ev: evFnExit, Hold: run})
+			return run, nil
+		})
+		alive := ctx.Err() == nil
+		cancel()
+		w.r.rec(Event{Ev: evDoReturn, Hold: call, OK: err == nil, Val: v, Shared: shared, Err: errText(err),
+			Lost: errors.Is(err, distsync.ErrLost), Ctx: isCtxErr(err), Alive: alive && err != nil})
+		if err != nil && !sp.Random && !isCtxErr(err) {
+			w.sleep(50 * time.Millisecond)
+		}
+		if !w.sleep(w.gapTime()) {
+			break
+		}
+	}
+}
