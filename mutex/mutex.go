@@ -246,12 +246,14 @@ func (m *Mutex) Locker() sync.Locker { return core.Locker("mutex: Locker", m.Loc
 
 // attempt is the waitq.Attempt of Lock: it queues this Mutex's waiter id on failure.
 func (m *Mutex) attempt(ctx context.Context, t waitq.Try) (waitq.Result, string, error) {
-	if g := t.Grant; g != nil && !t.QueuedAt.IsZero() {
+	if g := t.Grant; g != nil && !t.QueuedAt.IsZero() && g.Token > t.Floor {
 		// The release granted the lock to this process (see lib/queue.lua). Redis expires the
 		// grant one hand-off window after the release ran, and the release ran after this
-		// process's last queueing command was sent: a deadline counted from that send time is
-		// safe without asking Redis. The grant is confirmed (extended to the lease) by the
-		// renewal loop right away, off this goroutine's path.
+		// process's last queueing command was sent (its token is above the last token handed
+		// out before that command: Floor): a deadline counted from that send time is safe
+		// without asking Redis. An older grant's message may come late, after that grant
+		// lapsed or was passed on: it goes to Redis below. The grant is confirmed (extended
+		// to the lease) by the renewal loop right away, off this goroutine's path.
 		// The window is the releaser's (it may be configured differently from this Handle's).
 		window := g.Window
 		deadline := t.QueuedAt.Add(window - core.Drift(window))
@@ -262,7 +264,7 @@ func (m *Mutex) attempt(ctx context.Context, t waitq.Try) (waitq.Result, string,
 			if err := m.hold(g.Owner, g.Token, time.Now(), deadline, confirm); err != nil {
 				return waitq.Result{}, "", err
 			}
-			return waitq.Result{Acquired: true, Token: g.Token, Queued: t.More, Wait: m.ttl + m.ttl/core.RenewDivisor}, "", nil
+			return waitq.Result{Acquired: true, Token: g.Token, Queued: t.More, Floor: g.Token, Wait: m.ttl + m.ttl/core.RenewDivisor}, "", nil
 		}
 		// Too little of the grant is sure to be left: look for it in Redis (adopting it).
 	}
@@ -291,7 +293,7 @@ func (m *Mutex) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Resu
 		if err := m.hold(owner, vals[1], sent, time.Time{}, nil); err != nil {
 			return waitq.Result{}, "", err
 		}
-		return waitq.Result{Acquired: true, Token: vals[1], Queued: waiter != "" && t.More, Wait: m.ttl + slack}, owner, nil
+		return waitq.Result{Acquired: true, Token: vals[1], Queued: waiter != "" && t.More, Floor: vals[1], Wait: m.ttl + slack}, owner, nil
 	}
 	// The backstop: an expiring lease publishes nothing (see core.Backstop).
 	pttl := time.Duration(vals[1]) * time.Millisecond
@@ -299,7 +301,11 @@ func (m *Mutex) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Resu
 	if len(vals) > 2 && vals[2] == 1 {
 		wait = pttl + 2*time.Millisecond // an unconfirmed grant to another waiter: it publishes nothing if it lapses
 	}
-	return waitq.Result{Queued: waiter != "", Wait: wait}, owner, nil
+	var floor int64
+	if len(vals) > 3 {
+		floor = vals[3]
+	}
+	return waitq.Result{Queued: waiter != "", Wait: wait, Floor: floor}, owner, nil
 }
 
 // hold makes the acquisition under owner m's current hold, with its lease on the renewal loop.
@@ -325,13 +331,9 @@ func (m *Mutex) hold(owner string, token int64, sent, deadline time.Time, first 
 
 // abandon is the waitq.Abandon of Lock (and the cleanup of a TryLock whose reply was lost).
 func (m *Mutex) abandon(ctx context.Context, lv waitq.Leave) (int64, error) {
-	waiter := ""
-	if lv.Dequeue {
-		waiter = m.waiter
-	}
 	vals, err := scripts.MutexLeave.Exec(ctx, m.c.Client, m.keys,
-		[]string{waiter, lv.Owner, m.windowArg, m.fenceArg, m.chanPrefix, m.c.Pub, core.Ms(voidTTL),
-			strconv.FormatInt(lv.LastToken, 10)}).AsIntSlice()
+		[]string{m.waiter, lv.Owner, m.windowArg, m.fenceArg, m.chanPrefix, m.c.Pub, core.Ms(voidTTL),
+			strconv.FormatInt(lv.LastToken, 10), flag(lv.Dequeue), strconv.FormatInt(lv.Grant, 10)}).AsIntSlice()
 	if err != nil {
 		return 0, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1009,6 +1010,76 @@ func TestStaleGrantAfterACancelIsNotTaken(t *testing.T) {
 		}
 		if tok := m.Lease().Token(); tok <= token {
 			t.Fatalf("token %d after the stale grant's %d", tok, token)
+		}
+		unlock(t, m)
+		if err := holder.Unlock(context.Background()); !errors.Is(err, distsync.ErrLost) {
+			t.Fatalf("Unlock of the hold the test's grant replaced = %v, want ErrLost", err)
+		}
+	})
+}
+
+// A grant that lapsed long ago (its waiter never confirmed it, someone else took the lock) is
+// not taken when its message comes at last, even by a Lock that queued again since: a grant
+// older than the queueing is looked for in Redis, never taken as held.
+func TestLateMessageOfALapsedGrantIsNotTaken(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		holder := newPod(t, b, prefix).mutex(t, "lapsed")
+		m := newPod(t, b, prefix).mutex(t, "lapsed")
+		other := newPod(t, b, prefix).mutex(t, "lapsed")
+		lockWithin(t, holder, 5*time.Second)
+		ctx, cancel := context.WithCancel(context.Background())
+		first := lockAsync(ctx, m)
+		waitQueued(t, b, prefix, "lapsed", 1)
+		ids, err := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Zrange().Key(keyOf(prefix, "lapsed", "q")).Min("0").Max("0").Build()
+		}).AsStrSlice()
+		if err != nil || len(ids) != 1 {
+			t.Fatalf("queue: %v, %v", ids, err)
+		}
+		w := ids[0]
+		// A release grants the lock to m's process, as Unlock would (computing the token into
+		// the fence key); the message is lost for now, and the grant lapses unconfirmed.
+		token := time.Now().UnixMicro()
+		b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Set().Key(keyOf(prefix, "lapsed", "fence")).Value(strconv.FormatInt(token, 10)).Px(time.Minute).Build()
+		})
+		b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Zrem().Key(keyOf(prefix, "lapsed", "q")).Member(w).Build()
+		})
+		b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Set().Key(keyOf(prefix, "lapsed", "")).Value(fmt.Sprintf("~%s:%d", w, token)).Px(30 * time.Millisecond).Build()
+		})
+		if !redistest.Eventually(5*time.Second, func() bool {
+			ok, err := other.TryLock(context.Background())
+			return err == nil && ok
+		}) {
+			t.Fatal("the lapsed grant's lock could not be taken")
+		}
+		cancel() // nothing of m's is left to pass on
+		if r := wait(t, first, 5*time.Second); !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("cancelled Lock = %v", r.err)
+		}
+		second := lockAsync(context.Background(), m) // queues behind other
+		waitQueued(t, b, prefix, "lapsed", 1)
+		cmd := "PUBLISH"
+		if b.Name == redistest.ClusterB {
+			cmd = "SPUBLISH"
+		}
+		b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Arbitrary(cmd).Keys(keyOf(prefix, "lapsed", "ch")+":"+w).Args(fmt.Sprintf("g %d  500 %s", token, w)).Build()
+		})
+		select {
+		case r := <-second:
+			t.Fatalf("Lock took a lapsed grant (err %v) while another holds the lock", r.err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		unlock(t, other)
+		if r := wait(t, second, 5*time.Second); r.err != nil {
+			t.Fatal(r.err)
+		}
+		if tok := m.Lease().Token(); tok <= token {
+			t.Fatalf("token %d after the lapsed grant's %d", tok, token)
 		}
 		unlock(t, m)
 		if err := holder.Unlock(context.Background()); !errors.Is(err, distsync.ErrLost) {

@@ -19,8 +19,10 @@
 -- ARGV[10] last      the largest token the caller's process queue acquired ('0' if none):
 --                    grants up to it were taken by one of its goroutines already
 -- Reply: {1, token}            acquired; token is the fencing token
---        {0, pttl, granted}    not acquired: the lock (or a grant to another waiter, not yet
---                              confirmed: granted = 1) ends in pttl ms unless renewed
+--        {0, pttl, granted, floor}  not acquired: the lock (or a grant to another waiter, not
+--                              yet confirmed: granted = 1) ends in pttl ms unless renewed;
+--                              floor is the last token handed out: every grant made before
+--                              this call has a token up to it, every later one a larger token
 --
 -- A grant to the caller's waiter id whose message the caller missed (or could not use in time)
 -- is adopted here, unless its token shows that a goroutine of the same process took it
@@ -69,7 +71,8 @@ if cur or not redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
     if cur and string.sub(cur, 1, 1) == '~' then -- (cur is false if the lock lapsed since SET NX)
       g = 1
     end
-    return {0, pttl, g}
+    local floor = redis.pcall('GET', fence)
+    return {0, pttl, g, type(floor) == 'string' and tonumber(floor) or 0}
   end
 end
 

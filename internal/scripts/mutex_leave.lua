@@ -1,10 +1,7 @@
 -- mutex_leave.lua: clean up after a waiter that gave up (its context ended).
 --
 -- KEYS[1] lock   KEYS[2] fence   KEYS[3] q   KEYS[4] qx   (as in mutex_acquire.lua)
--- ARGV[1] waiter     waiter id whose process has no goroutine waiting any more: take it out of
---                    the queue, and pass on a grant made to it that none of its goroutines took;
---                    '' when other goroutines of the same process still wait (they keep the
---                    entry, and take the grant)
+-- ARGV[1] waiter     the waiter id of the caller's process
 -- ARGV[2] owner      value of an acquisition the caller will not use: an attempt whose reply it
 --                    did not wait for; ''
 -- ARGV[3] window     ms a grant passed on here lasts unless confirmed
@@ -14,8 +11,13 @@
 -- ARGV[7] void_ttl   ms to remember a voided attempt, longer than any command stays in flight
 -- ARGV[8] last       the largest token the waiter's process acquired: a grant with a token up
 --                    to it was taken by one of its goroutines, which holds it
+-- ARGV[9] dequeue    '1': no goroutine of the process waits any more: take the waiter out of
+--                    the queue, and pass on a grant made to it with a token above last; '0':
+--                    others still wait (they keep the entry, and take the grant)
+-- ARGV[10] grant     a token whose grant to the waiter nobody will take ('0' if none): passed
+--                    on if the lock is still exactly that grant, whatever else happened since
 -- Reply: {passed, token}: passed is 1 if the lock was passed on, else 0; token is the token
---        of the grant to the waiter that was passed on (0 if none): a message announcing that
+--        of a grant to the waiter that was passed on (0 if none): a message announcing that
 --        grant may still be on its way to the waiter's process, which must not take it
 --
 -- The caller runs this before its Lock returns. A release that ran just before it may have
@@ -26,7 +28,7 @@
 -- Cancelling a context does not cancel a command Redis already received, and rueidis may send
 -- the attempt and this script on different connections, so either may run first. If the
 -- attempt ran first and took the lock, pass it on. If not, void the attempt so that it fails
--- when it arrives.
+-- when it arrives (also after a grant was passed on here: the lock may be free then).
 
 -- #include lib/clock.lua
 -- #include lib/fence.lua
@@ -34,26 +36,28 @@
 
 local lock, fence, q, qx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local waiter, owner = ARGV[1], ARGV[2]
+local passed, given = 0, 0
 local cur = redis.call('GET', lock)
-if waiter ~= '' then
+local token = granted_to(cur, waiter) and (tonumber(string.sub(cur, #waiter + 3)) or 0)
+if ARGV[9] == '1' then
   if redis.call('ZREM', q, waiter) == 1 then
     redis.call('ZREM', qx, waiter)
   end
-  local token = granted_to(cur, waiter) and (tonumber(string.sub(cur, #waiter + 3)) or 0)
-  if token and token > tonumber(ARGV[8]) then
+end
+if token and (ARGV[9] == '1' and token > tonumber(ARGV[8]) or ARGV[10] ~= '0' and cur == '~' .. waiter .. ':' .. ARGV[10]) then
+  pass_on(lock, fence, q, qx, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+  passed, given = 1, token
+  cur = redis.call('GET', lock)
+end
+if owner ~= '' then
+  if cur == owner then
     pass_on(lock, fence, q, qx, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
-    return {1, token}
+    passed = 1
+  else
+    -- Void the attempt. (A grant is made by a release, never in flight: nothing to void.)
+    local void_ttl = tonumber(ARGV[7])
+    redis.call('ZADD', qx, now() + void_ttl, '!' .. owner)
+    live_for(qx, void_ttl)
   end
 end
-if owner == '' then
-  return {0, 0}
-end
-if cur == owner then
-  pass_on(lock, fence, q, qx, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
-  return {1, 0}
-end
--- Void the attempt. (A grant is made by a release, never in flight: nothing to void.)
-local void_ttl = tonumber(ARGV[7])
-redis.call('ZADD', qx, now() + void_ttl, '!' .. owner)
-live_for(qx, void_ttl)
-return {0, 0}
+return {passed, given}

@@ -86,10 +86,21 @@ func (e *env) confirm(owner, waiter string, requeue bool, backup string) int64 {
 	return v
 }
 
+// leave runs mutex_leave.lua for waiter ("": none of its process left, nothing to dequeue).
 func (e *env) leave(waiter, owner string, last int64) int64 {
 	e.t.Helper()
+	dequeue := "1"
+	if waiter == "" {
+		waiter, dequeue = "nobody", "0"
+	}
+	return e.leaveArgs(waiter, owner, last, dequeue, 0)
+}
+
+func (e *env) leaveArgs(waiter, owner string, last int64, dequeue string, grant int64) int64 {
+	e.t.Helper()
 	v, err := scripts.MutexLeave.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
-		[]string{waiter, owner, "500", "60000", e.k.ch, e.k.pub, "60000", strconv.FormatInt(last, 10)}).AsIntSlice()
+		[]string{waiter, owner, "500", "60000", e.k.ch, e.k.pub, "60000", strconv.FormatInt(last, 10), dequeue,
+			strconv.FormatInt(grant, 10)}).AsIntSlice()
 	if err != nil || len(v) != 2 {
 		e.t.Fatalf("leave: %v, %v", v, err)
 	}
@@ -413,6 +424,41 @@ func TestLeaveVoidsOrPassesOn(t *testing.T) {
 		}
 		if n, _ := e.do(e.c.B().Zscore().Key(e.k.qx).Member("!~w2:" + strconv.FormatInt(tok, 10)).Build()).AsFloat64(); n != 0 {
 			t.Fatal("leave voided a grant")
+		}
+	})
+}
+
+// A leave that passes on a grant to its waiter still voids the attempt it did not wait for:
+// arriving late, on a lock the pass-on left free, the attempt must not take it. A grant named
+// by its exact token is passed on only while the lock is that grant.
+func TestLeavePassingOnAGrantStillVoidsTheAttempt(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		e.acquire("x", "", false)
+		e.acquire("y", "w1", false) // queued
+		e.release("x")              // granted to w1
+		if w, _ := e.grantee(); w != "w1" {
+			t.Fatalf("lock = %q, want a grant to w1", e.get(e.k.lock))
+		}
+		if e.leave("w1", "late", 0) != 1 {
+			t.Fatal("leave did not pass on the grant")
+		}
+		if got := e.acquire("late", "", false); got[0] != 0 {
+			t.Fatalf("the attempt the leave did not wait for took the free lock: %v", got)
+		}
+		if v := e.get(e.k.lock); v != "" {
+			t.Fatalf("lock = %q, want free", v)
+		}
+
+		e.acquire("x2", "", false)
+		e.acquire("y2", "w2", false)
+		e.release("x2")
+		_, tok := e.grantee()
+		if e.leaveArgs("w2", "", 0, "0", tok-1) != 0 {
+			t.Fatal("leave passed on a grant whose token it did not name")
+		}
+		if e.leaveArgs("w2", "", tok, "0", tok) != 1 {
+			t.Fatal("leave did not pass on the grant it named")
 		}
 	})
 }

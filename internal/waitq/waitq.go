@@ -36,6 +36,10 @@ type Result struct {
 	// Wait is how long the head may wait, if no message comes, before re-checking: the end
 	// of the lease it waits behind plus slack, or the end of a grant to someone else.
 	Wait time.Duration
+	// Floor, when Queued, is a token at or above every grant made before the attempt (the
+	// last token handed out, or the token just acquired): a grant up to it is older than the
+	// queueing, so QueuedAt says nothing of how long it lasts (see Try.Floor).
+	Floor int64
 }
 
 // Grant is a claim handed to this Room inside Redis.
@@ -60,6 +64,10 @@ type Try struct {
 	// QueuedAt is when the last command that left the Room queued was sent: every grant was
 	// made after it, so a grant's local deadline can safely be counted from it.
 	QueuedAt time.Time
+	// Floor is the Result.Floor of that command: only a grant with a larger token was surely
+	// made after QueuedAt. An older grant's message can arrive late (it lapsed long ago, or was
+	// passed on), and must be looked for in Redis, never taken as held.
+	Floor int64
 	// LastToken is the largest token the Room acquired: a grant with a token up to it was
 	// taken by one of the Room's goroutines already, and must not be taken again.
 	LastToken int64
@@ -95,6 +103,9 @@ type Leave struct {
 	// returns.
 	Dequeue   bool
 	LastToken int64
+	// Grant, if not 0, is the token of a grant to the Room that nobody will take (its message
+	// came when no waiter was left): it must be passed on if it is still exactly that grant.
+	Grant int64
 }
 
 // Kind is what a message on the Room's channel asks of it.
@@ -132,6 +143,7 @@ type Room struct {
 	watch     *time.Timer // fires when a watched grant lapses unconfirmed
 	queued    bool        // the waiter id is in the Redis queue, as far as this process knows
 	queuedAt  time.Time   // see Try.QueuedAt
+	floor     int64       // see Try.Floor
 	checkAt   time.Time   // backstop: the head re-checks by itself then
 	// leaving is closed when the clean-up of the Room's last departure is done: a new head
 	// waits for it, so that the clean-up cannot take out (or pass on a grant to) the queue
@@ -167,9 +179,10 @@ func (r *Room) Message(payload string) {
 		if r.head == nil {
 			// Nobody waits any more. The last waiter to leave passed on every grant newer than
 			// the Room's last token before it returned; this one can only be older than that
-			// leave (the Room was out of the queue after it), so this is the backstop for a
-			// leave that could not reach Redis.
-			lv := Leave{Dequeue: true, LastToken: r.lastToken}
+			// leave, so this is the backstop for a leave that could not reach Redis. It passes
+			// on this exact grant only: it must not touch the entry, or a grant, of a waiter
+			// that came since.
+			lv := Leave{Grant: sig.Grant.Token}
 			r.h.Background("passing on a grant nobody waits for", cleanupTimeout,
 				func(ctx context.Context) error { return r.abandon(ctx, lv) })
 			return
@@ -308,7 +321,7 @@ func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
 			if r.grant != nil && r.grant.Token <= r.lastToken {
 				r.grant = nil // taken already, by an attempt that found it in Redis
 			}
-			t := Try{More: r.n > 1, Queued: r.queued, Grant: r.grant, QueuedAt: r.queuedAt, LastToken: r.lastToken}
+			t := Try{More: r.n > 1, Queued: r.queued, Grant: r.grant, QueuedAt: r.queuedAt, Floor: r.floor, LastToken: r.lastToken}
 			r.grant, r.now = nil, false
 			subscribed := r.sub != nil
 			r.mu.Unlock()
@@ -352,7 +365,7 @@ func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
 			r.mu.Lock()
 			r.queued = res.Queued
 			if res.Queued {
-				r.queuedAt = sent
+				r.queuedAt, r.floor = sent, res.Floor
 			}
 			r.checkAt = time.Now().Add(res.Wait)
 			if res.Acquired && res.Token > r.lastToken {
