@@ -1067,7 +1067,7 @@ func TestLateMessageOfALapsedGrantIsNotTaken(t *testing.T) {
 			cmd = "SPUBLISH"
 		}
 		b.Do(t, func(c rueidis.Client) rueidis.Completed {
-			return c.B().Arbitrary(cmd).Keys(keyOf(prefix, "lapsed", "ch")+":"+w).Args(fmt.Sprintf("g %d  500 %s", token, w)).Build()
+			return c.B().Arbitrary(cmd).Keys(keyOf(prefix, "lapsed", "ch") + ":" + w).Args(fmt.Sprintf("g %d  500 %s", token, w)).Build()
 		})
 		select {
 		case r := <-second:
