@@ -73,9 +73,12 @@ type Mutex struct {
 	keys          []string // lock, fence, ops
 	room          *waitq.Room
 
-	// amu serialises attempts, so that an attempt's outcome is matched with the local hold it
-	// was made for (one round trip each; waiting happens outside it).
-	amu   sync.Mutex
+	// turn serialises attempts with each other and with the local side of Unlock (a
+	// one-slot semaphore, so that an attempt can give up waiting for it with its context): an
+	// attempt's outcome is matched with the local hold it was made for, and an Unlock that
+	// gives up the last local hold cannot interleave with a re-entry of it. An attempt holds it
+	// for one round trip; waiting happens outside it.
+	turn  chan struct{}
 	mu    sync.Mutex
 	holds map[Owner]*hold // this process's holds, by owner
 	// unlocking holds, by owner, the Unlocks still being finished in the background (their
@@ -122,7 +125,7 @@ func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Mutex{c: c, name: name, ttl: c.Config.LeaseTTL, renew: true, holds: make(map[Owner]*hold),
+	m := &Mutex{c: c, name: name, ttl: c.Config.LeaseTTL, renew: true, turn: make(chan struct{}, 1), holds: make(map[Owner]*hold),
 		unlocking: make(map[Owner]*pending)}
 	for _, o := range opts {
 		o(m)
@@ -173,8 +176,23 @@ func (m *Mutex) lock1(ctx context.Context, wait bool) (bool, error) {
 		return false, fmt.Errorf("reentrant %q: %w", m.name, err)
 	}
 	defer m.c.Exit()
+	for {
+		got, err := m.lock2(ctx, o, wait)
+		if !errors.Is(err, errUnlocking) {
+			return got, err
+		}
+		// An Unlock of the owner got in between: wait for it, then look again.
+	}
+}
+
+// errUnlocking: the owner has an Unlock still being finished; wait for it and try again.
+var errUnlocking = errors.New("an unlock of the owner is being finished")
+
+// lock2 is one try of lock1: it waits for the owner's Unlocks still being finished, then
+// re-enters, tries once, or waits in the Room. It returns errUnlocking if an Unlock of the
+// owner came in between.
+func (m *Mutex) lock2(ctx context.Context, o Owner, wait bool) (bool, error) {
 	m.mu.Lock()
-	h := m.holds[o]
 	var unlocking <-chan struct{}
 	if p := m.unlocking[o]; p != nil {
 		unlocking = p.done
@@ -188,10 +206,10 @@ func (m *Mutex) lock1(ctx context.Context, wait bool) (bool, error) {
 		case <-m.c.Done():
 			return false, fmt.Errorf("reentrant %q: %w", m.name, distsync.ErrClosed)
 		}
-		m.mu.Lock()
-		h = m.holds[o]
-		m.mu.Unlock()
 	}
+	m.mu.Lock()
+	h := m.holds[o]
+	m.mu.Unlock()
 	if h != nil {
 		if err := h.lease.Err(); err != nil {
 			return false, fmt.Errorf("reentrant %q: re-entering a hold that ended: %w", m.name, err)
@@ -261,11 +279,21 @@ func (m *Mutex) once(ctx context.Context, o Owner, retry bool) (bool, error) {
 // "<request id> <owner>".
 func (m *Mutex) attempt(ctx context.Context, _ waitq.Try) (waitq.Result, string, error) {
 	o, _ := OwnerFrom(ctx)
-	m.amu.Lock()
-	defer m.amu.Unlock()
+	select {
+	case m.turn <- struct{}{}:
+	case <-ctx.Done():
+		return waitq.Result{}, "", ctx.Err()
+	}
+	defer func() { <-m.turn }()
 	m.mu.Lock()
 	h := m.holds[o]
+	unlocking := m.unlocking[o] != nil
 	m.mu.Unlock()
+	if unlocking {
+		// An Unlock of the owner is still being finished: a fresh Lock must not join the hold
+		// being released, nor a re-entry count in it. The caller waits for it and tries again.
+		return waitq.Result{}, "", core.Permanent(errUnlocking)
+	}
 	expect := "0"
 	if h != nil {
 		if err := h.lease.Err(); err != nil {
@@ -359,10 +387,12 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("reentrant %q: %w: no owner in the context (use reentrant.WithOwner)", m.name, distsync.ErrInvalid)
 	}
+	m.turn <- struct{}{} // at most an attempt's round trip
 	m.mu.Lock()
 	h := m.holds[o]
 	if h == nil {
 		m.mu.Unlock()
+		<-m.turn
 		return fmt.Errorf("reentrant %q: unlock by an owner that does not hold it: %w", m.name, distsync.ErrNotHeld)
 	}
 	h.n--
@@ -371,13 +401,31 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if last {
 		delete(m.holds, o)
 	}
+	// Registered with the change above, under the turn: until this Unlock is finished in
+	// Redis, the owner's attempts wait (see attempt).
+	p := m.unlocking[o]
+	if p == nil {
+		p = &pending{done: make(chan struct{})}
+		m.unlocking[o] = p
+	}
+	p.n++
 	m.mu.Unlock()
+	// The hold's state as of this Unlock, read before another goroutine's Unlock can end it.
 	l := h.lease
 	var err error
 	if last {
 		err = l.Stop()
 	} else {
 		err = l.Err()
+	}
+	<-m.turn
+	settled := func() {
+		m.mu.Lock()
+		if p.n--; p.n == 0 {
+			close(p.done)
+			delete(m.unlocking, o)
+		}
+		m.mu.Unlock()
 	}
 	if err != nil {
 		if errors.Is(err, distsync.ErrLost) {
@@ -392,26 +440,11 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 				_, _ = m.unlock(ctx, o, m.c.NewID(), left+1, l.Token())
 			}
 		}
+		settled()
 		return fmt.Errorf("reentrant %q: %w: %w", m.name, distsync.ErrNotHeld, err)
 	}
 
-	id := m.c.NewID() // retries send the same id: Redis counts the Unlock once
-	m.mu.Lock()
-	p := m.unlocking[o]
-	if p == nil {
-		p = &pending{done: make(chan struct{})}
-		m.unlocking[o] = p
-	}
-	p.n++
-	m.mu.Unlock()
-	settled := func() {
-		m.mu.Lock()
-		if p.n--; p.n == 0 {
-			close(p.done)
-			delete(m.unlocking, o)
-		}
-		m.mu.Unlock()
-	}
+	id := m.c.NewID()   // retries send the same id: Redis counts the Unlock once
 	finally := func() { // the background attempts are over
 		if last {
 			l.End(distsync.ErrReleased)

@@ -664,3 +664,54 @@ func TestLockAfterAnUnfinishedUnlockStartsANewHold(t *testing.T) {
 		unlock(t, m, a)
 	})
 }
+
+// Goroutines of one process sharing an owner lock and unlock freely, with no base hold, so that
+// the hold is given up and taken again all the time, sometimes while another goroutine
+// re-enters it: no call fails, every Unlock finds its hold, tokens change only with a new hold,
+// and nothing is left in Redis at the end.
+func TestGoroutinesSharingAnOwnerWithoutABaseHold(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const goroutines, rounds = 8, 30
+		prefix := b.Prefix(t)
+		m := newMutex(t, b.Pod(t, prefix), "churn")
+		o := reentrant.NewOwner()
+		a := owned(o)
+		var wg sync.WaitGroup
+		errs := make(chan error, goroutines*rounds)
+		for range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range rounds {
+					ctx, cancel := within(a, 20*time.Second)
+					if err := m.Lock(ctx); err != nil {
+						errs <- fmt.Errorf("Lock: %w", err)
+						cancel()
+						return
+					}
+					if m.Lease(a) == nil {
+						errs <- errors.New("Lock returned without a hold")
+					}
+					if err := m.Unlock(ctx); err != nil {
+						errs <- fmt.Errorf("Unlock: %w", err)
+					}
+					cancel()
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		n := 0
+		for err := range errs {
+			if n++; n <= 5 {
+				t.Error(err)
+			}
+		}
+		if n > 5 {
+			t.Errorf("and %d more errors", n-5)
+		}
+		if c := count(t, b, prefix, "churn", o); c != 0 {
+			t.Fatalf("Redis counts %d for the owner after every Unlock", c)
+		}
+	})
+}
