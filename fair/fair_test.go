@@ -524,3 +524,27 @@ func TestDeadWaitersInARowDoNotStallTheQueue(t *testing.T) {
 		net.Restore()
 	})
 }
+
+// A Lock whose claim came too late to use (the reply was delayed past the lease) and whose
+// give-back could not be sent at once tries again only after the give-back is done: the
+// give-back, under the same waiter id, must not release the hold the retry gets.
+func TestRetryAfterALateClaimKeepsItsHold(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 400 * time.Millisecond
+		prefix := b.Prefix(t)
+		f := redistest.NewFaulty(b.Client(t))
+		m := newFair(t, b.PodOn(t, f, prefix, distsync.WithLeaseTTL(ttl)), "late")
+		other := newFair(t, b.Pod(t, prefix), "late")
+		f.Delay(1, ttl+200*time.Millisecond, redistest.ScriptCall(scripts.FairAcquire))
+		f.Expire(3, redistest.ScriptCall(scripts.MutexRelease)) // the give-back is retried in the background
+		lock(t, m)
+		time.Sleep(300 * time.Millisecond) // the background give-back is done by now
+		if err := m.Lease().Err(); err != nil {
+			t.Fatalf("the hold after the retry ended: %v", err)
+		}
+		if ok, err := other.TryLock(context.Background()); ok || err != nil {
+			t.Fatalf("another process took the lock the retry holds: TryLock = %v, %v", ok, err)
+		}
+		unlock(t, m)
+	})
+}

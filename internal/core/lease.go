@@ -108,12 +108,28 @@ func (h *Handle) Hold(spec LeaseSpec) (*Lease, error) {
 	}
 	l.End(err)
 	if spec.Release != nil && !spec.Place {
-		h.Undo("giving back a claim that came too late to use", spec.TTL, func(ctx context.Context) error {
+		given := h.Undo("giving back a claim that came too late to use", spec.TTL, func(ctx context.Context) error {
 			return spec.Release(ctx, l)
 		})
+		if err == ErrLate {
+			err = &LateError{GivenBack: given}
+		}
 	}
 	return l, err
 }
+
+// LateError is the error of Hold for a claim whose reply came too late to use. It matches
+// ErrLate. GivenBack is closed once the claim was given back (or giving it back was given
+// up): a caller that tries again under the same owner value (a queued waiter's id) must wait
+// for it, or the give-back, still retried in the background, would release the new hold.
+type LateError struct {
+	GivenBack <-chan struct{}
+}
+
+func (e *LateError) Error() string { return ErrLate.Error() }
+
+// Is makes errors.Is(err, ErrLate) true.
+func (e *LateError) Is(target error) bool { return target == ErrLate }
 
 // Drift is the margin taken off a lease's local validity for clock rate differences between
 // client and server and for scheduling: 1% of the TTL plus 2 ms (as Redlock does).

@@ -55,11 +55,16 @@ func (b *Backend) podOn(tb testing.TB, raw rueidis.Client, prefix string, opts [
 type Faulty struct {
 	rueidis.Client
 	mu      sync.Mutex
-	left    int
-	match   func(cmd []string) bool
-	mode    int
-	delay   time.Duration
+	arms    []*arm
 	dropped int
+}
+
+// arm is one armed fault: the next left commands that match get it.
+type arm struct {
+	left  int
+	match func(cmd []string) bool
+	mode  int
+	delay time.Duration
 }
 
 const (
@@ -78,6 +83,8 @@ func ScriptCall(s interface{ SHA() string }) func(cmd []string) bool {
 	}
 }
 
+// Each call arms one more fault; a command gets the first armed fault it matches.
+
 // Drop arms f: the replies of the next n commands that match are lost.
 func (f *Faulty) Drop(n int, match func(cmd []string) bool) { f.arm(n, match, drop, 0) }
 
@@ -91,7 +98,7 @@ func (f *Faulty) Expire(n int, match func(cmd []string) bool) { f.arm(n, match, 
 
 func (f *Faulty) arm(n int, match func(cmd []string) bool, mode int, d time.Duration) {
 	f.mu.Lock()
-	f.left, f.match, f.mode, f.delay = n, match, mode, d
+	f.arms = append(f.arms, &arm{left: n, match: match, mode: mode, delay: d})
 	f.mu.Unlock()
 }
 
@@ -105,16 +112,20 @@ func (f *Faulty) Dropped() int {
 // Do implements rueidis.Client.
 func (f *Faulty) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	f.mu.Lock()
-	hit := f.left > 0 && f.match(cmd.Commands())
-	mode, d := f.mode, f.delay
-	if hit {
-		f.left--
-		f.dropped++
+	var hit *arm
+	for _, a := range f.arms {
+		if a.left > 0 && a.match(cmd.Commands()) {
+			hit = a
+			a.left--
+			f.dropped++
+			break
+		}
 	}
 	f.mu.Unlock()
-	if !hit {
+	if hit == nil {
 		return f.Client.Do(ctx, cmd)
 	}
+	mode, d := hit.mode, hit.delay
 	switch mode {
 	case expire:
 		ectx, cancel := context.WithDeadline(ctx, time.Now())
@@ -130,6 +141,41 @@ func (f *Faulty) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisRes
 		return res
 	}
 	return f.Client.Do(ctx, f.Client.B().Eval().Script("return redis.error_reply('LOADING reply dropped by the test')").Numkeys(0).Build())
+}
+
+// DoMulti implements rueidis.Client. A pipeline with a command that matches an armed Delay
+// or Expire gets it as a whole; Drop applies to Do only.
+func (f *Faulty) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	f.mu.Lock()
+	var hit *arm
+	for _, a := range f.arms {
+		if a.left <= 0 || a.mode == drop {
+			continue
+		}
+		for _, cmd := range multi {
+			if a.match(cmd.Commands()) {
+				hit = a
+				break
+			}
+		}
+		if hit != nil {
+			hit.left--
+			f.dropped++
+			break
+		}
+	}
+	f.mu.Unlock()
+	switch {
+	case hit == nil:
+		return f.Client.DoMulti(ctx, multi...)
+	case hit.mode == expire:
+		ectx, cancel := context.WithDeadline(ctx, time.Now())
+		defer cancel()
+		return f.Client.DoMulti(ectx, multi...)
+	}
+	res := f.Client.DoMulti(ctx, multi...)
+	time.Sleep(hit.delay)
+	return res
 }
 
 func sha1hex(s string) string {

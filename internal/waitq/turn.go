@@ -2,6 +2,7 @@ package waitq
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/distsync/distsync/internal/core"
@@ -74,6 +75,18 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 		switch {
 		case err != nil && ctx.Err() == nil && core.Transient(err):
 			h.Log().Debug("distsync: queued attempt failed, retrying", "waiter", t.ID, "err", err, "in", backoff)
+			var late *core.LateError
+			if errors.As(err, &late) {
+				// The claim came too late and is being given back under this waiter's id: the
+				// next attempt, under the same id, must not be released by that give-back.
+				select {
+				case <-late.GivenBack:
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-h.Done():
+					return core.ErrClosed
+				}
+			}
 			select {
 			case <-time.After(backoff):
 			case <-ctx.Done():
