@@ -548,3 +548,30 @@ func TestRetryAfterALateClaimKeepsItsHold(t *testing.T) {
 		unlock(t, m)
 	})
 }
+
+// A Lock blocked when its Handle closes returns ErrClosed, having left the queue.
+func TestCloseEndsBlockedLock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		holder := newFair(t, b.Pod(t, prefix), "closing")
+		lock(t, holder)
+		p := b.Pod(t, prefix)
+		m := newFair(t, p, "closing")
+		res := make(chan error, 1)
+		go func() { res <- m.Lock(context.Background()) }()
+		waitQueued(t, b, prefix, "closing", 1)
+		if err := p.H.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-res:
+			if !errors.Is(err, distsync.ErrClosed) {
+				t.Fatalf("Lock blocked on a closing Handle = %v, want ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Lock did not return when its Handle closed")
+		}
+		waitQueued(t, b, prefix, "closing", 0)
+		unlock(t, holder)
+	})
+}

@@ -479,3 +479,30 @@ func TestDeadWaitersInARowDoNotStallTheQueue(t *testing.T) {
 		net.Restore()
 	})
 }
+
+// An Acquire blocked when its Handle closes returns ErrClosed, having left the queue.
+func TestCloseEndsBlockedAcquire(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		holder := newSem(t, b.Pod(t, prefix), "closing", 1)
+		acquire(t, holder, 1)
+		p := b.Pod(t, prefix)
+		s := newSem(t, p, "closing", 1)
+		res := make(chan error, 1)
+		go func() { res <- s.Acquire(context.Background(), 1) }()
+		waitQueued(t, b, prefix, "closing", 1)
+		if err := p.H.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-res:
+			if !errors.Is(err, distsync.ErrClosed) {
+				t.Fatalf("Acquire blocked on a closing Handle = %v, want ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Acquire did not return when its Handle closed")
+		}
+		waitQueued(t, b, prefix, "closing", 0)
+		release(t, holder, 1)
+	})
+}

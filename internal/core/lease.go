@@ -449,7 +449,9 @@ func (r *renewer) closeAll(ctx context.Context) error {
 		r.mu.Lock()
 		l.inflight = false // the loop is stopping: whatever it did not send, the release sends
 		r.mu.Unlock()
-		if l.spec.Release != nil {
+		// A waiter's place is left by its waiting call, which Close ends next (it returns
+		// ErrClosed after leaving the queue); leaving it here would void the waiter under it.
+		if l.spec.Release != nil && !l.spec.Place {
 			if err := l.spec.Release(ctx, l); err != nil && !errors.Is(err, ErrLost) {
 				errs = append(errs, err)
 			}

@@ -160,6 +160,9 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 				watchC = nil
 				break listen // a grant ahead lapsed unconfirmed: its waiter is dead
 			case <-place.Done():
+				if errors.Is(place.Err(), core.ErrClosed) {
+					return core.ErrClosed // the caller leaves the queue
+				}
 				break listen
 			case <-timer.C:
 				break listen
