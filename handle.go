@@ -45,6 +45,11 @@ const (
 	// handed to it comes back after at most this long. Shorter makes dead waiters cheaper and
 	// costs more renewals; three seconds survives a second of pauses between two renewals.
 	DefaultWaiterLease = 3 * time.Second
+
+	// MinLeaseTTL is the shortest lease any option accepts: a holder stops believing in its
+	// lease 1% and 2 ms before Redis drops it (for client and server clocks that run at
+	// slightly different rates), and a shorter lease would leave it next to nothing.
+	MinLeaseTTL = core.MinLease
 )
 
 // Handle is the shared machinery of the primitives made from one rueidis client: key layout,
@@ -62,7 +67,7 @@ type Option func(*core.Config)
 func WithKeyPrefix(prefix string) Option { return func(c *core.Config) { c.Prefix = prefix } }
 
 // WithLeaseTTL sets the default lease of every primitive made from the Handle (a primitive's
-// own option overrides it). It must be positive. The default is [DefaultLeaseTTL].
+// own option overrides it). It must be at least [MinLeaseTTL]. The default is [DefaultLeaseTTL].
 func WithLeaseTTL(ttl time.Duration) Option { return func(c *core.Config) { c.LeaseTTL = ttl } }
 
 // WithFenceRetention sets how long a name's last fencing token is kept after its last
@@ -76,7 +81,7 @@ func WithHandoffWindow(d time.Duration) Option {
 }
 
 // WithWaiterLease sets the lease of a waiter's place in a queue kept in Redis (fair,
-// semaphore). It must be at least 10ms. The default is [DefaultWaiterLease].
+// semaphore). It must be at least [MinLeaseTTL]. The default is [DefaultWaiterLease].
 func WithWaiterLease(d time.Duration) Option { return func(c *core.Config) { c.WaiterLease = d } }
 
 // WithLogger sets where the Handle reports what it cannot return as an error (a renewal
@@ -112,7 +117,7 @@ func New(client rueidis.Client, opts ...Option) (*Handle, error) {
 		name string
 		v    time.Duration
 	}{{"lease TTL", cfg.LeaseTTL}, {"fence retention", cfg.FenceTTL}, {"hand-off window", cfg.HandoffWindow}, {"waiter lease", cfg.WaiterLease}} {
-		if d.v < time.Millisecond || (d.name == "waiter lease" && d.v < 10*time.Millisecond) {
+		if d.v < time.Millisecond || (d.name == "lease TTL" || d.name == "waiter lease") && d.v < MinLeaseTTL {
 			return nil, fmt.Errorf("distsync: %w: %s too short: %v", ErrInvalid, d.name, d.v)
 		}
 	}

@@ -32,9 +32,11 @@ func (l *Lease) Done() <-chan struct{} { return l.l.Done() }
 func (l *Lease) Err() error { return l.l.Err() }
 
 // Context returns a copy of parent that is also cancelled, with [context.Cause] set to Err,
-// when the lease ends. Run the work the lock protects under it. Its Err and Done read the
-// lease's local deadline when called, as Err does. Call cancel when the work is done to release
-// the context's resources.
+// when the lease ends. Run the work the lock protects under it. Its own Err and Done read the
+// lease's local deadline when called, as Err does; contexts derived from it (WithTimeout, a
+// request's context) learn of the loss when the Handle's renewal loop ends the lease, at most
+// a moment after the deadline, or later if the process was frozen. Call cancel when the work is
+// done to release the context's resources.
 func (l *Lease) Context(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {
 	return l.l.Bind(parent)
 }

@@ -56,7 +56,7 @@ type Mutex struct {
 type Option func(*Mutex)
 
 // WithTTL sets the lease of each hold; the Handle renews it at a third of ttl for as long as
-// the lock is held. It must be at least a millisecond. The default is the Handle's lease TTL.
+// the lock is held. It must be at least [distsync.MinLeaseTTL]. The default is the Handle's lease TTL.
 func WithTTL(ttl time.Duration) Option {
 	return func(m *Mutex) { m.ttl, m.renew = ttl, true }
 }
@@ -68,7 +68,7 @@ func WithFixedLease(ttl time.Duration) Option {
 }
 
 // New returns the fair Mutex called name. It sends nothing to Redis. It returns an error
-// matching [distsync.ErrInvalid] for an empty name or a lease shorter than a millisecond.
+// matching [distsync.ErrInvalid] for an empty name or a lease shorter than [distsync.MinLeaseTTL].
 func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
 	c, err := core.Open(h, "fair")
 	if err != nil {

@@ -685,6 +685,7 @@ func TestBadInput(t *testing.T) {
 			{"x", []mutex.Option{mutex.WithTTL(-time.Second)}},
 			{"x", []mutex.Option{mutex.WithFixedLease(0)}},
 			{"x", []mutex.Option{mutex.WithTTL(time.Microsecond)}},
+			{"x", []mutex.Option{mutex.WithFixedLease(2 * time.Millisecond)}}, // below MinLeaseTTL: no use to a holder
 		} {
 			if _, err := mutex.New(p.h, c.name, c.opts...); !errors.Is(err, distsync.ErrInvalid) {
 				t.Errorf("New(%q, %d options) = %v, want ErrInvalid", c.name, len(c.opts), err)
@@ -695,7 +696,7 @@ func TestBadInput(t *testing.T) {
 		}
 		for _, opt := range []distsync.Option{
 			distsync.WithKeyPrefix("a{b"), distsync.WithLeaseTTL(0), distsync.WithFenceRetention(-1),
-			distsync.WithHandoffWindow(0),
+			distsync.WithHandoffWindow(0), distsync.WithLeaseTTL(5 * time.Millisecond),
 		} {
 			if _, err := distsync.New(p.raw, opt); !errors.Is(err, distsync.ErrInvalid) {
 				t.Errorf("distsync.New with a bad option = %v, want ErrInvalid", err)

@@ -147,8 +147,8 @@ func newGroup[T any](c *core.Handle, name string, o options) (*Group[T], error) 
 	switch {
 	case name == "":
 		return nil, bad("empty name")
-	case o.ttl < time.Millisecond:
-		return nil, bad("lease TTL must be at least 1ms, got %v", o.ttl)
+	case o.ttl < core.MinLease:
+		return nil, bad("lease TTL must be at least %v, got %v", core.MinLease, o.ttl)
 	case o.keep == 0 && o.keepErrors:
 		return nil, bad("WithKeepErrors needs WithKeep")
 	case o.maxSize <= 0:

@@ -106,7 +106,7 @@ type hold struct {
 type Option func(*Mutex)
 
 // WithTTL sets the lease of each hold; the Handle renews it at a third of ttl for as long as
-// the mutex is held. It must be at least a millisecond. The default is the Handle's lease TTL
+// the mutex is held. It must be at least [distsync.MinLeaseTTL]. The default is the Handle's lease TTL
 // ([distsync.DefaultLeaseTTL] unless [distsync.WithLeaseTTL] changed it).
 func WithTTL(ttl time.Duration) Option {
 	return func(m *Mutex) { m.ttl, m.renew = ttl, true }
@@ -119,7 +119,7 @@ func WithFixedLease(ttl time.Duration) Option {
 }
 
 // New returns the reentrant Mutex called name. It sends nothing to Redis. It returns an error
-// matching [distsync.ErrInvalid] for an empty name or a lease shorter than a millisecond.
+// matching [distsync.ErrInvalid] for an empty name or a lease shorter than [distsync.MinLeaseTTL].
 func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
 	c, err := core.Open(h, "reentrant")
 	if err != nil {

@@ -11,8 +11,8 @@
 // Every hold is a [distsync.Lease] renewed by the Handle, with a loss signal: each RLock is its
 // own share, so a reader that crashes gives its share back by itself after its lease, and a
 // waiting writer then proceeds. A writer waiting to lock marks itself for as long as it waits
-// and no longer, so a writer that crashed while waiting holds readers back for at most about a
-// lease. Write holds carry a fencing token; a read hold carries the token of the last write.
+// and no longer, so a writer that crashed while waiting holds readers, and the writers behind
+// it, back for at most about a lease. Write holds carry a fencing token; a read hold carries the token of the last write.
 //
 // As with sync.RWMutex, a reader must not rely on taking a second read hold while it holds one
 // (a writer may be waiting between the two), and a Lock on a RWMutex value whose write hold
@@ -64,7 +64,7 @@ type RWMutex struct {
 type Option func(*RWMutex)
 
 // WithTTL sets the lease of each hold, read or write; the Handle renews it at a third of ttl
-// for as long as it is held. It must be at least a millisecond. The default is the Handle's
+// for as long as it is held. It must be at least [distsync.MinLeaseTTL]. The default is the Handle's
 // lease TTL ([distsync.DefaultLeaseTTL] unless [distsync.WithLeaseTTL] changed it).
 func WithTTL(ttl time.Duration) Option {
 	return func(m *RWMutex) { m.ttl, m.renew = ttl, true }
@@ -77,7 +77,7 @@ func WithFixedLease(ttl time.Duration) Option {
 }
 
 // New returns the RWMutex called name. It sends nothing to Redis. It returns an error
-// matching [distsync.ErrInvalid] for an empty name or a lease shorter than a millisecond.
+// matching [distsync.ErrInvalid] for an empty name or a lease shorter than [distsync.MinLeaseTTL].
 func New(h *distsync.Handle, name string, opts ...Option) (*RWMutex, error) {
 	c, err := core.Open(h, "rwmutex")
 	if err != nil {

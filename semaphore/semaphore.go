@@ -68,7 +68,7 @@ type hold struct {
 type Option func(*Semaphore)
 
 // WithTTL sets the lease of each acquisition; the Handle renews it at a third of ttl while
-// the permits are held. It must be at least a millisecond. The default is the Handle's lease
+// the permits are held. It must be at least [distsync.MinLeaseTTL]. The default is the Handle's lease
 // TTL ([distsync.DefaultLeaseTTL] unless [distsync.WithLeaseTTL] changed it).
 func WithTTL(ttl time.Duration) Option {
 	return func(s *Semaphore) { s.ttl, s.renew = ttl, true }
@@ -82,7 +82,7 @@ func WithFixedLease(ttl time.Duration) Option {
 
 // New returns the Semaphore called name, of size permits. It sends nothing to Redis. It
 // returns an error matching [distsync.ErrInvalid] for an empty name, a size below 1 or a
-// lease shorter than a millisecond.
+// lease shorter than [distsync.MinLeaseTTL].
 func New(h *distsync.Handle, name string, size int64, opts ...Option) (*Semaphore, error) {
 	c, err := core.Open(h, "semaphore")
 	if err != nil {

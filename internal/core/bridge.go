@@ -7,6 +7,11 @@ import (
 	"github.com/distsync/distsync/internal/keys"
 )
 
+// MinLease is the shortest lease: a lease must outlast the margin taken off its local deadline
+// (Drift: 1% and 2 ms) by enough for its holder to use it, or every acquisition would come too
+// late to use (ErrLate) and a Lock would try for ever.
+const MinLease = 10 * time.Millisecond
+
 // Package distsync sets these at init. They let a primitive package reach the core of a
 // *distsync.Handle and hand out a *distsync.Lease without either direction being part of the
 // public API (the same pattern as grpc's internal package).
@@ -32,12 +37,12 @@ func Open(h any, kind string) (*Handle, error) {
 	return nil, fmt.Errorf("%s: %w: nil handle", kind, ErrInvalid)
 }
 
-// Space checks what every primitive's New checks, a lease of at least a millisecond and a
+// Space checks what every primitive's New checks, a lease of at least MinLease and a
 // name that makes keys, and returns the key space of the primitive of kind named name. Its
 // errors match ErrInvalid.
 func (h *Handle) Space(kind, name string, ttl time.Duration) (keys.Space, error) {
-	if ttl < time.Millisecond {
-		return keys.Space{}, fmt.Errorf("%s %q: %w: lease TTL must be at least 1ms, got %v", kind, name, ErrInvalid, ttl)
+	if ttl < MinLease {
+		return keys.Space{}, fmt.Errorf("%s %q: %w: lease TTL must be at least %v, got %v", kind, name, ErrInvalid, MinLease, ttl)
 	}
 	ks, err := h.Keys(kind, name)
 	if err != nil {
