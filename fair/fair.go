@@ -41,6 +41,7 @@ type Mutex struct {
 	renew bool
 
 	keys       []string // lock, fence, q, qx
+	relKeys    []string // keys and rel, for the release (mutex_release.lua)
 	chanPrefix string
 	proc       string // this Mutex value's part of its waiter ids, and its channel's suffix
 	box        *waitq.Mailbox
@@ -83,6 +84,7 @@ func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
 		return nil, err
 	}
 	m.keys = []string{ks.Key(), ks.Part("fence"), ks.Part("q"), ks.Part("qx")}
+	m.relKeys = append(m.keys[:4:4], ks.Part("rel"))
 	m.chanPrefix = ks.Channel()
 	m.proc = c.NewID()
 	m.ttlArg, m.fenceArg = core.Ms(m.ttl), core.Ms(c.Config.FenceTTL)
@@ -213,8 +215,8 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // release runs the release script (shared with mutex: compare, then hand the lock to the
 // head of the queue), after the confirm of a grant if the renewal loop had not sent it yet.
 func (m *Mutex) release(ctx context.Context, l *core.Lease) (bool, error) {
-	call := scripts.Call{Script: scripts.MutexRelease, Keys: m.keys,
-		Args: []string{l.Owner(), m.wleaseArg, m.fenceArg, m.chanPrefix, m.c.Pub}}
+	call := scripts.Call{Script: scripts.MutexRelease, Keys: m.relKeys,
+		Args: []string{l.Owner(), m.wleaseArg, m.fenceArg, m.chanPrefix, m.c.Pub, m.ttlArg}}
 	calls := []scripts.Call{call}
 	if first := l.Unsent(); first != nil {
 		calls = []scripts.Call{*first, call}

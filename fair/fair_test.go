@@ -150,6 +150,15 @@ func TestHandoffWakesOnlyTheHead(t *testing.T) {
 				res <- err
 			}()
 			waitQueued(t, b, prefix, "wake", len(pods))
+			// A new waiter's first attempt queues it; it then subscribes and attempts once
+			// more (a release in between would have reached nobody). Wait for that too: on a
+			// loaded machine it can come late.
+			if !redistest.Eventually(5*time.Second, func() bool {
+				c := p.Client.Counts()
+				return c["EVALSHA"] >= 2 // (an EVAL after NOSCRIPT is the same attempt)
+			}) {
+				t.Fatalf("waiter %d did not re-check after subscribing: %v", len(pods)-1, p.Client.Counts())
+			}
 		}
 		time.Sleep(100 * time.Millisecond)
 		from := time.Now()

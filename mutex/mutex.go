@@ -51,7 +51,7 @@ type Mutex struct {
 	room               *waitq.Room
 
 	// Script arguments that never change, built once.
-	keys                                  []string
+	keys, relKeys                         []string // relKeys: for the release, keys and rel
 	ttlArg, fenceArg, slackArg, windowArg string
 
 	mu    sync.Mutex
@@ -94,6 +94,7 @@ func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
 	}
 	m.lock, m.fence, m.q, m.qx, m.chanPrefix = ks.Key(), ks.Part("fence"), ks.Part("q"), ks.Part("qx"), ks.Channel()
 	m.keys = []string{m.lock, m.fence, m.q, m.qx}
+	m.relKeys = append(m.keys[:4:4], ks.Part("rel"))
 	// A queue entry outlives the lease it waits behind by two renewal periods: one for the
 	// backstop slack, one for a late timer.
 	m.ttlArg, m.fenceArg, m.slackArg = core.Ms(m.ttl), core.Ms(c.Config.FenceTTL), core.Ms(2*m.ttl/core.RenewDivisor)
@@ -186,9 +187,9 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 // lock was held and is now released. It returns an error matching [distsync.ErrNotHeld] if m
 // is not locked, and one matching both ErrNotHeld and [distsync.ErrLost] if the hold was lost
 // before Unlock (someone else may have the lock now). A connection error is retried a few
-// times at once; a retry that finds the lock gone reports the loss too: it cannot tell an
-// attempt that ran without its reply reaching us from a lock lost meanwhile (Redis restarted
-// empty, say), and a loss is never reported as a release. ctx bounds the wait for Redis; if it
+// times at once; a retry that finds the lock gone tells an earlier attempt that went through
+// (its reply lost) from a lock lost meanwhile (Redis restarted empty, say) by the release that
+// Redis records, and reports the loss in doubt. ctx bounds the wait for Redis; if it
 // ends first, or Redis stays unreachable, Unlock returns the error and the Handle keeps trying
 // in the background until the lease would have run out anyway. Either way m is unlocked
 // locally when Unlock returns.
@@ -216,8 +217,8 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // the same round trip, first: the confirm also queues this Mutex's other waiters again, which
 // must not be skipped by a holder quicker than the loop.
 func (m *Mutex) release(ctx context.Context, l *core.Lease) (bool, error) {
-	call := scripts.Call{Script: scripts.MutexRelease, Keys: m.keys,
-		Args: []string{l.Owner(), m.windowArg, m.fenceArg, m.chanPrefix, m.c.Pub}}
+	call := scripts.Call{Script: scripts.MutexRelease, Keys: m.relKeys,
+		Args: []string{l.Owner(), m.windowArg, m.fenceArg, m.chanPrefix, m.c.Pub, m.ttlArg}}
 	if first := l.Unsent(); first != nil {
 		res := scripts.DoMulti(ctx, m.c.Client, []scripts.Call{*first, call})
 		n, err := res[1].AsInt64()

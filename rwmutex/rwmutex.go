@@ -91,7 +91,7 @@ func New(h *distsync.Handle, name string, opts ...Option) (*RWMutex, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.keys = []string{ks.Key(), ks.Part("r"), ks.Part("ww"), ks.Part("rq"), ks.Part("ra"), ks.Part("fence"), ks.Part("ops"), ks.Part("wo")}
+	m.keys = []string{ks.Key(), ks.Part("r"), ks.Part("ww"), ks.Part("rq"), ks.Part("ra"), ks.Part("fence"), ks.Part("ops"), ks.Part("wo"), ks.Part("rel")}
 	// A waiting mark outlives the wait it reported by two renewal periods: one for the
 	// waiter's backstop slack, one for a late timer.
 	m.fixed = []string{core.Ms(m.ttl), core.Ms(2 * m.ttl / core.RenewDivisor), core.Ms(c.Config.HandoffWindow),

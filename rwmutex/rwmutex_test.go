@@ -402,7 +402,8 @@ func TestCancelledWaitersLeaveNothing(t *testing.T) {
 		must(t, "Unlock", holder.Unlock)
 		ok := redistest.Eventually(3*time.Second, func() bool {
 			for _, k := range b.Keys(t, prefix) {
-				if k != key(prefix, "cancel", "fence") && k != key(prefix, "cancel", "ops") {
+				// The fence counter, void marks, and the last release (each with a TTL) may stay.
+				if k != key(prefix, "cancel", "fence") && k != key(prefix, "cancel", "ops") && k != key(prefix, "cancel", "rel") {
 					return false
 				}
 			}
@@ -575,10 +576,12 @@ func TestAdmittedReaderThatNeverComes(t *testing.T) {
 
 // Writers of several processes, each locking again as soon as it unlocked, take turns: a
 // writer waiting in Lock is overtaken by at most one hold of each other writer (plus one in
-// flight), never without bound; the releaser does not simply take the lock again.
+// flight), never without bound; the releaser does not simply take the lock again. Holds are
+// long against a round trip, so that a Lock that reaches Redis late on a loaded machine is not
+// overtaken for that; each writer's first Lock, which starts with its process, is not counted.
 func TestWritersAreServedInTurn(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const writers, rounds = 3, 12
+		const writers, rounds, hold = 3, 10, 20 * time.Millisecond
 		prefix := b.Prefix(t)
 		var mu sync.Mutex
 		var log []int // which writer acquired, in order
@@ -592,7 +595,7 @@ func TestWritersAreServedInTurn(t *testing.T) {
 				defer wg.Done()
 				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 				defer cancel()
-				for range rounds {
+				for round := range rounds {
 					mu.Lock()
 					from := len(log)
 					mu.Unlock()
@@ -601,10 +604,12 @@ func TestWritersAreServedInTurn(t *testing.T) {
 						return
 					}
 					mu.Lock()
-					worst[i] = max(worst[i], len(log)-from)
+					if round > 0 {
+						worst[i] = max(worst[i], len(log)-from)
+					}
 					log = append(log, i)
 					mu.Unlock()
-					time.Sleep(2 * time.Millisecond)
+					time.Sleep(hold)
 					if err := m.Unlock(ctx); err != nil {
 						errs <- err
 						return

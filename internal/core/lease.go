@@ -491,11 +491,11 @@ func (h *Handle) Release(ctx context.Context, what string, l *Lease, release fun
 }
 
 // GiveBack runs release, which gives back a claim and reports whether it was still held; it
-// must be safe to repeat. A connection error is retried a few times at once, and a retry's
-// answer is the answer. For a release that carries a request id Redis applies once (counted),
-// that is exact. For a compare-and-delete, a retry that finds the claim gone cannot tell an
-// earlier attempt that ran without its reply reaching us from a claim that was lost (Redis
-// restarted empty between the two, say): it reports the loss, which is never hidden. If no
+// must be safe to repeat, and tell an earlier attempt of the same release that went through
+// (its reply lost) from a claim that was lost meanwhile: a request id Redis applies once
+// (reentrant, semaphore), or the owner of the last release kept beside the claim (mutex, fair,
+// rwmutex). A connection error is retried a few times at once, and a retry's answer is the
+// answer; where the two cannot be told apart, the release reports the loss. If no
 // attempt is confirmed (ctx ended, Redis unreachable or failing), GiveBack returns the error
 // and goes on trying in the background for up to within (the claim expires by then anyway),
 // then runs finally (if not nil).

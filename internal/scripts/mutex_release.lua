@@ -1,21 +1,34 @@
 -- mutex_release.lua: unlock a mutex and hand it to the next waiting process.
 --
 -- KEYS[1] lock   KEYS[2] fence   KEYS[3] q   KEYS[4] qx   (as in mutex_acquire.lua)
+-- KEYS[5] rel    the owner value of the last release, for its lease's length
 -- ARGV[1] owner      value of the acquisition being released
 -- ARGV[2] window     ms a grant lasts unless its new holder confirms it
 -- ARGV[3] fence_ttl  ms the fence key outlives the last acquisition
 -- ARGV[4] prefix     channel prefix; waiter w listens on prefix..':'..w
 -- ARGV[5] pub        'PUBLISH' or 'SPUBLISH'
--- Reply: 1 released; 0 not held by owner (expired, deleted or taken: the lease was lost)
+-- ARGV[6] ttl        the lease in ms: how long rel remembers this release
+-- Reply: 1 released (now, or by an earlier attempt of the same release whose reply was lost);
+--        0 not held by owner (expired, deleted or taken: the lease was lost)
 --
--- Without waiters this is three calls: GET, ZRANGE (empty), DEL.
+-- A release is retried after a connection error. Finding the lock not its own, the retry
+-- cannot tell an attempt that went through from a lock that was lost in between (Redis
+-- restarted empty, say) but for rel, which the release that went through wrote: a loss is
+-- never reported as a release, and a release never as a loss (as long as no other release of
+-- the name came in between and overwrote rel: then it is reported as a loss, the safe side).
+--
+-- Without waiters this is four calls: GET, ZRANGE (empty), DEL, SET.
 
 -- #include lib/clock.lua
 -- #include lib/fence.lua
 -- #include lib/queue.lua
 
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  if redis.call('GET', KEYS[5]) == ARGV[1] then
+    return 1
+  end
   return 0
 end
 pass_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[6])
 return 1

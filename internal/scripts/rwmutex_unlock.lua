@@ -1,7 +1,8 @@
 -- rwmutex_unlock.lua: RUnlock or Unlock of a read-write mutex.
 --
 -- KEYS and ARGV: see lib/rw.lua (waiter, more, ttl, slack, fence_ttl and ops_ttl unused).
--- Reply: 1 released; 0 the owner held nothing (its lease lapsed, or it was deleted or taken)
+-- Reply: 1 released (now, or by an earlier attempt whose reply was lost: K.rel); 0 the owner
+--        held nothing (its lease lapsed, or it was deleted or taken)
 --
 -- A writer's Unlock admits and wakes every waiting reader with one publish, or, if none
 -- waits, wakes the writers; the last reader's RUnlock wakes the writers.
@@ -12,11 +13,12 @@
 local now_ms = now()
 if A.mode == 'w' then
   if redis.call('GET', K.w) ~= A.owner then
-    return 0
+    return redis.call('GET', K.rel) == A.owner and 1 or 0
   end
   redis.call('DEL', K.w)
   prune(now_ms)
   after_write(now_ms)
+  redis.call('SET', K.rel, A.owner, 'PX', A.ttl)
   return 1
 end
 local at = redis.call('ZSCORE', K.r, A.owner)
@@ -24,6 +26,7 @@ redis.call('ZREM', K.r, A.owner)
 prune(now_ms)
 after_read()
 if at and tonumber(at) > now_ms then
+  redis.call('SET', K.rel, A.owner, 'PX', A.ttl)
   return 1
 end
-return 0
+return redis.call('GET', K.rel) == A.owner and 1 or 0

@@ -64,8 +64,8 @@ func (e *env) acquireWith(owner, waiter, flags, backup, last string) []int64 {
 
 func (e *env) release(owner string) int64 {
 	e.t.Helper()
-	v, err := scripts.MutexRelease.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
-		[]string{owner, "500", "60000", e.k.ch, e.k.pub}).AsInt64()
+	v, err := scripts.MutexRelease.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx, e.k.lock + ":rel"},
+		[]string{owner, "500", "60000", e.k.ch, e.k.pub, "10000"}).AsInt64()
 	if err != nil {
 		e.t.Fatalf("release: %v", err)
 	}
@@ -459,6 +459,23 @@ func TestLeavePassingOnAGrantStillVoidsTheAttempt(t *testing.T) {
 		}
 		if e.leaveArgs("w2", "", tok, "0", tok) != 1 {
 			t.Fatal("leave did not pass on the grant it named")
+		}
+	})
+}
+
+// A release retried after its reply was lost knows it went through (rel), while one that finds
+// the lock lost meanwhile (gone without its release: Redis restarted empty, say) reports it.
+func TestRetriedReleaseTellsAReleaseFromALoss(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		e.acquire("a", "", false)
+		if e.release("a") != 1 || e.release("a") != 1 {
+			t.Fatal("a release, and its retry, must both report it released")
+		}
+		e.acquire("b", "", false)
+		e.do(e.c.B().Del().Key(e.k.lock).Build()) // lost without a release
+		if e.release("b") != 0 {
+			t.Fatal("a release of a lock lost meanwhile reported it released")
 		}
 	})
 }

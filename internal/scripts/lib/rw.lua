@@ -15,6 +15,9 @@
 --              A free lock goes to the first writer in it whose mark in ww is live, so that
 --              writers of different processes are served in turn, never overtaken without
 --              bound; an entry whose mark lapsed (its writer stopped re-checking) is dropped.
+--   [9] rel    the owner value of the last release, for a lease's length: a retried release
+--              that finds its claim gone knows whether an earlier attempt released it (see
+--              mutex_release.lua)
 -- ARGV, the same for every rwmutex script:
 --   [1] mode 'r' (reader) or 'w' (writer)   [2] owner   [3] waiter id ('' for none)
 --   [4] more ('1': other goroutines of the waiter's process still wait)   [5] ttl ms
@@ -27,7 +30,7 @@
 -- Requires lib/clock.lua.
 
 local K = {w = KEYS[1], r = KEYS[2], ww = KEYS[3], rq = KEYS[4], ra = KEYS[5], fence = KEYS[6], ops = KEYS[7],
-  wo = KEYS[8]}
+  wo = KEYS[8], rel = KEYS[9]}
 local A = {mode = ARGV[1], owner = ARGV[2], waiter = ARGV[3], more = ARGV[4] == '1',
   ttl = tonumber(ARGV[5]), slack = tonumber(ARGV[6]), window = tonumber(ARGV[7]),
   fence_ttl = ARGV[8], ops_ttl = tonumber(ARGV[9]), ch = ARGV[10], pub = ARGV[11]}
