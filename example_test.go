@@ -43,8 +43,7 @@ func ExampleLease_Err() {
 	ctx := context.Background()
 
 	m, _ := mutex.New(h, "job")
-	_ = m.Lock(ctx)
-	lease := m.Lease()
+	lease, _ := m.LockLease(ctx)
 	srv.Miniredis().Del("distsync:{job}:mutex") // an operator deletes the key
 
 	<-lease.Done()

@@ -59,36 +59,6 @@ type Handle struct {
 	c *core.Handle
 }
 
-// Option configures a Handle.
-type Option func(*core.Config)
-
-// WithKeyPrefix sets the prefix of every key and channel. It must not contain '{' or '}'.
-// The default is [DefaultKeyPrefix].
-func WithKeyPrefix(prefix string) Option { return func(c *core.Config) { c.Prefix = prefix } }
-
-// WithLeaseTTL sets the default lease of every primitive made from the Handle (a primitive's
-// own option overrides it). It must be at least [MinLeaseTTL]. The default is [DefaultLeaseTTL].
-func WithLeaseTTL(ttl time.Duration) Option { return func(c *core.Config) { c.LeaseTTL = ttl } }
-
-// WithFenceRetention sets how long a name's last fencing token is kept after its last
-// acquisition. It must be positive. The default is [DefaultFenceRetention].
-func WithFenceRetention(d time.Duration) Option { return func(c *core.Config) { c.FenceTTL = d } }
-
-// WithHandoffWindow sets how long a lock granted to the next waiting process lasts until
-// that process confirms it. It must be positive. The default is [DefaultHandoffWindow].
-func WithHandoffWindow(d time.Duration) Option {
-	return func(c *core.Config) { c.HandoffWindow = d }
-}
-
-// WithWaiterLease sets the lease of a waiter's place in a queue kept in Redis (fair,
-// semaphore). It must be at least [MinLeaseTTL]. The default is [DefaultWaiterLease].
-func WithWaiterLease(d time.Duration) Option { return func(c *core.Config) { c.WaiterLease = d } }
-
-// WithLogger sets where the Handle reports what it cannot return as an error (a renewal
-// that failed and will be retried, a subscription that is being re-established). The default
-// discards everything.
-func WithLogger(l *slog.Logger) Option { return func(c *core.Config) { c.Logger = l } }
-
 // New wraps client in a Handle. It sends nothing to Redis; it returns an error matching
 // [ErrInvalid] for a nil client or a bad option.
 //
@@ -100,26 +70,18 @@ func New(client rueidis.Client, opts ...Option) (*Handle, error) {
 	if client == nil {
 		return nil, fmt.Errorf("distsync: %w: nil client", ErrInvalid)
 	}
-	cfg := core.Config{
+	cfg, err := core.Configure(core.Config{
 		Prefix:        DefaultKeyPrefix,
 		LeaseTTL:      DefaultLeaseTTL,
 		FenceTTL:      DefaultFenceRetention,
 		HandoffWindow: DefaultHandoffWindow,
 		WaiterLease:   DefaultWaiterLease,
-	}
-	for _, o := range opts {
-		o(&cfg)
+	}, core.Unwrap(opts))
+	if err != nil {
+		return nil, fmt.Errorf("distsync: %w", err)
 	}
 	if err := keys.CheckPrefix(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("distsync: %w: %v", ErrInvalid, err)
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"lease TTL", cfg.LeaseTTL}, {"fence retention", cfg.FenceTTL}, {"hand-off window", cfg.HandoffWindow}, {"waiter lease", cfg.WaiterLease}} {
-		if d.v < time.Millisecond || (d.name == "lease TTL" || d.name == "waiter lease") && d.v < MinLeaseTTL {
-			return nil, fmt.Errorf("distsync: %w: %s too short: %v", ErrInvalid, d.name, d.v)
-		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -146,5 +108,7 @@ func init() {
 			return nil
 		},
 		func(l *core.Lease) any { return &Lease{l: l} },
+		func(o core.Opt) any { return Option{o: o} },
+		func(o any) core.Opt { return o.(Option).o },
 	)
 }

@@ -29,9 +29,9 @@ type locker interface {
 
 // session is one process's connection to Redis through one library.
 type session interface {
-	// New returns a locker for key. How lockers are shared follows each library's idiom:
-	// distsync shares one *mutex.Mutex per key among goroutines, as with sync.Mutex; the peers
-	// hand out a lock object per acquisition.
+	// New returns a locker for key, whose Redis keys all start with keyPrefix. How lockers
+	// are shared follows each library's idiom: distsync shares one *mutex.Mutex per key among
+	// goroutines, as with sync.Mutex; the peers hand out a lock object per acquisition.
 	New(key string) locker
 	// Commands returns the commands this session's client has sent so far.
 	Commands() int64
@@ -106,7 +106,7 @@ func openDistsync(addr string) (session, error) {
 		return nil, err
 	}
 	c := count(raw)
-	h, err := distsync.New(c, distsync.WithKeyPrefix("bench:"), distsync.WithLeaseTTL(leaseTTL))
+	h, err := distsync.New(c, distsync.WithKeyPrefix(keyPrefix), distsync.WithLeaseTTL(leaseTTL))
 	if err != nil {
 		return nil, err
 	}
@@ -156,9 +156,11 @@ type floorLock struct {
 	value string
 }
 
-func (s *floorSession) New(key string) locker { return &floorLock{s: s, key: "floor:" + key} }
-func (s *floorSession) Commands() int64       { return s.c.Total() }
-func (s *floorSession) Close()                { s.c.Close() }
+func (s *floorSession) New(key string) locker {
+	return &floorLock{s: s, key: keyPrefix + "floor:" + key}
+}
+func (s *floorSession) Commands() int64 { return s.c.Total() }
+func (s *floorSession) Close()          { s.c.Close() }
 
 func (l *floorLock) Lock(ctx context.Context) error {
 	l.value = fmt.Sprint(l.s.seq.Add(1), time.Now().UnixNano())
@@ -195,6 +197,7 @@ func openRueidislock(addr string) (session, error) {
 		ClientOption: rueidis.ClientOption{InitAddress: []string{addr}},
 		KeyMajority:  1,
 		KeyValidity:  leaseTTL,
+		KeyPrefix:    keyPrefix + "rueidislock", // its keys are <KeyPrefix>:<i>:<name>
 		ClientBuilder: func(opt rueidis.ClientOption) (rueidis.Client, error) {
 			raw, err := rueidis.NewClient(opt)
 			if err != nil {
@@ -279,7 +282,7 @@ type redislockLock struct {
 	held *redislock.Lock
 }
 
-func (s *redislockSession) New(key string) locker { return &redislockLock{s: s, key: key} }
+func (s *redislockSession) New(key string) locker { return &redislockLock{s: s, key: keyPrefix + key} }
 func (s *redislockSession) Commands() int64       { return s.n.Load() }
 func (s *redislockSession) Close()                { _ = s.c.Close() }
 
@@ -310,7 +313,7 @@ func openRedsync(addr string) (session, error) {
 type redsyncLock struct{ m *redsync.Mutex }
 
 func (s *redsyncSession) New(key string) locker {
-	return redsyncLock{s.rs.NewMutex(key, redsync.WithExpiry(leaseTTL), redsync.WithTries(1<<30))}
+	return redsyncLock{s.rs.NewMutex(keyPrefix+key, redsync.WithExpiry(leaseTTL), redsync.WithTries(1<<30))}
 }
 func (s *redsyncSession) Commands() int64 { return s.n.Load() }
 func (s *redsyncSession) Close()          { _ = s.c.Close() }

@@ -6,21 +6,36 @@
 // Without -redis it starts a redis-server of its own (from PATH) on a free loopback port and
 // stops it at the end. Latencies are also given in Redis round trips: the median PING on an
 // idle connection, measured in the same run.
+//
+// Every key the run writes, for every library, starts with a prefix of the run's own,
+// distsync-bench:<random>:, and the run deletes every key under it when it ends, also on an
+// error or an interrupt (SIGINT, SIGTERM), so that it leaves nothing on a -redis server.
 package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redis/rueidis"
 )
+
+// keyPrefix starts every key the run writes, whatever the library (see each library's open
+// and New in libs.go): a prefix of this run's own, so that the run can delete its keys at the
+// end and no other. main sets it once, before anything runs; a worker process gets its
+// parent's through -prefix.
+var keyPrefix string
 
 func main() {
 	var (
@@ -37,13 +52,19 @@ func main() {
 		wStart     = flag.Int64("start", 0, "internal")
 		wUntil     = flag.Int64("until", 0, "internal")
 		wHold      = flag.Duration("hold", 0, "internal")
+		wPrefix    = flag.String("prefix", "", "internal")
 	)
 	flag.Parse()
 	if *worker {
+		keyPrefix = *wPrefix
 		runWorker(*wLib, *addr, *wKey, *wProc, *goroutines, time.Unix(0, *wStart), time.Unix(0, *wUntil), *wHold)
 		return
 	}
-	if err := run(*addr, *quick, *only, *prims, *processes, *goroutines); err != nil {
+	keyPrefix = fmt.Sprintf("distsync-bench:%016x:", rand.Uint64())
+	// An interrupt ends the scenarios early, so that run's deferred clean-up deletes the keys.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *addr, *quick, *only, *prims, *processes, *goroutines); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -62,7 +83,7 @@ type row struct {
 	idleErr error
 }
 
-func run(addr string, quick bool, only, prims string, processes, goroutines int) error {
+func run(ctx context.Context, addr string, quick bool, only, prims string, processes, goroutines int) (err error) {
 	if addr == "" {
 		srv, err := startRedis()
 		if err != nil {
@@ -71,9 +92,13 @@ func run(addr string, quick bool, only, prims string, processes, goroutines int)
 		defer srv.stop()
 		addr = srv.addr
 	}
+	defer func() {
+		if cerr := deleteRunKeys(addr); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
 	if prims == "only" {
-		primitives(addr, quick)
-		return nil
+		return primitives(ctx, addr, quick)
 	}
 	// The idle window stays inside one lease (10 s, after a 1 s settle), so that the peers
 	// without renewal still hold their lock when it ends.
@@ -88,37 +113,63 @@ func run(addr string, quick bool, only, prims string, processes, goroutines int)
 		}
 	}
 	fmt.Fprintf(os.Stderr, "uncontended, all libraries interleaved…\n")
-	un, err := uncontended(chosen, addr, iters)
+	un, err := uncontended(ctx, chosen, addr, iters)
 	if err != nil {
 		return fmt.Errorf("uncontended: %w", err)
 	}
 	var rows []row
 	for _, l := range chosen {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		r := row{lib: l, unP50: un[l.name][0], unP99: un[l.name][1]}
 		fmt.Fprintf(os.Stderr, "%s: distinct keys…\n", l.name)
-		if r.distinct, err = distinctKeys(l, addr, 16, distinctDur); err != nil {
+		if r.distinct, err = distinctKeys(ctx, l, addr, 16, distinctDur); err != nil {
 			r.distinctErr = err
 			fmt.Fprintf(os.Stderr, "%s distinct keys: %v\n", l.name, err)
 		}
 		if !l.floor {
 			r.contention = true
 			fmt.Fprintf(os.Stderr, "%s: contention %d×%d…\n", l.name, processes, goroutines)
-			r.cont, r.contErr = contended(l, addr, processes, goroutines, dur, 0)
+			r.cont, r.contErr = contended(ctx, l, addr, processes, goroutines, dur, 0)
 			if r.contErr != nil {
 				fmt.Fprintf(os.Stderr, "%s contention: %v\n", l.name, r.contErr)
 			}
 			fmt.Fprintf(os.Stderr, "%s: idle waiter…\n", l.name)
-			if r.idle, err = idleWaiter(l, addr, idleWin); err != nil {
+			if r.idle, err = idleWaiter(ctx, l, addr, idleWin); err != nil {
 				r.idleErr = err
 				fmt.Fprintf(os.Stderr, "%s idle waiter: %v\n", l.name, err)
 			}
 		}
 		rows = append(rows, r)
 	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
 	printTable(rows, un["PING"][0], processes, goroutines, dur, idleWin)
 	if prims != "no" {
-		primitives(addr, quick)
+		return primitives(ctx, addr, quick)
 	}
+	return nil
+}
+
+// deleteRunKeys deletes every key under keyPrefix on the server at addr, once the run is
+// over: the peers delete their keys on Unlock, but distsync keeps a name's fencing counter
+// for the fence retention (7 days by default), and any lock held when a scenario failed or
+// was interrupted stays until its lease ends.
+func deleteRunKeys(addr string) error {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		return fmt.Errorf("delete the run's keys (%s*): %w", keyPrefix, err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := deleteKeys(ctx, c, keyPrefix)
+	if err != nil {
+		return fmt.Errorf("delete the run's keys (%s*): %w", keyPrefix, err)
+	}
+	fmt.Fprintf(os.Stderr, "deleted the run's %d keys (%s*)\n", n, keyPrefix)
 	return nil
 }
 

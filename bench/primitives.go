@@ -54,7 +54,7 @@ func openPods(addr string, n int) ([]pod, func(), error) {
 			return nil, nil, err
 		}
 		c := count(raw)
-		h, err := distsync.New(c, distsync.WithKeyPrefix("bench:"), distsync.WithLeaseTTL(leaseTTL))
+		h, err := distsync.New(c, distsync.WithKeyPrefix(keyPrefix), distsync.WithLeaseTTL(leaseTTL))
 		if err != nil {
 			closeAll()
 			return nil, nil, err
@@ -93,7 +93,7 @@ func pingP50(addr string, n int) time.Duration {
 // readMostly runs pods × goroutines on one name for dur: each operation is a read (RLock,
 // hold, RUnlock) with probability readShare, else a write (Lock, hold, Unlock). With rw false
 // every operation takes the mutex instead, as a program without a read-write lock would.
-func readMostly(addr string, rw bool, pods, goroutines int, readShare float64, hold, dur time.Duration) (primRow, error) {
+func readMostly(ctx context.Context, addr string, rw bool, pods, goroutines int, readShare float64, hold, dur time.Duration) (primRow, error) {
 	ps, closeAll, err := openPods(addr, pods)
 	if err != nil {
 		return primRow{}, err
@@ -119,7 +119,7 @@ func readMostly(addr string, rw bool, pods, goroutines int, readShare float64, h
 			all = append(all, ops{m.Lock, m.Unlock, m.Lock, m.Unlock})
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), dur+time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, dur+time.Minute)
 	defer cancel()
 	before, err := commandstats(addr)
 	if err != nil {
@@ -181,7 +181,7 @@ func readMostly(addr string, rw bool, pods, goroutines int, readShare float64, h
 
 // reentry measures a re-entrant Lock+Unlock pair on a mutex the owner already holds, and the
 // first (outermost) Lock+Unlock, with PINGs interleaved as the unit.
-func reentry(addr string, iters int) ([]primRow, error) {
+func reentry(ctx context.Context, addr string, iters int) ([]primRow, error) {
 	ps, closeAll, err := openPods(addr, 1)
 	if err != nil {
 		return nil, err
@@ -196,7 +196,7 @@ func reentry(addr string, iters int) ([]primRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx := reentrant.WithOwner(context.Background(), reentrant.NewOwner())
+	ctx = reentrant.WithOwner(ctx, reentrant.NewOwner())
 	var outer, lockOnly, pair, pings []time.Duration
 	var cmds int64
 	for i := range iters + iters/10 {
@@ -244,8 +244,9 @@ func reentry(addr string, iters int) ([]primRow, error) {
 	}, nil
 }
 
-// primitives runs every primitives scenario and prints their table.
-func primitives(addr string, quick bool) {
+// primitives runs every primitives scenario and prints their table. It returns ctx.Err(),
+// printing nothing, if ctx ends first.
+func primitives(ctx context.Context, addr string, quick bool) error {
 	dur, iters := 4*time.Second, 2000
 	if quick {
 		dur, iters = time.Second, 300
@@ -256,42 +257,57 @@ func primitives(addr string, quick bool) {
 		rows = append(rows, primRow{scenario: what, result: "error: " + err.Error(), clientCmds: -1, redisCmds: -1})
 	}
 	fmt.Fprintf(os.Stderr, "primitives: reentrant re-entry…\n")
-	if rs, err := reentry(addr, iters); err != nil {
+	if rs, err := reentry(ctx, addr, iters); err != nil {
 		fail("reentrant re-entry", err)
 	} else {
 		rows = append(rows, rs...)
 	}
 	for _, rw := range []bool{true, false} {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		fmt.Fprintf(os.Stderr, "primitives: read-mostly (rwmutex %v)…\n", rw)
-		if r, err := readMostly(addr, rw, 4, 4, 0.9, time.Millisecond, dur); err != nil {
+		if r, err := readMostly(ctx, addr, rw, 4, 4, 0.9, time.Millisecond, dur); err != nil {
 			fail("read-mostly", err)
 		} else {
 			rows = append(rows, r)
 		}
 	}
 	for _, q := range [][2]int{{2, 2}, {4, 8}} {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		fmt.Fprintf(os.Stderr, "primitives: fair hand-off %d×%d…\n", q[0], q[1])
-		if r, err := fairHandoff(addr, q[0], q[1], dur); err != nil {
+		if r, err := fairHandoff(ctx, addr, q[0], q[1], dur); err != nil {
 			fail("fair hand-off", err)
 		} else {
 			rows = append(rows, r)
 		}
 	}
 	for _, size := range []int64{8, 0} {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		fmt.Fprintf(os.Stderr, "primitives: permits (size %d)…\n", size)
-		if r, err := permits(addr, size, 4, 8, time.Millisecond, dur); err != nil {
+		if r, err := permits(ctx, addr, size, 4, 8, time.Millisecond, dur); err != nil {
 			fail("permits", err)
 		} else {
 			rows = append(rows, r)
 		}
 	}
 	for _, protect := range []bool{true, false} {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		fmt.Fprintf(os.Stderr, "primitives: stampede (protected %v)…\n", protect)
-		if r, err := stampede(addr, 4, 250, 5, 50*time.Millisecond, protect); err != nil {
+		if r, err := stampede(ctx, addr, 4, 250, 5, 50*time.Millisecond, protect); err != nil {
 			fail("stampede", err)
 		} else {
 			rows = append(rows, r)
 		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
 	}
 	rows = append(rows, wakeFloor(1000, 5))
 	rtt := pingP50(addr, 500)
@@ -310,6 +326,7 @@ func primitives(addr string, quick bool) {
 		}
 		fmt.Printf("| %s | %s | %s | %s | %s |\n", r.scenario, r.result, in, num(r.clientCmds), num(r.redisCmds))
 	}
+	return nil
 }
 
 // loadedPing pings addr every 5 ms until stop is closed and returns the median: the round
@@ -342,7 +359,7 @@ func loadedPing(addr string, stop <-chan struct{}) <-chan time.Duration {
 
 // fairHandoff runs pods × goroutines on one fair lock for dur, nothing done inside, and
 // measures the hand-off: from an Unlock call to the next Lock returning in another goroutine.
-func fairHandoff(addr string, pods, goroutines int, dur time.Duration) (primRow, error) {
+func fairHandoff(ctx context.Context, addr string, pods, goroutines int, dur time.Duration) (primRow, error) {
 	ps, closeAll, err := openPods(addr, pods)
 	if err != nil {
 		return primRow{}, err
@@ -357,7 +374,7 @@ func fairHandoff(addr string, pods, goroutines int, dur time.Duration) (primRow,
 		}
 		ms = append(ms, m)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), dur+time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, dur+time.Minute)
 	defer cancel()
 	before, err := commandstats(addr)
 	if err != nil {
@@ -431,7 +448,7 @@ func fairHandoff(addr string, pods, goroutines int, dur time.Duration) (primRow,
 
 // permits runs pods × goroutines acquiring 1 permit of a semaphore of size, holding it for
 // hold, and releasing it, for dur; with size 0 it takes the distsync mutex instead.
-func permits(addr string, size int64, pods, goroutines int, hold, dur time.Duration) (primRow, error) {
+func permits(ctx context.Context, addr string, size int64, pods, goroutines int, hold, dur time.Duration) (primRow, error) {
 	ps, closeAll, err := openPods(addr, pods)
 	if err != nil {
 		return primRow{}, err
@@ -456,7 +473,7 @@ func permits(addr string, size int64, pods, goroutines int, hold, dur time.Durat
 			all = append(all, pair{m.Lock, m.Unlock})
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), dur+time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, dur+time.Minute)
 	defer cancel()
 	before, err := commandstats(addr)
 	if err != nil {
@@ -512,7 +529,7 @@ func permits(addr string, size int64, pods, goroutines int, hold, dur time.Durat
 // once; fn sleeps fnTime. With protect, they go through a once.Group; without, each calls fn.
 // It reports fn's executions per round and the time from fn returning in the leader to each
 // caller returning, over rounds fresh keys.
-func stampede(addr string, pods, callers, rounds int, fnTime time.Duration, protect bool) (primRow, error) {
+func stampede(ctx context.Context, addr string, pods, callers, rounds int, fnTime time.Duration, protect bool) (primRow, error) {
 	ps, closeAll, err := openPods(addr, pods)
 	if err != nil {
 		return primRow{}, err
@@ -554,7 +571,7 @@ func stampede(addr string, pods, callers, rounds int, fnTime time.Duration, prot
 			go func() {
 				defer wg.Done()
 				<-start
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				ctx, cancel := context.WithTimeout(ctx, time.Minute)
 				defer cancel()
 				var err error
 				if protect {

@@ -21,8 +21,8 @@ import (
 // uncontended times Lock+Unlock on an idle key for every library, interleaved (one pair per
 // library in turn), so that every library meets the same moments of a noisy machine. It
 // returns the p50 and p99 of each, by library name.
-func uncontended(ls []lib, addr string, iters int) (map[string][2]time.Duration, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+func uncontended(ctx context.Context, ls []lib, addr string, iters int) (map[string][2]time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	pinger, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
 	if err != nil {
@@ -70,13 +70,13 @@ func uncontended(ls []lib, addr string, iters int) (map[string][2]time.Duration,
 
 // ---- distinct keys: Lock+Unlock pairs per second, each goroutine on its own key
 
-func distinctKeys(l lib, addr string, goroutines int, dur time.Duration) (float64, error) {
+func distinctKeys(ctx context.Context, l lib, addr string, goroutines int, dur time.Duration) (float64, error) {
 	s, err := l.open(addr)
 	if err != nil {
 		return 0, err
 	}
 	defer s.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), dur+30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, dur+30*time.Second)
 	defer cancel()
 	var pairs atomic.Int64
 	var wg sync.WaitGroup
@@ -111,7 +111,7 @@ func distinctKeys(l lib, addr string, goroutines int, dur time.Duration) (float6
 
 // ---- idle waiter: commands per second sent by a waiter while another session holds the lock
 
-func idleWaiter(l lib, addr string, window time.Duration) (float64, error) {
+func idleWaiter(ctx context.Context, l lib, addr string, window time.Duration) (float64, error) {
 	holder, err := l.open(addr)
 	if err != nil {
 		return 0, err
@@ -122,7 +122,7 @@ func idleWaiter(l lib, addr string, window time.Duration) (float64, error) {
 		return 0, err
 	}
 	defer waiter.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), window+15*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, window+15*time.Second)
 	defer cancel()
 	hl := holder.New(l.name + ":idle")
 	if err := hl.Lock(ctx); err != nil {
@@ -133,7 +133,11 @@ func idleWaiter(l lib, addr string, window time.Duration) (float64, error) {
 	go func() { got <- wl.Lock(ctx) }()
 	time.Sleep(time.Second) // settle: first attempt, subscription
 	before := waiter.Commands()
-	time.Sleep(window)
+	select {
+	case <-time.After(window):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
 	sent := waiter.Commands() - before
 	if err := hl.Unlock(ctx); err != nil {
 		return 0, err
@@ -243,7 +247,7 @@ func runWorker(libName, addr, key string, proc, goroutines int, start, until tim
 	res.Commands = s.Commands()
 }
 
-func contended(l lib, addr string, processes, goroutines int, dur, hold time.Duration) (contention, error) {
+func contended(ctx context.Context, l lib, addr string, processes, goroutines int, dur, hold time.Duration) (contention, error) {
 	out := contention{processes: processes, perProc: goroutines}
 	key := fmt.Sprintf("%s:contended:%d", l.name, time.Now().UnixNano())
 	before, err := commandstats(addr)
@@ -277,7 +281,8 @@ func contended(l lib, addr string, processes, goroutines int, dur, hold time.Dur
 	}
 	var procs []*proc
 	for p := range processes {
-		pr := &proc{cmd: exec.Command(os.Args[0], "-worker", "-lib", l.name, "-redis", addr, "-key", key,
+		// A cancelled ctx kills the workers; the parent deletes their keys after they are gone.
+		pr := &proc{cmd: exec.CommandContext(ctx, os.Args[0], "-worker", "-lib", l.name, "-redis", addr, "-key", key, "-prefix", keyPrefix,
 			"-proc", strconv.Itoa(p), "-goroutines", strconv.Itoa(goroutines),
 			"-start", strconv.FormatInt(start.UnixNano(), 10), "-until", strconv.FormatInt(until.UnixNano(), 10),
 			"-hold", hold.String())}

@@ -35,10 +35,11 @@ const voidTTL = time.Minute
 // Mutex is a FIFO mutual exclusion lock shared by every process that uses the same name on
 // the same Redis. Make it with [New]; it is safe for concurrent use and must not be copied.
 type Mutex struct {
-	c     *core.Handle
-	name  string
-	ttl   time.Duration
-	renew bool
+	c      *core.Handle
+	name   string
+	ttl    time.Duration
+	renew  bool
+	wlease time.Duration // the waiter lease
 
 	keys       []string // lock, fence, q, qx
 	relKeys    []string // keys and rel, for the release (mutex_release.lua)
@@ -53,33 +54,21 @@ type Mutex struct {
 	holds []*core.Lease // this value's holds, oldest first (more than one only after a loss)
 }
 
-// Option configures a Mutex.
-type Option func(*Mutex)
-
-// WithTTL sets the lease of each hold; the Handle renews it at a third of ttl for as long as
-// the lock is held. It must be at least [distsync.MinLeaseTTL]. The default is the Handle's lease TTL.
-func WithTTL(ttl time.Duration) Option {
-	return func(m *Mutex) { m.ttl, m.renew = ttl, true }
-}
-
-// WithFixedLease makes each hold a lease of ttl that is never renewed: Redis frees the lock
-// ttl after it was acquired, and the hold's lease ends with [distsync.ErrLost] then.
-func WithFixedLease(ttl time.Duration) Option {
-	return func(m *Mutex) { m.ttl, m.renew = ttl, false }
-}
-
-// New returns the fair Mutex called name. It sends nothing to Redis. It returns an error
-// matching [distsync.ErrInvalid] for an empty name or a lease shorter than [distsync.MinLeaseTTL].
-func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
-	c, err := core.Open(h, "fair")
+// New returns the fair Mutex called name. It sends nothing to Redis. Its options are
+// [distsync.WithLeaseTTL], [distsync.WithFixedLease] and [distsync.WithWaiterLease]. It
+// returns an error matching [distsync.ErrInvalid] for an empty name, a bad option value, or an
+// option that does not apply to a fair mutex.
+func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, error) {
+	c, err := core.Open(h, core.KindFair)
 	if err != nil {
 		return nil, err
 	}
-	m := &Mutex{c: c, name: name, ttl: c.Config.LeaseTTL, renew: true}
-	for _, o := range opts {
-		o(m)
+	set, err := c.Settings(core.KindFair, name, core.Unwrap(opts), nil)
+	if err != nil {
+		return nil, err
 	}
-	ks, err := c.Space("fair", name, m.ttl)
+	m := &Mutex{c: c, name: name, ttl: set.LeaseTTL, renew: !set.Fixed, wlease: set.WaiterLease}
+	ks, err := c.Space(core.KindFair, name, m.ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +77,7 @@ func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
 	m.chanPrefix = ks.Channel()
 	m.proc = c.NewID()
 	m.ttlArg, m.fenceArg = core.Ms(m.ttl), core.Ms(c.Config.FenceTTL)
-	m.wleaseArg, m.slackArg = core.Ms(c.Config.WaiterLease), core.Ms(2*m.ttl/core.RenewDivisor)
+	m.wleaseArg, m.slackArg = core.Ms(m.wlease), core.Ms(2*m.ttl/core.RenewDivisor)
 	m.box = waitq.NewMailbox(c, m.chanPrefix+":"+m.proc, waitq.ParseQueued)
 	return m, nil
 }
@@ -98,35 +87,45 @@ func (m *Mutex) Name() string { return m.name }
 
 // Lock locks m, after every Lock call that reached Redis before this one and has not given
 // up. It waits, without polling, until the lock is handed to it or ctx ends: there is no limit
-// on tries or time. On success it returns nil and [Mutex.Lease] describes the hold. If ctx
+// on tries or time. On success it returns nil ([Mutex.LockLease] returns the hold's lease
+// too). If ctx
 // ends first it returns an error matching both [distsync.ErrNotAcquired] and ctx.Err(), and
 // leaves the queue (passing the lock on if it was just handed to it). Connection errors are
 // retried while waiting; other Redis errors end the wait and are returned.
 func (m *Mutex) Lock(ctx context.Context) error {
+	_, err := m.LockLease(ctx)
+	return err
+}
+
+// LockLease is [Mutex.Lock] that also returns the hold's [distsync.Lease]: its fencing token,
+// its loss signal, and the means to refresh or extend it. The lease ends when the hold is
+// unlocked.
+func (m *Mutex) LockLease(ctx context.Context) (*distsync.Lease, error) {
 	if err := ctx.Err(); err != nil {
-		return m.notAcquired(err)
+		return nil, m.notAcquired(err)
 	}
 	if err := m.c.Enter(); err != nil {
-		return fmt.Errorf("fair %q: %w", m.name, err)
+		return nil, fmt.Errorf("fair %q: %w", m.name, err)
 	}
 	defer m.c.Exit()
 	w := m.proc + "/" + m.c.NewID()
 	slot := m.box.Register(w) // subscribed only if the first attempt fails
 	defer slot.Close()
-	err := m.wait(ctx, w, slot)
+	sctx, sink := core.WithSink(ctx)
+	err := m.wait(sctx, w, slot)
 	if err != nil {
 		// Leave the queue (passing on a lock handed over meanwhile) before returning: an
 		// Unlock and a TryLock right after must find the caller gone.
 		m.c.Undo("leaving the queue of fair lock "+strconv.Quote(m.name), voidTTL,
 			func(bctx context.Context) error { return m.leave(bctx, w) })
-		return m.fail(ctx, err)
+		return nil, m.fail(ctx, err)
 	}
-	return nil
+	return sink.Lease.Public.(*distsync.Lease), nil
 }
 
 // wait is Lock's loop (see waitq.WaitTurn).
 func (m *Mutex) wait(ctx context.Context, w string, slot *waitq.Slot) error {
-	return waitq.WaitTurn(ctx, m.c, m.c.Config.WaiterLease, waitq.Turn{
+	return waitq.WaitTurn(ctx, m.c, m.wlease, waitq.Turn{
 		ID: w, Slot: slot, Place: m.keys[3], PlaceKeep: m.keys[2:3],
 		// The renewal of a place also hands a lock that lapsed free to the head: a stalled
 		// hand-off (a dead grantee watched by a dead waiter) lasts at most a renewal period.
@@ -141,7 +140,7 @@ func (m *Mutex) wait(ctx context.Context, w string, slot *waitq.Slot) error {
 			case err != nil:
 				return waitq.TurnResult{}, err
 			case len(vals) == 2 && vals[0] == 1:
-				return waitq.TurnResult{Acquired: true}, m.hold(w, vals[1], sent, time.Time{}, nil)
+				return waitq.TurnResult{Acquired: true}, m.hold(ctx, w, vals[1], sent, time.Time{}, nil)
 			case len(vals) != 3 || vals[0] != 0:
 				return waitq.TurnResult{}, core.Unexpected(scripts.FairAcquire, vals)
 			}
@@ -156,7 +155,7 @@ func (m *Mutex) wait(ctx context.Context, w string, slot *waitq.Slot) error {
 			owner := "~" + w + ":" + strconv.FormatInt(g.Token, 10) // see lib/queue.lua
 			confirm := &scripts.Call{Script: scripts.MutexConfirm, Keys: m.keys,
 				Args: []string{owner, m.ttlArg, w, "0", m.slackArg, m.chanPrefix, m.c.Pub, g.Backup, m.wleaseArg, m.fenceArg}}
-			return m.hold(owner, g.Token, time.Now(), deadline, confirm)
+			return m.hold(ctx, owner, g.Token, time.Now(), deadline, confirm)
 		},
 	})
 }
@@ -166,11 +165,18 @@ func (m *Mutex) wait(ctx context.Context, w string, slot *waitq.Slot) error {
 // it ends first TryLock returns its error (matching [distsync.ErrNotAcquired]) and makes sure
 // the attempt takes nothing.
 func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
+	_, ok, err := m.TryLockLease(ctx)
+	return ok, err
+}
+
+// TryLockLease is [Mutex.TryLock] that also returns the hold's [distsync.Lease] when it took
+// the lock (nil otherwise).
+func (m *Mutex) TryLockLease(ctx context.Context) (*distsync.Lease, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return false, m.notAcquired(err)
+		return nil, false, m.notAcquired(err)
 	}
 	if err := m.c.Enter(); err != nil {
-		return false, fmt.Errorf("fair %q: %w", m.name, err)
+		return nil, false, fmt.Errorf("fair %q: %w", m.name, err)
 	}
 	defer m.c.Exit()
 	w := m.proc + "/" + m.c.NewID()
@@ -180,15 +186,16 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 	if err != nil {
 		m.c.Undo("cleanup after a cancelled TryLock", voidTTL,
 			func(bctx context.Context) error { return m.leave(bctx, w) })
-		return false, m.fail(ctx, err)
+		return nil, false, m.fail(ctx, err)
 	}
 	if len(vals) == 2 && vals[0] == 1 {
-		if err := m.hold(w, vals[1], sent, time.Time{}, nil); err != nil {
-			return false, m.fail(ctx, err)
+		sctx, sink := core.WithSink(ctx)
+		if err := m.hold(sctx, w, vals[1], sent, time.Time{}, nil); err != nil {
+			return nil, false, m.fail(ctx, err)
 		}
-		return true, nil
+		return sink.Lease.Public.(*distsync.Lease), true, nil
 	}
-	return false, nil
+	return nil, false, nil
 }
 
 // Unlock unlocks m and hands it to the head of the queue, if any. It returns nil if the lock
@@ -226,23 +233,13 @@ func (m *Mutex) release(ctx context.Context, l *core.Lease) (bool, error) {
 	return n == 1, err
 }
 
-// Lease returns the current hold of m (the newest, if a lost one has not been Unlocked), or
-// nil if this Mutex value does not hold m.
-func (m *Mutex) Lease() *distsync.Lease {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.holds) == 0 {
-		return nil
-	}
-	return m.holds[len(m.holds)-1].Public.(*distsync.Lease)
-}
-
 // Locker returns a [sync.Locker] whose Lock and Unlock call m's with context.Background().
 // They panic on any error (sync.Locker has no error to return).
 func (m *Mutex) Locker() sync.Locker { return core.Locker("fair: Locker", m.Lock, m.Unlock) }
 
-// hold records an acquisition under owner, with its lease on the renewal loop.
-func (m *Mutex) hold(owner string, token int64, sent, deadline time.Time, first *scripts.Call) error {
+// hold records an acquisition under owner, with its lease on the renewal loop, and delivers
+// the lease to ctx's sink.
+func (m *Mutex) hold(ctx context.Context, owner string, token int64, sent, deadline time.Time, first *scripts.Call) error {
 	l, err := m.c.Hold(core.LeaseSpec{
 		Key: m.keys[0], Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent,
 		Deadline: deadline, First: first,
@@ -257,6 +254,7 @@ func (m *Mutex) hold(owner string, token int64, sent, deadline time.Time, first 
 	m.mu.Lock()
 	m.holds = append(m.holds, l)
 	m.mu.Unlock()
+	core.Deliver(ctx, l)
 	return nil
 }
 

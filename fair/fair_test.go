@@ -20,7 +20,7 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-func newFair(t *testing.T, p *redistest.Pod, name string, opts ...fair.Option) *fair.Mutex {
+func newFair(t *testing.T, p *redistest.Pod, name string, opts ...distsync.Option) *fair.Mutex {
 	t.Helper()
 	m, err := fair.New(p.H, name, opts...)
 	if err != nil {
@@ -399,7 +399,7 @@ func TestBadInputAndLocker(t *testing.T) {
 		if _, err := fair.New(p.H, ""); !errors.Is(err, distsync.ErrInvalid) {
 			t.Errorf("New with an empty name: %v", err)
 		}
-		if _, err := fair.New(p.H, "x", fair.WithTTL(0)); !errors.Is(err, distsync.ErrInvalid) {
+		if _, err := fair.New(p.H, "x", distsync.WithLeaseTTL(0)); !errors.Is(err, distsync.ErrInvalid) {
 			t.Errorf("New with a zero TTL: %v", err)
 		}
 		m := newFair(t, p, "locker")

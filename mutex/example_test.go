@@ -49,10 +49,11 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	if err := m.Lock(ctx); err != nil {
+	lease, err := m.LockLease(ctx)
+	if err != nil {
 		panic(err)
 	}
-	fmt.Println("locked; fencing token issued:", m.Lease().Token() > 0)
+	fmt.Println("locked; fencing token issued:", lease.Token() > 0)
 	if err := m.Unlock(ctx); err != nil {
 		panic(err)
 	}
@@ -116,15 +117,15 @@ func ExampleMutex_TryLock() {
 
 // Run the protected work under the lease's context, so that it stops if the lock is lost, and
 // hand the fencing token to the storage it writes.
-func ExampleMutex_Lease() {
+func ExampleMutex_LockLease() {
 	hs, stop := pods(1)
 	defer stop()
 	ctx := context.Background()
 	m, _ := mutex.New(hs[0], "migration")
-	if err := m.Lock(ctx); err != nil {
+	lease, err := m.LockLease(ctx)
+	if err != nil {
 		panic(err)
 	}
-	lease := m.Lease()
 	work, cancel := lease.Context(ctx)
 	defer cancel()
 
@@ -135,12 +136,12 @@ func ExampleMutex_Lease() {
 	if err := write(work, lease.Token()); err != nil {
 		fmt.Println("stopped:", context.Cause(work))
 	}
-	err := m.Unlock(ctx)
+	err = m.Unlock(ctx)
 	fmt.Println("unlock:", err)
 	fmt.Println("lease ended because:", lease.Err())
 	// Output:
 	// unlock: <nil>
-	// lease ended because: distsync: released
+	// lease ended because: released
 }
 
 // Lock waits no longer than its context allows, and says why it gave up.
@@ -160,7 +161,7 @@ func ExampleMutex_Lock_timeout() {
 	_ = a.Unlock(ctx)
 	// Output:
 	// true true
-	// mutex "busy": distsync: not acquired: context deadline exceeded
+	// mutex "busy": not acquired: context deadline exceeded
 }
 
 // Where an API wants a sync.Locker. Its methods panic on Redis errors.
@@ -170,10 +171,13 @@ func ExampleMutex_Locker() {
 	m, _ := mutex.New(hs[0], "legacy")
 	var l sync.Locker = m.Locker()
 	l.Lock()
-	fmt.Println("held:", m.Lease() != nil)
+	ok, _ := m.TryLock(context.Background())
+	fmt.Println("free:", ok)
 	l.Unlock()
-	fmt.Println("held:", m.Lease() != nil)
+	ok, _ = m.TryLock(context.Background())
+	fmt.Println("free:", ok)
+	_ = m.Unlock(context.Background())
 	// Output:
-	// held: true
-	// held: false
+	// free: false
+	// free: true
 }

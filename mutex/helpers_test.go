@@ -36,7 +36,7 @@ func newPodVia(t *testing.T, b *redistest.Backend, prefix string, net *redistest
 	return &pod{raw: raw, client: c, h: b.Handle(t, c, append([]distsync.Option{distsync.WithKeyPrefix(prefix)}, opts...)...)}
 }
 
-func (p *pod) mutex(t *testing.T, name string, opts ...mutex.Option) *mutex.Mutex {
+func (p *pod) mutex(t *testing.T, name string, opts ...distsync.Option) *mutex.Mutex {
 	t.Helper()
 	m, err := mutex.New(p.h, name, opts...)
 	if err != nil {

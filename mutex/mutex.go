@@ -59,36 +59,22 @@ type Mutex struct {
 	free  chan struct{} // closed while lease is nil: the Room's gate
 }
 
-// Option configures a Mutex.
-type Option func(*Mutex)
-
-// WithTTL sets the lease of each hold; the Handle renews it at a third of ttl for as long as
-// the mutex is held. It must be at least [distsync.MinLeaseTTL]. The default is the Handle's lease TTL
-// ([distsync.DefaultLeaseTTL] unless [distsync.WithLeaseTTL] changed it).
-func WithTTL(ttl time.Duration) Option {
-	return func(m *Mutex) { m.ttl, m.renew = ttl, true }
-}
-
-// WithFixedLease makes each hold a lease of ttl that is never renewed: Redis frees the lock
-// ttl after it was acquired, and the hold's lease ends with [distsync.ErrLost] then, whether
-// or not the holder is done. Use it to bound how long any holder can keep the lock.
-func WithFixedLease(ttl time.Duration) Option {
-	return func(m *Mutex) { m.ttl, m.renew = ttl, false }
-}
-
-// New returns the Mutex called name. It sends nothing to Redis. It returns an error
-// matching [distsync.ErrInvalid] for an empty name or a lease shorter than [distsync.MinLeaseTTL].
-// Any name is allowed otherwise; names that differ are different mutexes.
-func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
-	c, err := core.Open(h, "mutex")
+// New returns the Mutex called name. It sends nothing to Redis. Its options are
+// [distsync.WithLeaseTTL], [distsync.WithFixedLease] and [distsync.WithHandoffWindow]; the
+// Handle's settings apply otherwise. It returns an error matching [distsync.ErrInvalid] for
+// an empty name, a bad option value, or an option that does not apply to a mutex. Any name
+// is allowed otherwise; names that differ are different mutexes.
+func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, error) {
+	c, err := core.Open(h, core.KindMutex)
 	if err != nil {
 		return nil, err
 	}
-	m := &Mutex{c: c, name: name, ttl: c.Config.LeaseTTL, renew: true}
-	for _, o := range opts {
-		o(m)
+	set, err := c.Settings(core.KindMutex, name, core.Unwrap(opts), nil)
+	if err != nil {
+		return nil, err
 	}
-	ks, err := c.Space("mutex", name, m.ttl)
+	m := &Mutex{c: c, name: name, ttl: set.LeaseTTL, renew: !set.Fixed}
+	ks, err := c.Space(core.KindMutex, name, m.ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +84,7 @@ func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
 	// A queue entry outlives the lease it waits behind by two renewal periods: one for the
 	// backstop slack, one for a late timer.
 	m.ttlArg, m.fenceArg, m.slackArg = core.Ms(m.ttl), core.Ms(c.Config.FenceTTL), core.Ms(2*m.ttl/core.RenewDivisor)
-	m.windowArg = core.Ms(c.Config.HandoffWindow)
+	m.windowArg = core.Ms(set.HandoffWindow)
 	m.waiter = c.NewID()
 	m.free = make(chan struct{})
 	close(m.free)
@@ -119,29 +105,37 @@ func (m *Mutex) Name() string { return m.name }
 // Lock locks m. If the lock is held, anywhere, Lock waits until it can take it: it is woken
 // by the release, never polls, and re-checks by itself only when the holder's lease would run
 // out. ctx bounds the wait and nothing else: there is no limit on tries or time. On success
-// it returns nil and [Mutex.Lease] describes the hold. If ctx ends first it returns an error
+// it returns nil ([Mutex.LockLease] returns the hold's lease too). If ctx ends first it returns an error
 // matching both [distsync.ErrNotAcquired] and ctx.Err(), and leaves nothing behind in Redis.
 // Connection errors and the errors of a failover in progress (READONLY, LOADING, CLUSTERDOWN)
 // are retried with backoff while waiting; any other Redis error ends the wait and is returned.
 // If the Handle is closed, Lock returns an error matching [distsync.ErrClosed].
 func (m *Mutex) Lock(ctx context.Context) error {
+	_, err := m.LockLease(ctx)
+	return err
+}
+
+// LockLease is [Mutex.Lock] that also returns the hold's [distsync.Lease]: its fencing token,
+// its loss signal, and the means to refresh or extend it. The lease ends when m is unlocked.
+func (m *Mutex) LockLease(ctx context.Context) (*distsync.Lease, error) {
 	if err := ctx.Err(); err != nil {
-		return m.notAcquired(err)
+		return nil, m.notAcquired(err)
 	}
 	if err := m.c.Enter(); err != nil {
-		return fmt.Errorf("mutex %q: %w", m.name, err)
+		return nil, fmt.Errorf("mutex %q: %w", m.name, err)
 	}
 	defer m.c.Exit()
-	err := m.room.Acquire(ctx)
+	sctx, sink := core.WithSink(ctx)
+	err := m.room.Acquire(sctx)
 	switch {
 	case err == nil:
-		return nil
+		return m.taken(sink), nil
 	case ctx.Err() != nil:
-		return m.notAcquired(ctx.Err())
+		return nil, m.notAcquired(ctx.Err())
 	case errors.Is(err, core.ErrClosed):
-		return fmt.Errorf("mutex %q: %w", m.name, err)
+		return nil, fmt.Errorf("mutex %q: %w", m.name, err)
 	default:
-		return fmt.Errorf("mutex %q: lock: %w", m.name, err)
+		return nil, fmt.Errorf("mutex %q: lock: %w", m.name, err)
 	}
 }
 
@@ -150,19 +144,27 @@ func (m *Mutex) Lock(ctx context.Context) error {
 // the one round trip; if it ends before the reply, TryLock returns ctx's error (matching
 // [distsync.ErrNotAcquired]) and makes sure the attempt takes nothing.
 func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
+	_, ok, err := m.TryLockLease(ctx)
+	return ok, err
+}
+
+// TryLockLease is [Mutex.TryLock] that also returns the hold's [distsync.Lease] when it took
+// the lock (nil otherwise).
+func (m *Mutex) TryLockLease(ctx context.Context) (*distsync.Lease, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return false, m.notAcquired(err)
+		return nil, false, m.notAcquired(err)
 	}
 	if err := m.c.Enter(); err != nil {
-		return false, fmt.Errorf("mutex %q: %w", m.name, err)
+		return nil, false, fmt.Errorf("mutex %q: %w", m.name, err)
 	}
 	defer m.c.Exit()
 	select {
 	case <-m.gate():
 	default:
-		return false, nil // held by a goroutine of this process
+		return nil, false, nil // held by a goroutine of this process
 	}
-	res, owner, err := m.try(ctx, "", waitq.Try{})
+	sctx, sink := core.WithSink(ctx)
+	res, owner, err := m.try(sctx, "", waitq.Try{})
 	if err != nil {
 		if owner != "" && !isRedisErr(err) {
 			// Void the attempt, or pass the lock on if it took it, before returning.
@@ -173,14 +175,32 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 				})
 		}
 		if ctx.Err() != nil {
-			return false, m.notAcquired(ctx.Err())
+			return nil, false, m.notAcquired(ctx.Err())
 		}
 		if errors.Is(err, core.ErrLate) {
-			return false, m.notAcquired(err)
+			return nil, false, m.notAcquired(err)
 		}
-		return false, fmt.Errorf("mutex %q: trylock: %w", m.name, err)
+		return nil, false, fmt.Errorf("mutex %q: trylock: %w", m.name, err)
 	}
-	return res.Acquired, nil
+	if !res.Acquired {
+		return nil, false, nil
+	}
+	return m.taken(sink), true, nil
+}
+
+// taken returns the lease of the hold an acquisition just took: the one its path delivered to
+// sink (m's current hold otherwise, which it is unless another goroutine has unlocked m).
+func (m *Mutex) taken(sink *core.Sink) *distsync.Lease {
+	l := sink.Lease
+	if l == nil {
+		m.mu.Lock()
+		l = m.lease
+		m.mu.Unlock()
+	}
+	if l == nil {
+		return nil
+	}
+	return l.Public.(*distsync.Lease)
 }
 
 // Unlock unlocks m and hands it to the next waiting process, if any. It returns nil if the
@@ -228,18 +248,6 @@ func (m *Mutex) release(ctx context.Context, l *core.Lease) (bool, error) {
 	return n == 1, err
 }
 
-// Lease returns the current hold of m, or nil if m is not locked (by this Mutex value; another
-// Mutex with the same name is another holder). The Lease carries the fencing token and the
-// loss signal of the hold.
-func (m *Mutex) Lease() *distsync.Lease {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.lease == nil {
-		return nil
-	}
-	return m.lease.Public.(*distsync.Lease)
-}
-
 // Locker returns a [sync.Locker] whose Lock and Unlock call m's with context.Background().
 // Because sync.Locker has no error to return, they panic on any error: a Redis error, or an
 // Unlock of a mutex that is not held or was lost. Use it only where a sync.Locker is required.
@@ -262,7 +270,7 @@ func (m *Mutex) attempt(ctx context.Context, t waitq.Try) (waitq.Result, string,
 			confirm := &scripts.Call{Script: scripts.MutexConfirm, Keys: m.keys,
 				Args: []string{g.Owner, m.ttlArg, m.waiter, flag(t.More), m.slackArg, m.chanPrefix, m.c.Pub, g.Backup,
 					m.windowArg, m.fenceArg}}
-			if err := m.hold(g.Owner, g.Token, time.Now(), deadline, confirm); err != nil {
+			if err := m.hold(ctx, g.Owner, g.Token, time.Now(), deadline, confirm); err != nil {
 				return waitq.Result{}, "", err
 			}
 			return waitq.Result{Acquired: true, Token: g.Token, Queued: t.More, Floor: g.Token, Wait: m.ttl + m.ttl/core.RenewDivisor}, "", nil
@@ -291,7 +299,7 @@ func (m *Mutex) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Resu
 		return waitq.Result{}, "", core.Unexpected(scripts.MutexAcquire, vals)
 	}
 	if vals[0] == 1 {
-		if err := m.hold(owner, vals[1], sent, time.Time{}, nil); err != nil {
+		if err := m.hold(ctx, owner, vals[1], sent, time.Time{}, nil); err != nil {
 			return waitq.Result{}, "", err
 		}
 		return waitq.Result{Acquired: true, Token: vals[1], Queued: waiter != "" && t.More, Floor: vals[1], Wait: m.ttl + slack}, owner, nil
@@ -309,9 +317,10 @@ func (m *Mutex) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Resu
 	return waitq.Result{Queued: waiter != "", Wait: wait, Floor: floor}, owner, nil
 }
 
-// hold makes the acquisition under owner m's current hold, with its lease on the renewal loop.
-// An acquisition the Handle refuses (closed, or its reply came too late to use) is given back.
-func (m *Mutex) hold(owner string, token int64, sent, deadline time.Time, first *scripts.Call) error {
+// hold makes the acquisition under owner m's current hold, with its lease on the renewal loop,
+// and delivers the lease to ctx's sink. An acquisition the Handle refuses (closed, or its
+// reply came too late to use) is given back.
+func (m *Mutex) hold(ctx context.Context, owner string, token int64, sent, deadline time.Time, first *scripts.Call) error {
 	l, err := m.c.Hold(core.LeaseSpec{
 		Key: m.lock, Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent,
 		Deadline: deadline, First: first,
@@ -327,6 +336,7 @@ func (m *Mutex) hold(owner string, token int64, sent, deadline time.Time, first 
 	m.lease = l
 	m.free = make(chan struct{})
 	m.mu.Unlock()
+	core.Deliver(ctx, l)
 	return nil
 }
 

@@ -86,7 +86,7 @@ func TestFencingTokensIncreaseAcrossClients(t *testing.T) {
 		ms := []*mutex.Mutex{
 			newPod(t, b, prefix).mutex(t, "fenced"),
 			newPod(t, b, prefix).mutex(t, "fenced"),
-			newPod(t, b, prefix).mutex(t, "fenced", mutex.WithFixedLease(50*time.Millisecond)),
+			newPod(t, b, prefix).mutex(t, "fenced", distsync.WithFixedLease(50*time.Millisecond)),
 		}
 		var last int64
 		for i := range 12 {
@@ -152,8 +152,8 @@ func TestWaiterWakesPromptlyOnUnlock(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 30 * time.Second
 		prefix := b.Prefix(t)
-		holder := newPod(t, b, prefix).mutex(t, "prompt", mutex.WithTTL(ttl))
-		waiter := newPod(t, b, prefix).mutex(t, "prompt", mutex.WithTTL(ttl))
+		holder := newPod(t, b, prefix).mutex(t, "prompt", distsync.WithLeaseTTL(ttl))
+		waiter := newPod(t, b, prefix).mutex(t, "prompt", distsync.WithLeaseTTL(ttl))
 		lockWithin(t, holder, 5*time.Second)
 		res := lockAsync(context.Background(), waiter)
 		waitQueued(t, b, prefix, "prompt", 1)
@@ -185,8 +185,8 @@ func TestNoLostWakeUpWhenSubscriptionDrops(t *testing.T) {
 			t.Run(how, func(t *testing.T) {
 				prefix := b.Prefix(t)
 				net := redistest.NewNetwork()
-				holder := newPod(t, b, prefix).mutex(t, "dropped", mutex.WithTTL(ttl))
-				waiter := newPodVia(t, b, prefix, net).mutex(t, "dropped", mutex.WithTTL(ttl))
+				holder := newPod(t, b, prefix).mutex(t, "dropped", distsync.WithLeaseTTL(ttl))
+				waiter := newPodVia(t, b, prefix, net).mutex(t, "dropped", distsync.WithLeaseTTL(ttl))
 				lockWithin(t, holder, 5*time.Second)
 				res := lockAsync(context.Background(), waiter)
 				waitQueued(t, b, prefix, "dropped", 1)
@@ -233,7 +233,7 @@ func TestLossWhenRedisIsUnreachable(t *testing.T) {
 		const ttl = time.Second
 		prefix := b.Prefix(t)
 		net := redistest.NewNetwork()
-		m := newPodVia(t, b, prefix, net).mutex(t, "cut-off", mutex.WithTTL(ttl))
+		m := newPodVia(t, b, prefix, net).mutex(t, "cut-off", distsync.WithLeaseTTL(ttl))
 		lockWithin(t, m, 5*time.Second)
 		lease := m.Lease()
 		time.Sleep(ttl / 2)
@@ -305,7 +305,7 @@ func TestLossIsSignalled(t *testing.T) {
 		for _, how := range []string{"deleted", "overwritten"} {
 			t.Run(how, func(t *testing.T) {
 				prefix := b.Prefix(t)
-				m := newPod(t, b, prefix).mutex(t, "lost", mutex.WithTTL(ttl))
+				m := newPod(t, b, prefix).mutex(t, "lost", distsync.WithLeaseTTL(ttl))
 				lockWithin(t, m, 5*time.Second)
 				lease := m.Lease()
 				workCtx, cancel := lease.Context(context.Background())
@@ -354,7 +354,7 @@ func TestLockWaitsForLocalUnlockAfterLoss(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 600 * time.Millisecond
 		prefix := b.Prefix(t)
-		m := newPod(t, b, prefix).mutex(t, "local", mutex.WithTTL(ttl))
+		m := newPod(t, b, prefix).mutex(t, "local", distsync.WithLeaseTTL(ttl))
 		lockWithin(t, m, 5*time.Second)
 		lease := m.Lease()
 		b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Del().Key(keyOf(prefix, "local", "")).Build() })
@@ -386,8 +386,8 @@ func TestRenewalKeepsTheLock(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 600 * time.Millisecond
 		prefix := b.Prefix(t)
-		m := newPod(t, b, prefix).mutex(t, "renewed", mutex.WithTTL(ttl))
-		other := newPod(t, b, prefix).mutex(t, "renewed", mutex.WithTTL(ttl))
+		m := newPod(t, b, prefix).mutex(t, "renewed", distsync.WithLeaseTTL(ttl))
+		other := newPod(t, b, prefix).mutex(t, "renewed", distsync.WithLeaseTTL(ttl))
 		lockWithin(t, m, 5*time.Second)
 		for deadline := time.Now().Add(4 * ttl); time.Now().Before(deadline); time.Sleep(ttl / 4) {
 			if ok, err := other.TryLock(context.Background()); err != nil || ok {
@@ -411,7 +411,7 @@ func TestFixedLeaseExpires(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 400 * time.Millisecond
 		prefix := b.Prefix(t)
-		m := newPod(t, b, prefix).mutex(t, "fixed", mutex.WithFixedLease(ttl))
+		m := newPod(t, b, prefix).mutex(t, "fixed", distsync.WithFixedLease(ttl))
 		other := newPod(t, b, prefix).mutex(t, "fixed")
 		start := time.Now()
 		lockWithin(t, m, 5*time.Second)
@@ -613,9 +613,9 @@ func TestHandleCloseReleasesAndEndsWaits(t *testing.T) {
 		// A grant stranded on the closing process's waiter would hold the lock this long.
 		window := distsync.WithHandoffWindow(time.Minute)
 		closing := newPod(t, b, prefix, window)
-		held := closing.mutex(t, "closing", mutex.WithTTL(ttl))
-		blocked := closing.mutex(t, "closing", mutex.WithTTL(ttl))
-		elsewhere := newPod(t, b, prefix, window).mutex(t, "closing", mutex.WithTTL(ttl))
+		held := closing.mutex(t, "closing", distsync.WithLeaseTTL(ttl))
+		blocked := closing.mutex(t, "closing", distsync.WithLeaseTTL(ttl))
+		elsewhere := newPod(t, b, prefix, window).mutex(t, "closing", distsync.WithLeaseTTL(ttl))
 		lockWithin(t, held, 5*time.Second)
 		blockedRes := lockAsync(context.Background(), blocked)
 		waitQueued(t, b, prefix, "closing", 1) // first in line: Close's release grants it the lock
@@ -679,14 +679,14 @@ func TestBadInput(t *testing.T) {
 		p := newPod(t, b, prefix)
 		for _, c := range []struct {
 			name string
-			opts []mutex.Option
+			opts []distsync.Option
 		}{
 			{"", nil},
-			{"x", []mutex.Option{mutex.WithTTL(0)}},
-			{"x", []mutex.Option{mutex.WithTTL(-time.Second)}},
-			{"x", []mutex.Option{mutex.WithFixedLease(0)}},
-			{"x", []mutex.Option{mutex.WithTTL(time.Microsecond)}},
-			{"x", []mutex.Option{mutex.WithFixedLease(2 * time.Millisecond)}}, // below MinLeaseTTL: no use to a holder
+			{"x", []distsync.Option{distsync.WithLeaseTTL(0)}},
+			{"x", []distsync.Option{distsync.WithLeaseTTL(-time.Second)}},
+			{"x", []distsync.Option{distsync.WithFixedLease(0)}},
+			{"x", []distsync.Option{distsync.WithLeaseTTL(time.Microsecond)}},
+			{"x", []distsync.Option{distsync.WithFixedLease(2 * time.Millisecond)}}, // below MinLeaseTTL: no use to a holder
 		} {
 			if _, err := mutex.New(p.h, c.name, c.opts...); !errors.Is(err, distsync.ErrInvalid) {
 				t.Errorf("New(%q, %d options) = %v, want ErrInvalid", c.name, len(c.opts), err)

@@ -2,6 +2,7 @@ package once
 
 import (
 	"encoding/json"
+	"fmt"
 )
 
 // Codec turns a Group's results into bytes for Redis and back.
@@ -52,4 +53,47 @@ func defaultCodec[T any]() Codec[T] {
 		return any(String()).(Codec[T])
 	}
 	return JSON[T]()
+}
+
+// pair is the result of a [OnceValues].
+type pair[T1, T2 any] struct {
+	v1 T1
+	v2 T2
+}
+
+// pairCodec encodes a pair as a JSON array of its two values, each encoded as [JSON] does.
+type pairCodec[T1, T2 any] struct{}
+
+func (pairCodec[T1, T2]) Encode(p pair[T1, T2]) ([]byte, error) {
+	b1, err := JSON[T1]().Encode(p.v1)
+	if err != nil {
+		return nil, err
+	}
+	b2, err := JSON[T2]().Encode(p.v2)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(b1)+len(b2)+3)
+	b = append(append(append(append(append(b, '['), b1...), ','), b2...), ']')
+	return b, nil
+}
+
+func (pairCodec[T1, T2]) Decode(b []byte) (pair[T1, T2], error) {
+	var zero pair[T1, T2]
+	var raw []json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return zero, err
+	}
+	if len(raw) != 2 {
+		return zero, fmt.Errorf("a pair is a JSON array of two values, got %d", len(raw))
+	}
+	v1, err := JSON[T1]().Decode(raw[0])
+	if err != nil {
+		return zero, err
+	}
+	v2, err := JSON[T2]().Decode(raw[1])
+	if err != nil {
+		return zero, err
+	}
+	return pair[T1, T2]{v1, v2}, nil
 }

@@ -2,6 +2,7 @@ package once
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strconv"
@@ -25,18 +26,20 @@ type fuzzStruct struct {
 // once key's kept or res:<leader> key, or a foreign PUBLISH on its channel, would.
 //
 // A result is one status byte and a payload (internal/scripts/once_begin.lua): 'v' and the
-// encoded value, 'e' and the leader's error message, 'p' and its panic. Property, for a
-// Group of each default codec (JSON, String, Bytes) and JSON of a struct: decode never panics;
-// "" is an error matching ErrCodec; 'v' gives exactly what the codec decodes from the
-// payload, or an error matching ErrCodec when the codec refuses it; 'p' gives an error
-// matching ErrPanicked, 'e' one matching ErrLeaderFailed, both with the message; any other
-// status byte gives an error (ErrLeaderFailed or ErrCodec). A non-nil error never comes with a
-// value other than the zero value.
+// encoded value, 'e' and the leader's error message, 'p' and its panic, 'g' for a
+// runtime.Goexit. Property, for a Group of each default codec (JSON, String, Bytes), JSON of
+// a struct, and OnceValues' pair: decode never panics; "" is an error matching ErrCodec; 'v'
+// gives exactly what the codec decodes from the payload, or an error matching ErrCodec when
+// the codec refuses it; 'p' gives an error matching ErrPanicked, 'e' one matching
+// ErrLeaderFailed, both with the message; 'g' one matching ErrGoexit; any other status byte
+// gives an error (ErrLeaderFailed or ErrCodec). A non-nil error never comes with a value other
+// than the zero value.
 func FuzzDecode(f *testing.F) {
 	for _, seed := range []string{
 		"", "v", "v42", "v-0", "v1e3", "vnull", "v\"x\"", "v{}", "v[]", "v{\"id\":1,\"name\":\"n\"}",
 		"v{\"id\":1e400}", "v\xff", "e", "eboom", "p", "pboom", "x", "\x00", "V42", "v 42 ", "v42x",
 		"v{\"next\":{\"next\":{\"id\":3}}}", "v[1,2,3]", "v\"\\ud800\"",
+		"g", "gx", "v[1,\"a\"]", "v[1]", "v[1,\"a\",2]", "v[null,null]", "v[\"1\",1]",
 	} {
 		f.Add(seed)
 	}
@@ -44,11 +47,13 @@ func FuzzDecode(f *testing.F) {
 	gs := testGroup[string](String())
 	gb := testGroup[[]byte](Bytes())
 	gst := testGroup[fuzzStruct](JSON[fuzzStruct]())
+	gp := testGroup[pair[int, string]](pairCodec[int, string]{})
 	f.Fuzz(func(t *testing.T, res string) {
 		checkDecode(t, gi, res)
 		checkDecode(t, gs, res)
 		checkDecode(t, gb, res)
 		checkDecode(t, gst, res)
+		checkDecode(t, gp, res)
 	})
 }
 
@@ -84,6 +89,10 @@ func checkDecode[T any](t *testing.T, g *Group[T], res string) {
 		if !errors.Is(err, ErrLeaderFailed) || !strings.Contains(err.Error(), res[1:]) {
 			t.Fatalf("decode(%q) as %T = %#v, %v; want ErrLeaderFailed with the message", res, zero, v, err)
 		}
+	case res[0] == 'g':
+		if !errors.Is(err, ErrGoexit) {
+			t.Fatalf("decode(%q) as %T = %#v, %v; want ErrGoexit", res, zero, v, err)
+		}
 	default:
 		if !errors.Is(err, ErrLeaderFailed) && !errors.Is(err, ErrCodec) {
 			t.Fatalf("decode(%q) as %T = %#v, %v; want an error matching ErrLeaderFailed or ErrCodec", res, zero, v, err)
@@ -97,7 +106,8 @@ func checkDecode[T any](t *testing.T, g *Group[T], res string) {
 // encode a value to exactly its bytes (what a waiter gets is what the leader returned). JSON
 // either refuses a payload or decodes it to a value that encodes, and that encoding decodes to
 // the same value again (a value shared once is shared unchanged by the next leader); a value
-// it encodes decodes without error.
+// it encodes decodes without error. OnceValues' pair codec does the same, and refuses every
+// payload that is not a JSON array of two values its element types decode.
 func FuzzCodecs(f *testing.F) {
 	for _, seed := range []string{"", "42", "-0", "1e400", "1e-400", "null", "\"\\ud800\"", "\"\xff\"", "{}", "[]",
 		"{\"id\":1,\"name\":\"n\",\"tags\":[\"a\"],\"attrs\":{\"x\":[1,{\"y\":null}]}}", "{\"next\":{\"next\":null}}",
@@ -125,6 +135,9 @@ func FuzzCodecs(f *testing.F) {
 		checkJSON[any](t, b)
 		checkJSON[*fuzzStruct](t, b)
 		checkJSON[fuzzStruct](t, b)
+		checkPair[int, string](t, b)
+		checkPair[any, []string](t, b)
+		checkPair[*fuzzStruct, []byte](t, b)
 		// A value made from the payload encodes and decodes back.
 		s := string(b)
 		c := JSON[fuzzStruct]()
@@ -137,7 +150,44 @@ func FuzzCodecs(f *testing.F) {
 		if err != nil || !reflect.DeepEqual(out, in) {
 			t.Fatalf("JSON round trip of %#v: %#v, %v", in, out, err)
 		}
+		pc := pairCodec[fuzzStruct, []byte]{}
+		pin := pair[fuzzStruct, []byte]{in, bytes.Clone(b)}
+		penc, err := pc.Encode(pin)
+		if err != nil {
+			t.Fatalf("pair encode %#v: %v", pin, err)
+		}
+		pout, err := pc.Decode(penc)
+		if err != nil || !reflect.DeepEqual(pout, pin) {
+			t.Fatalf("pair round trip of %#v: %#v, %v", pin, pout, err)
+		}
 	})
+}
+
+func checkPair[T1, T2 any](t *testing.T, b []byte) {
+	t.Helper()
+	c := pairCodec[T1, T2]{}
+	v, err := c.Decode(b)
+	var raw []json.RawMessage
+	if json.Unmarshal(b, &raw) != nil || len(raw) != 2 {
+		if err == nil {
+			t.Fatalf("pair[%T, %T]: %q, not a JSON array of two, decodes to %#v", v.v1, v.v2, b, v)
+		}
+		return
+	}
+	if err != nil {
+		if !reflect.DeepEqual(v, pair[T1, T2]{}) {
+			t.Fatalf("pair[%T, %T]: %q: error %v with value %#v", v.v1, v.v2, b, err, v)
+		}
+		return
+	}
+	enc, err := c.Encode(v)
+	if err != nil {
+		t.Fatalf("pair[%T, %T]: %q decodes to %#v, which does not encode: %v", v.v1, v.v2, b, v, err)
+	}
+	again, err := c.Decode(enc)
+	if err != nil || !reflect.DeepEqual(again, v) {
+		t.Fatalf("pair[%T, %T]: %q decodes to %#v, encoded %q, which decodes to %#v, %v", v.v1, v.v2, b, v, enc, again, err)
+	}
 }
 
 func checkJSON[T any](t *testing.T, b []byte) {
@@ -180,14 +230,15 @@ func FuzzGroupKeys(f *testing.F) {
 		}
 		for _, ks := range []keyset{a, b} {
 			want := slotOf(ks.lead)
-			for _, k := range []string{ks.kept, ks.resPrefix, ks.resPrefix + "AAECAwQFBgcICQoL:1", ks.channel} {
+			for _, k := range []string{ks.kept, ks.resPrefix, ks.resPrefix + "AAECAwQFBgcICQoL:1", ks.fence, ks.channel} {
 				if got := slotOf(k); got != want {
 					t.Fatalf("%q in slot %d, %q in slot %d", ks.lead, want, k, got)
 				}
 			}
 		}
 		same := g1 == g2 && k1 == k2
-		if (a == b) != same || (a.lead == b.lead) != same || (a.channel == b.channel) != same || (a.kept == b.kept) != same {
+		if (a == b) != same || (a.lead == b.lead) != same || (a.channel == b.channel) != same || (a.kept == b.kept) != same ||
+			(a.fence == b.fence) != same {
 			t.Fatalf("group %q key %q: %+v; group %q key %q: %+v", g1, k1, a, g2, k2, b)
 		}
 	})

@@ -2,6 +2,7 @@ package once_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -98,4 +99,52 @@ func ExampleOnceValue() {
 	v2, _ := epoch2(ctx)
 	fmt.Println(v1, "|", v2)
 	// Output: chosen by pod 1 | chosen by pod 1
+}
+
+// OnceFunc seeds a shared store once across pods: a failure goes to its caller and the next
+// call, from any pod, tries again; after the first success no pod runs it again.
+func ExampleOnceFunc() {
+	srv, _ := embedded.Start()
+	defer srv.Close()
+	ctx := context.Background()
+	attempts := 0
+	seed := func(ctx context.Context) error {
+		attempts++
+		if attempts == 1 {
+			return errors.New("database not ready")
+		}
+		return nil
+	}
+	h1, _ := srv.NewHandle()
+	h2, _ := srv.NewHandle()
+	seed1, _ := once.OnceFunc(h1, "seed-catalog", seed)
+	seed2, _ := once.OnceFunc(h2, "seed-catalog", seed)
+	fmt.Println("pod 1:", seed1(ctx))
+	fmt.Println("pod 2:", seed2(ctx))
+	fmt.Println("pod 1:", seed1(ctx))
+	fmt.Println("attempts:", attempts)
+	// Output:
+	// pod 1: database not ready
+	// pod 2: <nil>
+	// pod 1: <nil>
+	// attempts: 2
+}
+
+// OnceValues computes two values once across processes and keeps them: here the plan of a
+// sharded job, which every pod must agree on.
+func ExampleOnceValues() {
+	srv, _ := embedded.Start()
+	defer srv.Close()
+	ctx := context.Background()
+	plan := func(pod string) func(context.Context) (string, int, error) {
+		return func(context.Context) (string, int, error) { return "planned by " + pod, 16, nil }
+	}
+	h1, _ := srv.NewHandle()
+	h2, _ := srv.NewHandle()
+	plan1, _ := once.OnceValues(h1, "job-plan", plan("pod 1"))
+	plan2, _ := once.OnceValues(h2, "job-plan", plan("pod 2"))
+	by1, shards1, _ := plan1(ctx)
+	by2, shards2, _ := plan2(ctx)
+	fmt.Println(by1, shards1, "|", by2, shards2)
+	// Output: planned by pod 1 16 | planned by pod 1 16
 }

@@ -34,12 +34,13 @@ import (
 // flags&1 gives it a TTL; flags&8 runs a Group[string] (String codec) instead of a
 // Group[int] (JSON).
 //
-// What is correct (a result is the status byte 'v', 'e' or 'p' and a payload):
-//   - lead: someone leads; Do waits for them and ends with its ctx, fn does not run.
+// What is correct (a result is the status byte 'v', 'e', 'p' or 'g' and a payload):
+//   - lead: someone leads; Do waits for them and ends with its ctx (an error matching both
+//     ErrNotAcquired and DeadlineExceeded), fn does not run.
 //   - kept, res:, res:L: a string there is a result: Do returns without running fn, with
 //     exactly what decode makes of it, never another value: the codec's value for 'v' and a
-//     payload the codec reads; else an error matching ErrCodec, ErrLeaderFailed or
-//     ErrPanicked. (” and '!' in a res key are not results: see once_begin.lua.)
+//     payload the codec reads; else an error matching ErrCodec, ErrLeaderFailed, ErrPanicked
+//     or ErrGoexit. (” and '!' in a res key are not results: see once_begin.lua.)
 //   - a published "<leader>\n<result>" with a result is the same; any other message makes
 //     Do look again (and wait on).
 //   - A value of another type is an error; nothing panics; fn runs only where nobody leads
@@ -71,7 +72,7 @@ func FuzzGroupForeign(f *testing.F) {
 }
 
 func fuzzGroup[T comparable](t *testing.T, r *fuzzRedis, name string, part, kind uint8, value string, flags uint8, fnVal T) {
-	g, err := NewGroup[T](r.h, name, WithLeaseTTL(2*time.Second))
+	g, err := NewGroup[T](r.h, name, distsync.WithLeaseTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func fuzzGroup[T comparable](t *testing.T, r *fuzzRedis, name string, part, kind
 		t.Fatal(err)
 	}
 	const leader = "L"
-	r.cleanup(t, ks.lead, ks.kept, ks.resPrefix, ks.resPrefix+leader)
+	r.cleanup(t, ks.lead, ks.kept, ks.resPrefix, ks.resPrefix+leader, ks.fence)
 	fv := foreign{kind: kind % 5, value: value, member: value, score: 1, ttl: flags&1 != 0}
 	part %= 5
 	switch part {
@@ -159,15 +160,16 @@ func fuzzGroup[T comparable](t *testing.T, r *fuzzRedis, name string, part, kind
 			t.Fatalf("Do with result %q there: %v, %v; want %v", stored, v, err, want)
 		case werr != nil && err == nil:
 			t.Fatalf("Do with result %q there: %v, nil; want an error (%v)", stored, v, werr)
-		case werr != nil && !errors.Is(err, ErrCodec) && !errors.Is(err, ErrLeaderFailed) && !errors.Is(err, ErrPanicked):
-			t.Fatalf("Do with result %q there: %v; want ErrCodec, ErrLeaderFailed or ErrPanicked", stored, err)
+		case werr != nil && !errors.Is(err, ErrCodec) && !errors.Is(err, ErrLeaderFailed) && !errors.Is(err, ErrPanicked) &&
+			!errors.Is(err, ErrGoexit):
+			t.Fatalf("Do with result %q there: %v; want ErrCodec, ErrLeaderFailed, ErrPanicked or ErrGoexit", stored, err)
 		}
 	case leads:
 		if err != nil || v != fnVal || ran.Load() != 1 {
 			t.Fatalf("Do with nobody leading (part %d %q): %v, %v; fn ran %d times", part, value, v, err, ran.Load())
 		}
 	default: // someone leads: Do waits until its ctx ends
-		if !errors.Is(err, context.DeadlineExceeded) || ran.Load() != 0 {
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, distsync.ErrNotAcquired) || ran.Load() != 0 {
 			t.Fatalf("Do with a leader (part %d %q): %v, %v; fn ran %d times", part, value, v, err, ran.Load())
 		}
 		if sent > maxWaitCommands {

@@ -14,7 +14,9 @@
 // call at all.
 //
 // A [Once] is sync.Once across processes: its function runs until it succeeds once, after
-// which every Do returns at once, in every process, until [Once.Reset].
+// which every Do returns at once, in every process, until [Once.Reset]. [OnceFunc],
+// [OnceValue] and [OnceValues] are sync's functions of those names across processes, with a
+// context and an error: the first success is kept in Redis, a failure is retried.
 package once
 
 import (
@@ -34,18 +36,22 @@ import (
 	"github.com/distsync/distsync/internal/scripts"
 )
 
-// The errors of a call that another process led, or that could not be shared. Test with
-// [errors.Is]; the leader's message follows the sentinel.
+// The errors of a call that another process led, that could not be shared, or that ended in
+// runtime.Goexit. Test with [errors.Is]; the leader's message follows the sentinel.
 var (
 	// ErrLeaderFailed: the function returned an error in the process that ran it.
-	ErrLeaderFailed = errors.New("once: the call failed in the process that ran it")
+	ErrLeaderFailed = errors.New("the call failed in the process that ran it")
 	// ErrPanicked: the function panicked in the process that ran it. (In that process, the
 	// callers of Do panic too, as with singleflight.)
-	ErrPanicked = errors.New("once: the call panicked in the process that ran it")
+	ErrPanicked = errors.New("the call panicked in the process that ran it")
+	// ErrGoexit: the function called [runtime.Goexit] (t.FailNow in a test, say): it neither
+	// returned nor panicked. Every caller that waited for the call, in every process, gets an
+	// error matching it; nothing is kept, and the next call runs the function again.
+	ErrGoexit = errors.New("the call ended in runtime.Goexit")
 	// ErrTooLarge: the encoded result is larger than the Group's limit ([WithMaxValueSize]).
-	ErrTooLarge = errors.New("once: result too large to share")
+	ErrTooLarge = errors.New("result too large to share")
 	// ErrCodec: the result could not be encoded or decoded.
-	ErrCodec = errors.New("once: codec failed")
+	ErrCodec = errors.New("codec failed")
 )
 
 // DefaultMaxValueSize is the largest encoded result a Group shares by default: 4 MiB. A
@@ -60,12 +66,26 @@ type Result[T any] struct {
 	Shared bool
 }
 
+// fenceTTL is how long a key's last fencing token is kept after its last lead. A Once keeps
+// it for the Handle's fence retention, as a lock does. A Group may see a new key on every call
+// (a cache), and a fence key for each, kept for days, would outnumber its results: it keeps a
+// key's token for two leases, the keep period and a minute (at most the retention). After
+// that the next token comes from the server clock, which is larger unless the clock stepped
+// back by more than the time since the last lead.
+func (g *Group[T]) fenceTTL() time.Duration {
+	if g.keep < 0 {
+		return g.c.Config.FenceTTL
+	}
+	return min(g.c.Config.FenceTTL, 2*g.ttl+g.keep+time.Minute)
+}
+
 // Group runs calls once per key across processes. Make it with [NewGroup]; it is safe for
 // concurrent use and must not be copied.
 type Group[T any] struct {
 	c          *core.Handle
 	name       string
 	ttl        time.Duration
+	renew      bool          // false: a fixed lease (distsync.WithFixedLease)
 	keep       time.Duration // 0: not kept; < 0: until deleted
 	keepErrors bool
 	maxSize    int
@@ -88,73 +108,97 @@ type call[T any] struct {
 	cancel   context.CancelFunc
 }
 
-// Option configures a Group.
-type Option func(*options)
-
+// options are the settings of once's own options; the shared ones ([distsync.WithLeaseTTL],
+// [distsync.WithFixedLease]) are in core.Settings.
 type options struct {
-	ttl        time.Duration
 	keep       time.Duration
 	keepErrors bool
 	maxSize    int
 	codec      any
 }
 
+// option returns an Option of this package, for the kinds listed.
+func option(name string, set func(o *options), kinds ...string) distsync.Option {
+	return core.WrapOption(core.Opt{Name: name, Kinds: kinds,
+		Set: func(s *core.Settings) { set(s.Ext.(*options)) }}).(distsync.Option)
+}
+
 // WithKeep keeps each successful result in Redis for d after it is computed: callers of the
 // key within d get it at once, from any process, without running fn (the cache-stampede
 // protection); the first caller after d runs fn again. d must be positive. By default a
 // result goes only to the callers that waited for it.
-func WithKeep(d time.Duration) Option { return func(o *options) { o.keep = d } }
+//
+// Applies to: NewGroup.
+func WithKeep(d time.Duration) distsync.Option {
+	return option("WithKeep", func(o *options) { o.keep = d }, core.KindGroup)
+}
 
 // WithKeepErrors keeps failed results too, for the WithKeep period: callers within it get the
 // leader's error (matching [ErrLeaderFailed]) without running fn. By default errors are not
 // kept, so the next caller tries again.
-func WithKeepErrors() Option { return func(o *options) { o.keepErrors = true } }
+//
+// Applies to: NewGroup, with WithKeep.
+func WithKeepErrors() distsync.Option {
+	return option("WithKeepErrors", func(o *options) { o.keepErrors = true }, core.KindGroup)
+}
 
-// WithLeaseTTL sets the leader's lease: renewed at a third of it while fn runs; if the leader
-// dies, a waiter takes over within about this long. The default is the Handle's lease TTL.
-func WithLeaseTTL(ttl time.Duration) Option { return func(o *options) { o.ttl = ttl } }
-
-// WithMaxValueSize sets the largest encoded result the Group shares (default
+// WithMaxValueSize sets the largest encoded result shared with other callers (default
 // [DefaultMaxValueSize]). A larger result is an error matching [ErrTooLarge] for every caller.
-func WithMaxValueSize(n int) Option { return func(o *options) { o.maxSize = n } }
+//
+// Applies to: NewGroup, OnceValue, OnceValues.
+func WithMaxValueSize(n int) distsync.Option {
+	return option("WithMaxValueSize", func(o *options) { o.maxSize = n }, core.KindGroup, core.KindOnceValue)
+}
 
-// WithCodec sets how results are encoded. Its type parameter must be the Group's. The default
-// is [JSON], except for Group[[]byte] ([Bytes]) and Group[string] ([String]).
-func WithCodec[T any](c Codec[T]) Option { return func(o *options) { o.codec = c } }
+// WithCodec sets how results are encoded. Its type parameter must be the result's. The
+// default is [JSON], except for []byte ([Bytes]) and string ([String]).
+//
+// Applies to: NewGroup, OnceValue (not OnceValues, which stores its pair as JSON).
+func WithCodec[T any](c Codec[T]) distsync.Option {
+	return option("WithCodec", func(o *options) { o.codec = c }, core.KindGroup, core.KindOnceValue)
+}
 
-// NewGroup returns the Group called name. It sends nothing to Redis. It returns an error
-// matching [distsync.ErrInvalid] for an empty name, a non-positive duration or size, or a
-// codec of another type.
-func NewGroup[T any](h *distsync.Handle, name string, opts ...Option) (*Group[T], error) {
-	c := core.Of(h)
-	if c == nil {
-		return nil, fmt.Errorf("once: %w: nil handle", distsync.ErrInvalid)
+// settings applies opts for a primitive of kind called name.
+func settings(h *distsync.Handle, kind, name string, opts []distsync.Option) (*core.Handle, core.Settings, error) {
+	c, err := core.Open(h, "once")
+	if err != nil {
+		return nil, core.Settings{}, err
 	}
-	o := options{ttl: c.Config.LeaseTTL, maxSize: DefaultMaxValueSize}
-	for _, opt := range opts {
-		opt(&o)
+	set, err := c.Settings(kind, name, core.Unwrap(opts), &options{maxSize: DefaultMaxValueSize})
+	return c, set, err
+}
+
+// NewGroup returns the Group called name. It sends nothing to Redis. Its options are
+// [WithKeep], [WithKeepErrors], [WithMaxValueSize], [WithCodec], and [distsync.WithLeaseTTL]
+// or [distsync.WithFixedLease] for the leader's lease (a fixed one ends the lead, and fn's
+// context, that long after fn started). It returns an error matching [distsync.ErrInvalid]
+// for an empty name, a non-positive duration or size, a codec of another type, or an option
+// that does not apply to a Group.
+func NewGroup[T any](h *distsync.Handle, name string, opts ...distsync.Option) (*Group[T], error) {
+	c, set, err := settings(h, core.KindGroup, name, opts)
+	if err != nil {
+		return nil, err
 	}
+	o := set.Ext.(*options)
 	if o.keep < 0 {
 		return nil, fmt.Errorf("once %q: %w: keep must be positive, got %v", name, distsync.ErrInvalid, o.keep)
 	}
-	return newGroup[T](c, name, o)
+	return newGroup[T](c, name, set.LeaseTTL, !set.Fixed, *o)
 }
 
-func newGroup[T any](c *core.Handle, name string, o options) (*Group[T], error) {
+func newGroup[T any](c *core.Handle, name string, ttl time.Duration, renew bool, o options) (*Group[T], error) {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("once %q: %w: "+format, append([]any{name, distsync.ErrInvalid}, a...)...)
 	}
 	switch {
 	case name == "":
 		return nil, bad("empty name")
-	case o.ttl < core.MinLease:
-		return nil, bad("lease TTL must be at least %v, got %v", core.MinLease, o.ttl)
 	case o.keep == 0 && o.keepErrors:
 		return nil, bad("WithKeepErrors needs WithKeep")
 	case o.maxSize <= 0:
 		return nil, bad("max value size must be positive, got %d", o.maxSize)
 	}
-	g := &Group[T]{c: c, name: name, ttl: o.ttl, keep: o.keep, keepErrors: o.keepErrors, maxSize: o.maxSize,
+	g := &Group[T]{c: c, name: name, ttl: ttl, renew: renew, keep: o.keep, keepErrors: o.keepErrors, maxSize: o.maxSize,
 		codec: defaultCodec[T](), calls: make(map[string]*call[T])}
 	if o.codec != nil {
 		codec, ok := o.codec.(Codec[T])
@@ -173,17 +217,24 @@ func newGroup[T any](c *core.Handle, name string, o options) (*Group[T], error) 
 //
 // fn runs in the caller's process only if that process leads the key. Its context carries the
 // values of the first local caller's ctx, not its deadline or cancellation (other callers,
-// in other processes too, wait for the result); it ends when the lead is lost — the lease
-// could not be renewed, so another process may take over — or when the Handle closes.
+// in other processes too, wait for the result), and the lead's lease, which
+// [distsync.LeaseFromContext] returns (its deadline; its fencing token, larger than every
+// earlier lead's of the key: a Group keeps a key's last token for two leases, its keep period
+// and a minute, and later tokens follow the server clock). It ends, with the
+// lease's error as its cause, when the lead is lost — the lease could not be renewed, or a
+// fixed lease ([distsync.WithFixedLease]) ran out, so another process may take over — or when
+// the Handle closes.
 //
-// ctx bounds the caller's wait: if it ends first, Do returns its error (errors.Is matches
-// ctx.Err()), and the call goes on for the others. If fn panics, Do panics in every caller in
+// ctx bounds the caller's wait: if it ends first, Do returns an error matching both
+// [distsync.ErrNotAcquired] and ctx.Err(), and the call goes on for the others. Callers in
+// other processes get fn's error as one matching [ErrLeaderFailed] with its message; callers
+// in the leader's process get the error itself. If fn panics, Do panics in every caller in
 // its process, as singleflight does; callers in other processes get an error matching
-// [ErrPanicked]. Callers in other processes get fn's error as one matching [ErrLeaderFailed]
-// with its message; callers in the leader's process get the error itself.
+// [ErrPanicked]. If fn calls [runtime.Goexit], every caller, in every process, gets an error
+// matching [ErrGoexit], and the lead is given up at once.
 func (g *Group[T]) Do(ctx context.Context, key string, fn func(ctx context.Context) (T, error)) (v T, err error, shared bool) {
 	if err := ctx.Err(); err != nil {
-		return v, g.wrap(key, fmt.Errorf("%w: %w", distsync.ErrNotAcquired, err)), false
+		return v, g.notAcquired(key, err), false
 	}
 	if g.c.Closed() {
 		return v, g.wrap(key, distsync.ErrClosed), false
@@ -217,13 +268,14 @@ func (g *Group[T]) Do(ctx context.Context, key string, fn func(ctx context.Conte
 			}
 		}
 		g.mu.Unlock()
-		return v, g.wrap(key, fmt.Errorf("%w: %w", distsync.ErrNotAcquired, ctx.Err())), false
+		return v, g.notAcquired(key, ctx.Err()), false
 	}
 }
 
 // DoChan is like Do but returns a channel that receives the results when they are ready; it
 // is not closed. A panic in fn is delivered as an error matching [ErrPanicked] (rather than
-// crash a goroutine the caller does not own).
+// crash a goroutine the caller does not own); a cancelled wait, as an error matching both
+// [distsync.ErrNotAcquired] and ctx.Err().
 func (g *Group[T]) DoChan(ctx context.Context, key string, fn func(ctx context.Context) (T, error)) <-chan Result[T] {
 	ch := make(chan Result[T], 1)
 	go func() {
@@ -257,7 +309,7 @@ func (g *Group[T]) Forget(ctx context.Context, key string) error {
 
 // keyset is the keys of one key of a Group.
 type keyset struct {
-	lead, kept, resPrefix, channel string
+	lead, kept, resPrefix, fence, channel string
 }
 
 func (g *Group[T]) keys(key string) (keyset, error) {
@@ -266,10 +318,15 @@ func (g *Group[T]) keys(key string) (keyset, error) {
 	if err != nil {
 		return keyset{}, fmt.Errorf("once %q: %w", g.name, err)
 	}
-	return keyset{lead: ks.Key(), kept: ks.Part("kept"), resPrefix: ks.Part("res") + ":", channel: ks.Channel()}, nil
+	return keyset{lead: ks.Key(), kept: ks.Part("kept"), resPrefix: ks.Part("res") + ":", fence: ks.Part("fence"),
+		channel: ks.Channel()}, nil
 }
 
 // run is the call of key in this process: it waits for a result in Redis, or leads.
+//
+// ctx is the call's, not a caller's: it ends when no caller in this process waits any more
+// (Do cancels it), so a result it cuts short reaches nobody. Those results match
+// [distsync.ErrNotAcquired] all the same, as a caller's own cancelled wait does.
 func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(context.Context) (T, error)) {
 	defer func() {
 		g.mu.Lock()
@@ -308,8 +365,9 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 		resub := l.resubscribed() // before the check: a re-subscription after it means look again
 		owner := g.c.NewID()
 		sent := time.Now()
-		reply, err := scripts.OnceBegin.Exec(ctx, g.c.Client, []string{ks.lead, ks.kept, ks.resPrefix + leader, ks.resPrefix + owner},
-			[]string{owner, core.Ms(g.ttl)}).ToArray()
+		reply, err := scripts.OnceBegin.Exec(ctx, g.c.Client,
+			[]string{ks.lead, ks.kept, ks.resPrefix + leader, ks.resPrefix + owner, ks.fence},
+			[]string{owner, core.Ms(g.ttl), core.Ms(g.fenceTTL())}).ToArray()
 		if _, redisErr := rueidis.IsRedisErr(err); err != nil && !redisErr {
 			// The script may have run without its reply (a cancelled ctx does not cancel a
 			// command Redis received): if it made this call the leader, give the lead up.
@@ -327,9 +385,10 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 				}
 			}
 			if ctx.Err() != nil {
-				err = ctx.Err()
+				c.err = g.notAcquired(key, ctx.Err())
+			} else {
+				c.err = g.wrap(key, err)
 			}
-			c.err = g.wrap(key, err)
 			return
 		}
 		kind, _ := reply[0].ToString()
@@ -340,7 +399,11 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 			c.shared = true
 			return
 		case "l":
-			lease, err := g.c.Hold(core.LeaseSpec{Key: ks.lead, Owner: owner, Kind: "s", TTL: g.ttl, Renew: true, Sent: sent,
+			var token int64 // the lead's fencing token: {'l', token}
+			if len(reply) > 1 {
+				token, _ = reply[1].AsInt64()
+			}
+			lease, err := g.c.Hold(core.LeaseSpec{Key: ks.lead, Owner: owner, Kind: "s", TTL: g.ttl, Renew: g.renew, Sent: sent, Token: token,
 				Release: func(ctx context.Context, _ *core.Lease) error { return g.finish(ctx, ks, owner, "", 0) }})
 			switch {
 			case errors.Is(err, core.ErrLate):
@@ -355,10 +418,14 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 			leader, _ = reply[1].ToString()
 			if sub == nil {
 				if sub, err = g.c.Notifier.Subscribe(ctx, ks.channel, l); err != nil {
-					if errors.Is(err, pubsub.ErrClosed) {
-						err = distsync.ErrClosed
+					switch {
+					case errors.Is(err, pubsub.ErrClosed):
+						c.err = g.wrap(key, distsync.ErrClosed)
+					case ctx.Err() != nil:
+						c.err = g.notAcquired(key, ctx.Err())
+					default:
+						c.err = g.wrap(key, err)
 					}
-					c.err = g.wrap(key, err)
 					return
 				}
 				continue
@@ -387,7 +454,7 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 			case <-timer.C:
 				break wait // the backstop: a lease that lapses publishes nothing
 			case <-ctx.Done():
-				c.err = g.wrap(key, ctx.Err())
+				c.err = g.notAcquired(key, ctx.Err())
 				return
 			case <-g.c.Done():
 				c.err = g.wrap(key, distsync.ErrClosed)
@@ -404,16 +471,30 @@ func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, lease *core.Le
 		val      T
 		err      error
 		panicked any
+		returned bool
 	)
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				panicked = r
-			}
-		}()
-		val, err = fn(fctx)
+	// fn ends in one of three ways: it returns; it panics, recovered below; or it calls
+	// runtime.Goexit, which no recover stops: this goroutine ends once its deferred calls have
+	// run. So the result is shared by a deferred call, which runs in all three: a Goexit must
+	// neither leave the lead held (renewed, so that every later call waits on it) nor tell the
+	// callers that fn succeeded. recover returns nil for a Goexit (and, since Go 1.21, a
+	// *runtime.PanicNilError for panic(nil)): fn did not return and nothing was recovered.
+	defer func() {
+		cancel()
+		g.share(c, ks, key, owner, lease, val, err, panicked, !returned && panicked == nil, subscribed)
 	}()
-	cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			panicked = r
+		}
+	}()
+	val, err = fn(fctx)
+	returned = true
+}
+
+// share ends the lead of a call whose fn has ended, with fn's results: val and err if it
+// returned, the value it panicked with, or goexit if it called runtime.Goexit.
+func (g *Group[T]) share(c *call[T], ks keyset, key, owner string, lease *core.Lease, val T, err error, panicked any, goexit bool, subscribed bool) {
 	// Err reads the lease's deadline now: a leader whose process was frozen past it learns of
 	// the loss here, even if the renewal loop has not run since it resumed.
 	if lerr := lease.Stop(); lerr != nil {
@@ -424,12 +505,18 @@ func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, lease *core.Le
 		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
 		_ = g.finish(rctx, ks, owner, "", 0)
 		rcancel()
+		if goexit {
+			err = ErrGoexit // for want of an error of fn's
+		}
 		g.lostLead(c, key, val, err, panicked, lerr)
 		return
 	}
 
 	var res string
 	switch {
+	case goexit:
+		res = "g"
+		err = ErrGoexit
 	case panicked != nil:
 		res = "p" + fmt.Sprint(panicked)
 	case err != nil:
@@ -448,7 +535,7 @@ func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, lease *core.Le
 		}
 	}
 	keep := time.Duration(0)
-	if err == nil && panicked == nil || err != nil && g.keepErrors {
+	if err == nil && panicked == nil || err != nil && g.keepErrors && !goexit {
 		keep = g.keep
 	}
 	// Publish the result, retrying a lost connection a few times: the waiters would otherwise
@@ -477,6 +564,9 @@ func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, lease *core.Le
 		return
 	}
 	lease.End(distsync.ErrReleased)
+	if goexit {
+		err = g.wrap(key, err) // fn's own error goes to its process's callers as it is
+	}
 	c.val, c.err, c.panicked = val, err, panicked
 	own := int64(0)
 	if subscribed {
@@ -527,12 +617,20 @@ func (g *Group[T]) decode(key, res string) (T, error) {
 		return v, nil
 	case 'p':
 		return zero, fmt.Errorf("once %q: key %q: %w: %s", g.name, key, ErrPanicked, res[1:])
+	case 'g':
+		return zero, fmt.Errorf("once %q: key %q: %w", g.name, key, ErrGoexit)
 	}
 	return zero, fmt.Errorf("once %q: key %q: %w: %s", g.name, key, ErrLeaderFailed, res[1:])
 }
 
 func (g *Group[T]) wrap(key string, err error) error {
 	return fmt.Errorf("once %q: key %q: %w", g.name, key, err)
+}
+
+// notAcquired is the error of a wait that ctx ended (its error is err) before the call had a
+// result: it matches both [distsync.ErrNotAcquired] and err, as every primitive's does.
+func (g *Group[T]) notAcquired(key string, err error) error {
+	return g.wrap(key, fmt.Errorf("%w: %w", distsync.ErrNotAcquired, err))
 }
 
 // listener receives a key's channel.

@@ -17,7 +17,7 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-func group[T any](t *testing.T, p *redistest.Pod, name string, opts ...once.Option) *once.Group[T] {
+func group[T any](t *testing.T, p *redistest.Pod, name string, opts ...distsync.Option) *once.Group[T] {
 	t.Helper()
 	g, err := once.NewGroup[T](p.H, name, opts...)
 	if err != nil {
@@ -481,8 +481,8 @@ func TestLeaderThatLostItsLeadIsTold(t *testing.T) {
 		const ttl = 400 * time.Millisecond
 		prefix := b.Prefix(t)
 		net := redistest.NewNetwork()
-		leader := group[string](t, b.PodVia(t, prefix, net), "lost", once.WithLeaseTTL(ttl))
-		other := group[string](t, b.Pod(t, prefix), "lost", once.WithLeaseTTL(ttl))
+		leader := group[string](t, b.PodVia(t, prefix, net), "lost", distsync.WithLeaseTTL(ttl))
+		other := group[string](t, b.Pod(t, prefix), "lost", distsync.WithLeaseTTL(ttl))
 		entered, release := make(chan struct{}), make(chan struct{})
 		var cause error
 		res := make(chan error, 1)

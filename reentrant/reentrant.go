@@ -102,35 +102,23 @@ type hold struct {
 	gone bool
 }
 
-// Option configures a Mutex.
-type Option func(*Mutex)
-
-// WithTTL sets the lease of each hold; the Handle renews it at a third of ttl for as long as
-// the mutex is held. It must be at least [distsync.MinLeaseTTL]. The default is the Handle's lease TTL
-// ([distsync.DefaultLeaseTTL] unless [distsync.WithLeaseTTL] changed it).
-func WithTTL(ttl time.Duration) Option {
-	return func(m *Mutex) { m.ttl, m.renew = ttl, true }
-}
-
-// WithFixedLease makes each outermost hold a lease of ttl that is never renewed (re-entering
-// extends it to ttl again): Redis frees the mutex ttl after the last Lock, whatever the count.
-func WithFixedLease(ttl time.Duration) Option {
-	return func(m *Mutex) { m.ttl, m.renew = ttl, false }
-}
-
-// New returns the reentrant Mutex called name. It sends nothing to Redis. It returns an error
-// matching [distsync.ErrInvalid] for an empty name or a lease shorter than [distsync.MinLeaseTTL].
-func New(h *distsync.Handle, name string, opts ...Option) (*Mutex, error) {
-	c, err := core.Open(h, "reentrant")
+// New returns the reentrant Mutex called name. It sends nothing to Redis. Its options are
+// [distsync.WithLeaseTTL] and [distsync.WithFixedLease] (a fixed lease runs from the last
+// Lock: re-entering extends it to its TTL again, and Redis frees the mutex that long after the
+// last Lock, whatever the count). It returns an error matching [distsync.ErrInvalid] for an
+// empty name, a bad option value, or an option that does not apply to a reentrant mutex.
+func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, error) {
+	c, err := core.Open(h, core.KindReentrant)
 	if err != nil {
 		return nil, err
 	}
-	m := &Mutex{c: c, name: name, ttl: c.Config.LeaseTTL, renew: true, turn: make(chan struct{}, 1), holds: make(map[Owner]*hold),
-		unlocking: make(map[Owner]*pending)}
-	for _, o := range opts {
-		o(m)
+	set, err := c.Settings(core.KindReentrant, name, core.Unwrap(opts), nil)
+	if err != nil {
+		return nil, err
 	}
-	ks, err := c.Space("reentrant", name, m.ttl)
+	m := &Mutex{c: c, name: name, ttl: set.LeaseTTL, renew: !set.Fixed, turn: make(chan struct{}, 1), holds: make(map[Owner]*hold),
+		unlocking: make(map[Owner]*pending)}
+	ks, err := c.Space(core.KindReentrant, name, m.ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +134,8 @@ func (m *Mutex) Name() string { return m.name }
 // Lock locks m for the owner that ctx carries. If that owner holds m already, here or in
 // another process, Lock adds one to its count and returns at once. Otherwise it waits, without
 // polling, until m is free and it takes it, or ctx ends: there is no limit on tries or time.
-// On success it returns nil. If ctx ends first it returns an error matching both
+// On success it returns nil ([Mutex.LockLease] returns the hold's lease too). If ctx ends
+// first it returns an error matching both
 // [distsync.ErrNotAcquired] and ctx.Err(), and the count is as it was. It returns an error
 // matching [distsync.ErrInvalid] if ctx carries no owner, and one matching [distsync.ErrLost]
 // if the owner's hold here was lost (re-entering a lost hold would hide the loss).
@@ -162,6 +151,27 @@ func (m *Mutex) Lock(ctx context.Context) error {
 // the count is as it was.
 func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 	return m.lock1(ctx, false)
+}
+
+// LockLease is [Mutex.Lock] that also returns the owner's [distsync.Lease]: one lease for the
+// whole hold, from the outermost Lock to the last Unlock, so a nested LockLease returns the
+// lease the outermost one did. It carries the fencing token of the outermost Lock and the loss
+// signal of the hold.
+func (m *Mutex) LockLease(ctx context.Context) (*distsync.Lease, error) {
+	if _, err := m.lock1(ctx, true); err != nil {
+		return nil, err
+	}
+	return m.lease(ctx), nil
+}
+
+// TryLockLease is [Mutex.TryLock] that also returns the owner's [distsync.Lease] when it took
+// or re-entered m (nil otherwise), as [Mutex.LockLease] does.
+func (m *Mutex) TryLockLease(ctx context.Context) (*distsync.Lease, bool, error) {
+	ok, err := m.lock1(ctx, false)
+	if !ok || err != nil {
+		return nil, ok, err
+	}
+	return m.lease(ctx), true, nil
 }
 
 func (m *Mutex) lock1(ctx context.Context, wait bool) (bool, error) {
@@ -519,10 +529,9 @@ func (m *Mutex) HoldCount(ctx context.Context) int {
 	return 0
 }
 
-// Lease returns the hold of the owner that ctx carries, or nil if it holds no Lock of m through
-// this Mutex value. The lease carries the fencing token of the outermost Lock and the loss
-// signal; it ends when the last Unlock gives the hold back or the hold is lost.
-func (m *Mutex) Lease(ctx context.Context) *distsync.Lease {
+// lease returns the lease of the owner that ctx carries (nil if it holds no Lock of m through
+// this Mutex value: another of its goroutines unlocked it meanwhile).
+func (m *Mutex) lease(ctx context.Context) *distsync.Lease {
 	o, _ := OwnerFrom(ctx)
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -22,7 +22,7 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-func newMutex(t *testing.T, p *redistest.Pod, name string, opts ...reentrant.Option) *reentrant.Mutex {
+func newMutex(t *testing.T, p *redistest.Pod, name string, opts ...distsync.Option) *reentrant.Mutex {
 	t.Helper()
 	m, err := reentrant.New(p.H, name, opts...)
 	if err != nil {
@@ -389,10 +389,10 @@ func TestMisuse(t *testing.T) {
 		if _, err := reentrant.New(p.H, ""); !errors.Is(err, distsync.ErrInvalid) {
 			t.Errorf("New with an empty name: %v", err)
 		}
-		if _, err := reentrant.New(p.H, "x", reentrant.WithTTL(0)); !errors.Is(err, distsync.ErrInvalid) {
+		if _, err := reentrant.New(p.H, "x", distsync.WithLeaseTTL(0)); !errors.Is(err, distsync.ErrInvalid) {
 			t.Errorf("New with a zero TTL: %v", err)
 		}
-		if _, err := reentrant.New(p.H, "x", reentrant.WithFixedLease(-time.Second)); !errors.Is(err, distsync.ErrInvalid) {
+		if _, err := reentrant.New(p.H, "x", distsync.WithFixedLease(-time.Second)); !errors.Is(err, distsync.ErrInvalid) {
 			t.Errorf("New with a negative lease: %v", err)
 		}
 	})

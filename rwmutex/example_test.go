@@ -35,8 +35,8 @@ func Example() {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_ = cfg2.Lock(ctx) // waits for both readers; new readers now wait behind it
-		fmt.Println("writer inside, token issued:", cfg2.Lease().Token() > 0)
+		lease, _ := cfg2.LockLease(ctx) // waits for both readers; new readers now wait behind it
+		fmt.Println("writer inside, token issued:", lease.Token() > 0)
 		_ = cfg2.Unlock(ctx)
 	}()
 	_ = cfg1.RUnlock(ctx)

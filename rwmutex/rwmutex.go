@@ -60,41 +60,28 @@ type RWMutex struct {
 	rholds []*core.Lease // the read holds of this value, oldest first
 }
 
-// Option configures a RWMutex.
-type Option func(*RWMutex)
-
-// WithTTL sets the lease of each hold, read or write; the Handle renews it at a third of ttl
-// for as long as it is held. It must be at least [distsync.MinLeaseTTL]. The default is the Handle's
-// lease TTL ([distsync.DefaultLeaseTTL] unless [distsync.WithLeaseTTL] changed it).
-func WithTTL(ttl time.Duration) Option {
-	return func(m *RWMutex) { m.ttl, m.renew = ttl, true }
-}
-
-// WithFixedLease makes each hold a lease of ttl that is never renewed: Redis drops the hold
-// ttl after it was taken, and its lease ends with [distsync.ErrLost] then.
-func WithFixedLease(ttl time.Duration) Option {
-	return func(m *RWMutex) { m.ttl, m.renew = ttl, false }
-}
-
-// New returns the RWMutex called name. It sends nothing to Redis. It returns an error
-// matching [distsync.ErrInvalid] for an empty name or a lease shorter than [distsync.MinLeaseTTL].
-func New(h *distsync.Handle, name string, opts ...Option) (*RWMutex, error) {
-	c, err := core.Open(h, "rwmutex")
+// New returns the RWMutex called name. It sends nothing to Redis. Its options are
+// [distsync.WithLeaseTTL] and [distsync.WithFixedLease] (for read and write holds alike) and
+// [distsync.WithHandoffWindow]. It returns an error matching [distsync.ErrInvalid] for an
+// empty name, a bad option value, or an option that does not apply to a rwmutex.
+func New(h *distsync.Handle, name string, opts ...distsync.Option) (*RWMutex, error) {
+	c, err := core.Open(h, core.KindRWMutex)
 	if err != nil {
 		return nil, err
 	}
-	m := &RWMutex{c: c, name: name, ttl: c.Config.LeaseTTL, renew: true}
-	for _, o := range opts {
-		o(m)
+	set, err := c.Settings(core.KindRWMutex, name, core.Unwrap(opts), nil)
+	if err != nil {
+		return nil, err
 	}
-	ks, err := c.Space("rwmutex", name, m.ttl)
+	m := &RWMutex{c: c, name: name, ttl: set.LeaseTTL, renew: !set.Fixed}
+	ks, err := c.Space(core.KindRWMutex, name, m.ttl)
 	if err != nil {
 		return nil, err
 	}
 	m.keys = []string{ks.Key(), ks.Part("r"), ks.Part("ww"), ks.Part("rq"), ks.Part("ra"), ks.Part("fence"), ks.Part("ops"), ks.Part("wo"), ks.Part("rel")}
 	// A waiting mark outlives the wait it reported by two renewal periods: one for the
 	// waiter's backstop slack, one for a late timer.
-	m.fixed = []string{core.Ms(m.ttl), core.Ms(2 * m.ttl / core.RenewDivisor), core.Ms(c.Config.HandoffWindow),
+	m.fixed = []string{core.Ms(m.ttl), core.Ms(2 * m.ttl / core.RenewDivisor), core.Ms(set.HandoffWindow),
 		core.Ms(c.Config.FenceTTL), core.Ms(opsTTL), ks.Channel(), c.Pub}
 	m.waiterR, m.waiterW = c.NewID(), c.NewID()
 	m.readersChan = ks.Channel() + ":r"
@@ -126,12 +113,26 @@ func (m *RWMutex) Name() string { return m.name }
 // and ctx.Err(), and leaves nothing behind in Redis. Connection errors are retried while
 // waiting; other Redis errors are returned.
 func (m *RWMutex) RLock(ctx context.Context) error {
+	_, err := m.wait(ctx, m.readers)
+	return err
+}
+
+// RLockLease is [RWMutex.RLock] that also returns the read hold's [distsync.Lease]. Its
+// Token is the token of the last write hold before it (readers share it).
+func (m *RWMutex) RLockLease(ctx context.Context) (*distsync.Lease, error) {
 	return m.wait(ctx, m.readers)
 }
 
 // TryRLock tries to lock m for reading once, without waiting: true if it did, false with a
 // nil error if a writer holds m or waits for it. ctx bounds the one round trip.
 func (m *RWMutex) TryRLock(ctx context.Context) (bool, error) {
+	_, ok, err := m.try(ctx, "r")
+	return ok, err
+}
+
+// TryRLockLease is [RWMutex.TryRLock] that also returns the read hold's [distsync.Lease]
+// when it took one (nil otherwise).
+func (m *RWMutex) TryRLockLease(ctx context.Context) (*distsync.Lease, bool, error) {
 	return m.try(ctx, "r")
 }
 
@@ -154,11 +155,18 @@ func (m *RWMutex) RUnlock(ctx context.Context) error {
 
 // Lock locks m for writing. It waits, without polling, until no writer holds m and every
 // reader has gone, then takes it, or until ctx ends: there is no limit on tries or time. While
-// it waits, new readers wait behind it. On success it returns nil and [RWMutex.Lease]
-// describes the hold. If ctx ends first it returns an error matching both
+// it waits, new readers wait behind it. On success it returns nil ([RWMutex.LockLease]
+// returns the hold's lease too). If ctx ends first it returns an error matching both
 // [distsync.ErrNotAcquired] and ctx.Err(), and leaves nothing behind in Redis (the readers it
 // held back go on).
 func (m *RWMutex) Lock(ctx context.Context) error {
+	_, err := m.wait(ctx, m.writers)
+	return err
+}
+
+// LockLease is [RWMutex.Lock] that also returns the write hold's [distsync.Lease]. Its
+// fencing token is larger than that of every write hold before it.
+func (m *RWMutex) LockLease(ctx context.Context) (*distsync.Lease, error) {
 	return m.wait(ctx, m.writers)
 }
 
@@ -166,10 +174,17 @@ func (m *RWMutex) Lock(ctx context.Context) error {
 // error if m is held or a reader it owes a turn to has not come yet. ctx bounds the one
 // round trip.
 func (m *RWMutex) TryLock(ctx context.Context) (bool, error) {
+	_, ok, err := m.TryLockLease(ctx)
+	return ok, err
+}
+
+// TryLockLease is [RWMutex.TryLock] that also returns the write hold's [distsync.Lease] when
+// it took it (nil otherwise).
+func (m *RWMutex) TryLockLease(ctx context.Context) (*distsync.Lease, bool, error) {
 	select {
 	case <-m.gate():
 	default:
-		return false, nil // this value's write hold has not been Unlocked
+		return nil, false, nil // this value's write hold has not been Unlocked
 	}
 	return m.try(ctx, "w")
 }
@@ -195,76 +210,72 @@ func (m *RWMutex) Unlock(ctx context.Context) error {
 	return m.release(ctx, "w", l)
 }
 
-// Lease returns the write hold of m, or nil if this RWMutex value does not hold it. Its
-// fencing token is larger than that of every write hold before it.
-func (m *RWMutex) Lease() *distsync.Lease {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.wlease == nil {
-		return nil
-	}
-	return m.wlease.Public.(*distsync.Lease)
-}
-
-// RLease returns the most recent read hold of this RWMutex value (the one RUnlock gives back
-// next), or nil if it holds none. Its Token is the token of the last write hold before it.
-func (m *RWMutex) RLease() *distsync.Lease {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.rholds) == 0 {
-		return nil
-	}
-	return m.rholds[len(m.rholds)-1].Public.(*distsync.Lease)
-}
+// Locker returns a [sync.Locker] whose Lock and Unlock call m's Lock and Unlock with
+// context.Background(). They panic on any error (sync.Locker has no error to return).
+func (m *RWMutex) Locker() sync.Locker { return core.Locker("rwmutex: Locker", m.Lock, m.Unlock) }
 
 // RLocker returns a [sync.Locker] whose Lock and Unlock call m's RLock and RUnlock with
 // context.Background(). They panic on any error (sync.Locker has no error to return).
 func (m *RWMutex) RLocker() sync.Locker { return core.Locker("rwmutex: RLocker", m.RLock, m.RUnlock) }
 
-func (m *RWMutex) wait(ctx context.Context, room *waitq.Room) error {
+// wait waits in room for a hold and returns its lease.
+func (m *RWMutex) wait(ctx context.Context, room *waitq.Room) (*distsync.Lease, error) {
 	if err := ctx.Err(); err != nil {
-		return m.notAcquired(err)
+		return nil, m.notAcquired(err)
 	}
 	if err := m.c.Enter(); err != nil {
-		return fmt.Errorf("rwmutex %q: %w", m.name, err)
+		return nil, fmt.Errorf("rwmutex %q: %w", m.name, err)
 	}
 	defer m.c.Exit()
-	err := room.Acquire(ctx)
+	sctx, sink := core.WithSink(ctx)
+	err := room.Acquire(sctx)
 	switch {
 	case err == nil:
-		return nil
+		return public(sink), nil
 	case ctx.Err() != nil:
-		return m.notAcquired(ctx.Err())
+		return nil, m.notAcquired(ctx.Err())
 	case errors.Is(err, core.ErrClosed):
-		return fmt.Errorf("rwmutex %q: %w", m.name, err)
+		return nil, fmt.Errorf("rwmutex %q: %w", m.name, err)
 	default:
-		return fmt.Errorf("rwmutex %q: lock: %w", m.name, err)
+		return nil, fmt.Errorf("rwmutex %q: lock: %w", m.name, err)
 	}
 }
 
-func (m *RWMutex) try(ctx context.Context, mode string) (bool, error) {
+// public returns the lease an acquisition delivered to sink.
+func public(sink *core.Sink) *distsync.Lease {
+	if sink.Lease == nil {
+		return nil
+	}
+	return sink.Lease.Public.(*distsync.Lease)
+}
+
+func (m *RWMutex) try(ctx context.Context, mode string) (*distsync.Lease, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return false, m.notAcquired(err)
+		return nil, false, m.notAcquired(err)
 	}
 	if err := m.c.Enter(); err != nil {
-		return false, fmt.Errorf("rwmutex %q: %w", m.name, err)
+		return nil, false, fmt.Errorf("rwmutex %q: %w", m.name, err)
 	}
 	defer m.c.Exit()
-	res, owner, err := m.attempt(ctx, mode, "", false)
+	sctx, sink := core.WithSink(ctx)
+	res, owner, err := m.attempt(sctx, mode, "", false)
 	if err != nil {
 		if owner != "" {
 			m.c.Undo("cleanup after a cancelled try", opsTTL,
 				func(actx context.Context) error { return m.leave(actx, mode, "", owner, false) })
 		}
 		if ctx.Err() != nil {
-			return false, m.notAcquired(ctx.Err())
+			return nil, false, m.notAcquired(ctx.Err())
 		}
 		if errors.Is(err, core.ErrLate) {
-			return false, m.notAcquired(err)
+			return nil, false, m.notAcquired(err)
 		}
-		return false, fmt.Errorf("rwmutex %q: try: %w", m.name, err)
+		return nil, false, fmt.Errorf("rwmutex %q: try: %w", m.name, err)
 	}
-	return res.Acquired, nil
+	if !res.Acquired {
+		return nil, false, nil
+	}
+	return public(sink), true, nil
 }
 
 // args returns the ARGV of every rwmutex script (see internal/scripts/lib/rw.lua).
@@ -286,7 +297,7 @@ func (m *RWMutex) attempt(ctx context.Context, mode, waiter string, more bool) (
 	}
 	switch {
 	case len(vals) == 2 && vals[0] == 1:
-		if err := m.hold(mode, owner, vals[1], sent); err != nil {
+		if err := m.hold(ctx, mode, owner, vals[1], sent); err != nil {
 			return waitq.Result{}, "", err
 		}
 		if mode == "r" && more {
@@ -308,8 +319,9 @@ func (m *RWMutex) attempt(ctx context.Context, mode, waiter string, more bool) (
 	return waitq.Result{}, "", core.Unexpected(scripts.RWMutexLock, vals)
 }
 
-// hold records an acquisition and puts its lease on the renewal loop.
-func (m *RWMutex) hold(mode, owner string, token int64, sent time.Time) error {
+// hold records an acquisition, puts its lease on the renewal loop and delivers it to ctx's
+// sink.
+func (m *RWMutex) hold(ctx context.Context, mode, owner string, token int64, sent time.Time) error {
 	spec := core.LeaseSpec{Key: m.keys[0], Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent}
 	if mode == "r" {
 		spec.Key, spec.Kind = m.keys[1], "z"
@@ -322,6 +334,7 @@ func (m *RWMutex) hold(mode, owner string, token int64, sent time.Time) error {
 	if err != nil { // given back: the handle closed, or the reply came too late to use
 		return err
 	}
+	core.Deliver(ctx, l)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if mode == "r" {

@@ -20,7 +20,7 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-func newRW(t *testing.T, p *redistest.Pod, name string, opts ...rwmutex.Option) *rwmutex.RWMutex {
+func newRW(t *testing.T, p *redistest.Pod, name string, opts ...distsync.Option) *rwmutex.RWMutex {
 	t.Helper()
 	m, err := rwmutex.New(p.H, name, opts...)
 	if err != nil {
@@ -464,7 +464,7 @@ func TestMisuse(t *testing.T) {
 		if _, err := rwmutex.New(p.H, ""); !errors.Is(err, distsync.ErrInvalid) {
 			t.Errorf("New with an empty name: %v", err)
 		}
-		if _, err := rwmutex.New(p.H, "x", rwmutex.WithTTL(0)); !errors.Is(err, distsync.ErrInvalid) {
+		if _, err := rwmutex.New(p.H, "x", distsync.WithLeaseTTL(0)); !errors.Is(err, distsync.ErrInvalid) {
 			t.Errorf("New with a zero TTL: %v", err)
 		}
 	})

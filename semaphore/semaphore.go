@@ -36,7 +36,7 @@ import (
 
 // ErrSizeMismatch is returned (wrapped, with both sizes) when a Semaphore's size differs from
 // the size Redis has for its name: two programs disagree on what the semaphore is.
-var ErrSizeMismatch = errors.New("semaphore: size differs from the size in Redis")
+var ErrSizeMismatch = errors.New("size differs from the size in Redis")
 
 // opsTTL is how long Redis remembers a release's request id, and a voided waiter.
 const opsTTL = time.Minute
@@ -44,11 +44,12 @@ const opsTTL = time.Minute
 // Semaphore is a weighted semaphore shared by every process that uses the same name on the
 // same Redis. Make it with [New]; it is safe for concurrent use and must not be copied.
 type Semaphore struct {
-	c     *core.Handle
-	name  string
-	size  int64
-	ttl   time.Duration
-	renew bool
+	c      *core.Handle
+	name   string
+	size   int64
+	ttl    time.Duration
+	renew  bool
+	wlease time.Duration // the waiter lease
 
 	keys       []string // see internal/scripts/lib/sem.lua
 	chanPrefix string
@@ -64,38 +65,26 @@ type hold struct {
 	lease *core.Lease
 }
 
-// Option configures a Semaphore.
-type Option func(*Semaphore)
-
-// WithTTL sets the lease of each acquisition; the Handle renews it at a third of ttl while
-// the permits are held. It must be at least [distsync.MinLeaseTTL]. The default is the Handle's lease
-// TTL ([distsync.DefaultLeaseTTL] unless [distsync.WithLeaseTTL] changed it).
-func WithTTL(ttl time.Duration) Option {
-	return func(s *Semaphore) { s.ttl, s.renew = ttl, true }
-}
-
-// WithFixedLease makes each acquisition a lease of ttl that is never renewed: its permits
-// come back ttl after they were acquired, whether or not they were released.
-func WithFixedLease(ttl time.Duration) Option {
-	return func(s *Semaphore) { s.ttl, s.renew = ttl, false }
-}
-
-// New returns the Semaphore called name, of size permits. It sends nothing to Redis. It
-// returns an error matching [distsync.ErrInvalid] for an empty name, a size below 1 or a
-// lease shorter than [distsync.MinLeaseTTL].
-func New(h *distsync.Handle, name string, size int64, opts ...Option) (*Semaphore, error) {
-	c, err := core.Open(h, "semaphore")
+// New returns the Semaphore called name, of size permits. It sends nothing to Redis. Its
+// options are [distsync.WithLeaseTTL] and [distsync.WithFixedLease] (the lease of each
+// acquisition: a fixed one gives its permits back that long after they were acquired, whether
+// or not they were released) and [distsync.WithWaiterLease]. It returns an error matching
+// [distsync.ErrInvalid] for an empty name, a size below 1, a bad option value, or an option
+// that does not apply to a semaphore.
+func New(h *distsync.Handle, name string, size int64, opts ...distsync.Option) (*Semaphore, error) {
+	c, err := core.Open(h, core.KindSemaphore)
 	if err != nil {
 		return nil, err
 	}
-	s := &Semaphore{c: c, name: name, size: size, ttl: c.Config.LeaseTTL, renew: true}
-	for _, o := range opts {
-		o(s)
+	set, err := c.Settings(core.KindSemaphore, name, core.Unwrap(opts), nil)
+	if err != nil {
+		return nil, err
 	}
+	s := &Semaphore{c: c, name: name, size: size, ttl: set.LeaseTTL, renew: !set.Fixed, wlease: set.WaiterLease}
 	if size < 1 {
 		return nil, fmt.Errorf("semaphore %q: %w: size must be at least 1, got %d", name, distsync.ErrInvalid, size)
 	}
-	ks, err := c.Space("semaphore", name, s.ttl)
+	ks, err := c.Space(core.KindSemaphore, name, s.ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -120,18 +109,25 @@ func (s *Semaphore) Size() int64 {
 // Redis, or ctx is done. There is no limit on tries or time. On success it returns nil. On
 // failure it returns an error matching both [distsync.ErrNotAcquired] and ctx.Err(), and
 // leaves the semaphore unchanged (permits handed to it meanwhile go on to the next waiters).
-// It returns an error matching [distsync.ErrInvalid] at once if n < 1 or n > Size (x/sync
-// would block until ctx ends; here that is a mistake worth naming), and one matching
+// Acquire of 0 permits returns nil at once (ctx's error if it has ended), without asking
+// Redis. It returns an error matching [distsync.ErrInvalid] at once if n < 0 or n > Size
+// (x/sync would block until ctx ends; here that is a mistake worth naming), and one matching
 // [ErrSizeMismatch] if Redis has another size for the name. Connection errors are retried
 // while waiting; other Redis errors are returned.
 func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
+	if n == 0 {
+		if err := ctx.Err(); err != nil {
+			return s.notAcquired(err)
+		}
+		return nil
+	}
 	_, err := s.AcquireLease(ctx, n)
 	return err
 }
 
-// AcquireLease is Acquire, and returns the lease of the permits it acquired: its Done channel
-// closes if they are lost (their lease lapsed, say after Redis was unreachable until its
-// deadline), and when they are released.
+// AcquireLease is [Semaphore.Acquire] that also returns the lease of the permits it
+// acquired: its Done channel closes if they are lost (their lease lapsed, say after Redis was
+// unreachable until its deadline), and when they are released. n must be at least 1.
 func (s *Semaphore) AcquireLease(ctx context.Context, n int64) (*distsync.Lease, error) {
 	if err := s.check(n); err != nil {
 		return nil, err
@@ -147,7 +143,7 @@ func (s *Semaphore) AcquireLease(ctx context.Context, n int64) (*distsync.Lease,
 	slot := s.box.Register(w) // subscribed only if the first attempt fails
 	defer slot.Close()
 	var got *core.Lease
-	err := waitq.WaitTurn(ctx, s.c, s.c.Config.WaiterLease, waitq.Turn{
+	err := waitq.WaitTurn(ctx, s.c, s.wlease, waitq.Turn{
 		ID: w, Slot: slot, Place: s.keys[3], PlaceKeep: []string{s.keys[2], s.keys[4], s.keys[5]},
 		// The head's place renewal also serves the queue if its permits came back by
 		// themselves: a stall (a dead grantee watched by a dead waiter) lasts at most a
@@ -197,16 +193,30 @@ func (s *Semaphore) AcquireLease(ctx context.Context, n int64) (*distsync.Lease,
 
 // TryAcquire acquires n permits if they are free and nobody waits for permits, without
 // waiting. It returns true on success and false, with a nil error, otherwise. ctx bounds the
-// one round trip. Bad n and a size mismatch are errors, as for Acquire.
+// one round trip. TryAcquire of 0 permits returns true at once. Bad n and a size mismatch
+// are errors, as for Acquire.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (bool, error) {
+	if n == 0 {
+		if err := ctx.Err(); err != nil {
+			return false, s.notAcquired(err)
+		}
+		return true, nil
+	}
+	_, ok, err := s.TryAcquireLease(ctx, n)
+	return ok, err
+}
+
+// TryAcquireLease is [Semaphore.TryAcquire] that also returns the lease of the permits when
+// it acquired them (nil otherwise). n must be at least 1.
+func (s *Semaphore) TryAcquireLease(ctx context.Context, n int64) (*distsync.Lease, bool, error) {
 	if err := s.check(n); err != nil {
-		return false, err
+		return nil, false, err
 	}
 	if err := ctx.Err(); err != nil {
-		return false, s.notAcquired(err)
+		return nil, false, s.notAcquired(err)
 	}
 	if err := s.c.Enter(); err != nil {
-		return false, fmt.Errorf("semaphore %q: %w", s.name, err)
+		return nil, false, fmt.Errorf("semaphore %q: %w", s.name, err)
 	}
 	defer s.c.Exit()
 	w := s.proc + "/" + s.c.NewID()
@@ -217,27 +227,32 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (bool, error) {
 			s.c.Undo("cleanup after a cancelled TryAcquire", opsTTL,
 				func(bctx context.Context) error { return s.leave(bctx, w) })
 		}
-		return false, s.fail(ctx, err)
+		return nil, false, s.fail(ctx, err)
 	}
 	if len(vals) == 1 && vals[0] == 1 {
-		if _, err := s.hold(w, n, sent, time.Time{}, false); err != nil {
-			return false, s.fail(ctx, err)
+		l, err := s.hold(w, n, sent, time.Time{}, false)
+		if err != nil {
+			return nil, false, s.fail(ctx, err)
 		}
-		return true, nil
+		return l.Public.(*distsync.Lease), true, nil
 	}
-	return false, nil
+	return nil, false, nil
 }
 
 // Release gives back n permits that this Semaphore value acquired, newest acquisitions first,
-// and hands them to the waiters they now let in. It returns nil once they are given back. It
-// returns an error matching [distsync.ErrInvalid] for n < 1, and one matching
+// and hands them to the waiters they now let in. It returns nil once they are given back
+// (Release of 0 permits does nothing and returns nil). It returns an error matching
+// [distsync.ErrInvalid] for n < 0, and one matching
 // [distsync.ErrNotHeld] if this value holds fewer than n permits: then nothing changes, in
 // Redis or here. Permits whose lease was lost are not in Redis to give back: Release then
 // returns an error matching both ErrNotHeld and [distsync.ErrLost] (the other permits are
 // given back). A connection error is retried under the same request id, which Redis counts
 // once; if ctx ends or Redis stays unreachable, the Handle finishes in the background.
 func (s *Semaphore) Release(ctx context.Context, n int64) error {
-	if n < 1 {
+	if n == 0 {
+		return nil
+	}
+	if n < 0 {
 		return fmt.Errorf("semaphore %q: %w: release of %d permits", s.name, distsync.ErrInvalid, n)
 	}
 	s.mu.Lock()
@@ -315,6 +330,38 @@ func (s *Semaphore) Resize(ctx context.Context, size int64) error {
 	return nil
 }
 
+// Status is a snapshot of a semaphore, as Redis has it at one moment.
+type Status struct {
+	// Size is the size Redis has for the name; 0 if it has none (nobody holds or waits, and
+	// the next Acquire sets it).
+	Size int64
+	// InUse is the number of permits held, by every process; Available is what is left of
+	// the size (0 if Resize shrank it below InUse; this Semaphore's size if Redis has none).
+	InUse, Available int64
+	// Waiters is the number of Acquire calls waiting, in every process, and Wanted the permits
+	// they ask for.
+	Waiters, Wanted int64
+}
+
+// Status reads the semaphore's state in Redis, in one round trip that changes nothing. Like
+// every snapshot it may be stale when it returns; use it to observe (dashboards, tests), not to
+// decide whether to Acquire (TryAcquire does that atomically).
+func (s *Semaphore) Status(ctx context.Context) (Status, error) {
+	vals, err := s.runWith(ctx, scripts.SemaphoreStatus, "", 0, s.Size(), "").AsIntSlice()
+	if err != nil {
+		return Status{}, fmt.Errorf("semaphore %q: status: %w", s.name, err)
+	}
+	if len(vals) != 4 {
+		return Status{}, fmt.Errorf("semaphore %q: status: %w", s.name, core.Unexpected(scripts.SemaphoreStatus, vals))
+	}
+	st := Status{Size: vals[0], InUse: vals[1], Waiters: vals[2], Wanted: vals[3]}
+	st.Available = max(st.Size-st.InUse, 0)
+	if st.Size == 0 {
+		st.Available = s.Size()
+	}
+	return st, nil
+}
+
 func (s *Semaphore) check(n int64) error {
 	if size := s.Size(); n < 1 || n > size {
 		return fmt.Errorf("semaphore %q: %w: %d permits asked of a semaphore of size %d", s.name, distsync.ErrInvalid, n, size)
@@ -344,7 +391,7 @@ func (s *Semaphore) runWith(ctx context.Context, script *scripts.Script, id stri
 // args returns the ARGV of every semaphore script (see internal/scripts/lib/sem.lua).
 func (s *Semaphore) args(id string, n, size int64, extra string) []string {
 	return []string{id, strconv.FormatInt(n, 10), strconv.FormatInt(size, 10),
-		core.Ms(s.ttl), core.Ms(s.c.Config.WaiterLease), core.Ms(2 * s.ttl / core.RenewDivisor), s.chanPrefix, s.c.Pub, core.Ms(opsTTL), extra}
+		core.Ms(s.ttl), core.Ms(s.wlease), core.Ms(2 * s.ttl / core.RenewDivisor), s.chanPrefix, s.c.Pub, core.Ms(opsTTL), extra}
 }
 
 // hold records an acquisition of n permits under owner, with its lease on the renewal loop.

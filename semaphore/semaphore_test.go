@@ -20,7 +20,7 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-func newSem(t *testing.T, p *redistest.Pod, name string, size int64, opts ...semaphore.Option) *semaphore.Semaphore {
+func newSem(t *testing.T, p *redistest.Pod, name string, size int64, opts ...distsync.Option) *semaphore.Semaphore {
 	t.Helper()
 	s, err := semaphore.New(p.H, name, size, opts...)
 	if err != nil {
@@ -219,13 +219,36 @@ func TestMisuse(t *testing.T) {
 		p := b.Pod(t, prefix)
 		s := newSem(t, p, "misuse", 3)
 		ctx := context.Background()
-		for _, n := range []int64{0, -1, 4} {
+		for _, n := range []int64{-1, 4} {
 			if err := s.Acquire(ctx, n); !errors.Is(err, distsync.ErrInvalid) {
 				t.Errorf("Acquire(%d) of size 3: %v, want ErrInvalid", n, err)
 			}
 			if _, err := s.TryAcquire(ctx, n); !errors.Is(err, distsync.ErrInvalid) {
 				t.Errorf("TryAcquire(%d): %v", n, err)
 			}
+		}
+		for _, n := range []int64{0, -1, 4} {
+			if _, err := s.AcquireLease(ctx, n); !errors.Is(err, distsync.ErrInvalid) {
+				t.Errorf("AcquireLease(%d): %v, want ErrInvalid", n, err)
+			}
+			if _, _, err := s.TryAcquireLease(ctx, n); !errors.Is(err, distsync.ErrInvalid) {
+				t.Errorf("TryAcquireLease(%d): %v, want ErrInvalid", n, err)
+			}
+		}
+		// Zero permits, as in x/sync: Acquire and TryAcquire succeed, Release does nothing.
+		if err := s.Acquire(ctx, 0); err != nil {
+			t.Errorf("Acquire(0): %v", err)
+		}
+		if ok, err := s.TryAcquire(ctx, 0); !ok || err != nil {
+			t.Errorf("TryAcquire(0): %v %v", ok, err)
+		}
+		if err := s.Release(ctx, 0); err != nil {
+			t.Errorf("Release(0): %v", err)
+		}
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := s.Acquire(done, 0); !errors.Is(err, distsync.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Errorf("Acquire(0) with a cancelled ctx: %v", err)
 		}
 		if keys := b.Keys(t, prefix); len(keys) != 0 {
 			t.Fatalf("bad requests wrote to Redis: %v", keys)
@@ -244,8 +267,8 @@ func TestMisuse(t *testing.T) {
 		if err := s.Release(ctx, 3); !errors.Is(err, distsync.ErrNotHeld) {
 			t.Errorf("Release(3) of 2 held: %v", err)
 		}
-		if err := s.Release(ctx, 0); !errors.Is(err, distsync.ErrInvalid) {
-			t.Errorf("Release(0): %v", err)
+		if err := s.Release(ctx, -1); !errors.Is(err, distsync.ErrInvalid) {
+			t.Errorf("Release(-1): %v", err)
 		}
 		if after := snapshot(); after != before {
 			t.Errorf("a refused Release changed Redis: %s -> %s", before, after)
@@ -504,5 +527,40 @@ func TestCloseEndsBlockedAcquire(t *testing.T) {
 		}
 		waitQueued(t, b, prefix, "closing", 0)
 		release(t, holder, 1)
+	})
+}
+
+// Status counts the permits in use and the waiters across processes, and changes nothing.
+func TestStatus(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		a := newSem(t, b.Pod(t, prefix), "status", 4)
+		c := newSem(t, b.Pod(t, prefix), "status", 4)
+		ctx := context.Background()
+		st, err := a.Status(ctx)
+		if err != nil || st != (semaphore.Status{Available: 4}) {
+			t.Fatalf("Status of an unused semaphore: %+v %v", st, err)
+		}
+		if keys := b.Keys(t, prefix); len(keys) != 0 {
+			t.Fatalf("Status wrote to Redis: %v", keys)
+		}
+		acquire(t, a, 1)
+		acquire(t, c, 2)
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- c.Acquire(wctx, 3) }()
+		want := semaphore.Status{Size: 4, InUse: 3, Available: 1, Waiters: 1, Wanted: 3}
+		var got semaphore.Status
+		if !redistest.Eventually(10*time.Second, func() bool { got, err = a.Status(ctx); return err == nil && got == want }) {
+			t.Fatalf("Status with 3 held and 3 wanted: %+v %v, want %+v", got, err, want)
+		}
+		cancel()
+		<-done
+		release(t, a, 1)
+		release(t, c, 2)
+		if got, err := c.Status(ctx); err != nil || got.InUse != 0 || got.Waiters != 0 || got.Available != 4 {
+			t.Fatalf("Status after everything was given back: %+v %v", got, err)
+		}
 	})
 }

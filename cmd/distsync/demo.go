@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -32,20 +34,49 @@ type demoRecord struct {
 	wait           time.Duration // Lock call to return
 }
 
-func demo(ctx context.Context, cfg demoConfig, out io.Writer) error {
+func demo(ctx context.Context, cfg demoConfig, out io.Writer) (err error) {
 	opt, where, stopServer, err := demoRedis(cfg.redisURL)
 	if err != nil {
 		return err
 	}
 	defer stopServer()
 
-	prefix := fmt.Sprintf("distsync-demo:%d:", time.Now().UnixNano())
+	// Every key of the run lives under a prefix of its own, which cleanUp deletes whatever
+	// way the run ends: a mutex keeps its fencing counter for the handle's fence retention
+	// (7 days by default) after the last Lock, so a run would otherwise leave a key behind on
+	// the user's Redis.
+	prefix := fmt.Sprintf("distsync-demo:%016x:", rand.Uint64())
 	var clients []*counting.Client
 	var handles []*distsync.Handle
-	defer func() {
-		for i, h := range handles {
+	cleaned := false
+	cleanUp := func() (deleted int, err error) {
+		if cleaned {
+			return 0, nil
+		}
+		cleaned = true
+		for _, h := range handles {
 			_ = h.Close(context.Background())
-			clients[i].Close()
+		}
+		defer func() {
+			for _, c := range clients {
+				c.Close()
+			}
+		}()
+		if len(clients) == 0 {
+			return 0, nil
+		}
+		// ctx may be cancelled already (an interrupt): the keys must go all the same.
+		sweepCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		deleted, err = deleteKeys(sweepCtx, clients[0].Client, prefix)
+		if err != nil {
+			err = fmt.Errorf("delete the demo's keys (%s*): %w", prefix, err)
+		}
+		return deleted, err
+	}
+	defer func() {
+		if _, cerr := cleanUp(); cerr != nil {
+			err = errors.Join(err, cerr)
 		}
 	}()
 	for range cfg.pods {
@@ -95,7 +126,8 @@ func demo(ctx context.Context, cfg demoConfig, out io.Writer) error {
 				defer wg.Done()
 				for range cfg.rounds {
 					t0 := time.Now()
-					if err := m.Lock(ctx); err != nil {
+					lease, err := m.LockLease(ctx)
+					if err != nil {
 						errOnce.Do(func() { firstErr = err })
 						return
 					}
@@ -104,7 +136,7 @@ func demo(ctx context.Context, cfg demoConfig, out io.Writer) error {
 					for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
 					}
 					mu.Lock()
-					r := demoRecord{pod: p, goroutine: id, token: m.Lease().Token(), wait: got.Sub(t0)}
+					r := demoRecord{pod: p, goroutine: id, token: lease.Token(), wait: got.Sub(t0)}
 					if lastHolder >= 0 && lastHolder != id {
 						r.handoff = got.Sub(lastUnlock)
 					}
@@ -129,13 +161,21 @@ func demo(ctx context.Context, cfg demoConfig, out io.Writer) error {
 		return firstErr
 	}
 	report(out, cfg, records, int(maxInside.Load()), clients, rtt, elapsed)
+	deleted, err := cleanUp()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "keys left:        none (deleted the run's %d, all under %s)\n", deleted, prefix)
 	return nil
 }
 
-// demoRedis returns client options for the Redis the demo uses: the URL given, or an
-// embedded one it starts (and stop stops).
+// demoRedis returns client options for the Redis the demo uses: the URL given (a bare
+// host:port stands for redis://host:port), or an embedded one it starts (and stop stops).
 func demoRedis(url string) (opt rueidis.ClientOption, where string, stop func(), err error) {
 	if url != "" {
+		if !strings.Contains(url, "://") {
+			url = "redis://" + url
+		}
 		opt, err = rueidis.ParseURL(url)
 		if err != nil {
 			return opt, "", nil, fmt.Errorf("--redis %q: %w", url, err)

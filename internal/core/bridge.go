@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -21,8 +22,8 @@ var (
 )
 
 // Bridge installs the conversions; only package distsync calls it.
-func Bridge(of func(h any) *Handle, wrap func(l *Lease) any) {
-	handleOf, wrapLease = of, wrap
+func Bridge(of func(h any) *Handle, wrap func(l *Lease) any, wrapO func(Opt) any, unwrapO func(any) Opt) {
+	handleOf, wrapLease, wrapOpt, unwrapOpt = of, wrap, wrapO, unwrapO
 }
 
 // Of returns the core of a *distsync.Handle (nil for a nil handle).
@@ -49,4 +50,25 @@ func (h *Handle) Space(kind, name string, ttl time.Duration) (keys.Space, error)
 		return ks, fmt.Errorf("%s %q: %w", kind, name, err)
 	}
 	return ks, nil
+}
+
+// sinkKey is the context key of a lease sink (WithSink).
+type sinkKey struct{}
+
+// Sink receives the lease of an acquisition (WithSink).
+type Sink struct{ Lease *Lease }
+
+// WithSink returns a copy of ctx that carries a sink for the lease that an acquisition under
+// it takes: code deep in an acquire path (a waiting loop's attempt) hands its lease to the call
+// that started it with Deliver, which is how a lease-returning Lock learns which hold it took.
+func WithSink(ctx context.Context) (context.Context, *Sink) {
+	s := &Sink{}
+	return context.WithValue(ctx, sinkKey{}, s), s
+}
+
+// Deliver puts l in ctx's sink, if it has one.
+func Deliver(ctx context.Context, l *Lease) {
+	if s, _ := ctx.Value(sinkKey{}).(*Sink); s != nil {
+		s.Lease = l
+	}
 }

@@ -2,15 +2,17 @@ package core
 
 import "errors"
 
-// The sentinel errors. Package distsync re-exports them; primitives wrap them with their name.
+// The sentinel errors. Package distsync re-exports them; primitives wrap them after their
+// kind and name ("mutex \"orders\": not acquired: context canceled"), and package distsync
+// after "distsync: ", so their own text names no package (as os.ErrNotExist's does not).
 var (
-	ErrNotAcquired = errors.New("distsync: not acquired")
-	ErrNotHeld     = errors.New("distsync: not held")
-	ErrLost        = errors.New("distsync: lease lost")
-	ErrReleased    = errors.New("distsync: released")
-	ErrInvalid     = errors.New("distsync: invalid argument")
-	ErrClosed      = errors.New("distsync: handle closed")
+	ErrNotAcquired = errors.New("not acquired")
+	ErrNotHeld     = errors.New("not held")
+	ErrLost        = errors.New("lease lost")
+	ErrReleased    = errors.New("released")
+	ErrInvalid     = errors.New("invalid argument")
+	ErrClosed      = errors.New("handle closed")
 	// ErrLate: an acquisition's reply came after its lease's local deadline, so it was given
 	// back unused (Redis or the network stalled for about a lease).
-	ErrLate = errors.New("distsync: acquired too late to use (the reply came after the lease's local deadline); given back")
+	ErrLate = errors.New("acquired too late to use (the reply came after the lease's local deadline); given back")
 )

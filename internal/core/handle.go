@@ -20,10 +20,12 @@ import (
 	"github.com/distsync/distsync/internal/pubsub"
 )
 
-// Config holds a handle's settings; package distsync documents and validates them.
+// Config holds a handle's settings; package distsync documents and validates them. A
+// primitive's Settings start from them.
 type Config struct {
 	Prefix        string
 	LeaseTTL      time.Duration
+	Fixed         bool // leases are not renewed (WithFixedLease)
 	FenceTTL      time.Duration
 	HandoffWindow time.Duration
 	WaiterLease   time.Duration

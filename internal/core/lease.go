@@ -201,6 +201,24 @@ type leaseContext struct {
 	cancel context.CancelCauseFunc
 }
 
+// leaseKey is the context key under which a lease's contexts carry it (LeaseFrom).
+type leaseKey struct{}
+
+// Value returns the lease for leaseKey, so that code running under a lease's context can find
+// the lease.
+func (c *leaseContext) Value(key any) any {
+	if key == (leaseKey{}) {
+		return c.l
+	}
+	return c.Context.Value(key)
+}
+
+// LeaseFrom returns the lease whose context (Bind) ctx is or derives from.
+func LeaseFrom(ctx context.Context) (*Lease, bool) {
+	l, ok := ctx.Value(leaseKey{}).(*Lease)
+	return l, ok
+}
+
 func (c *leaseContext) sync() {
 	if err := c.l.Err(); err != nil {
 		c.cancel(err)
@@ -258,6 +276,75 @@ func (l *Lease) Unsent() *scripts.Call {
 	}
 	return l.first // sending it twice (a retried release) is harmless
 }
+
+// Refresh renews l now, outside the renewal loop, for ttl from now (the lease's own TTL if
+// ttl is 0). It returns nil if the claim was still held, and then l's deadline counts from
+// this renewal; an error matching ErrLost, with l ended, if the claim was gone or taken; l's
+// error if l had already ended; and a connection error as it is, with l unchanged (the
+// deadline still decides). A renewed lease's next renewals go on at its own TTL.
+func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	if ttl == 0 {
+		ttl = l.spec.TTL
+	}
+	r := l.h.ren
+	r.mu.Lock()
+	call := l.spec.Extend()
+	if l.spec.Renewal != nil {
+		call = *l.spec.Renewal
+	}
+	first := l.first
+	r.mu.Unlock()
+	if ttl != l.spec.TTL {
+		call = l.spec.extendFor(ttl)
+	}
+	calls := []scripts.Call{call}
+	if first != nil {
+		calls = []scripts.Call{*first, call} // a grant is confirmed first (sending it twice is harmless)
+	}
+	sent := time.Now()
+	res := scripts.DoMulti(ctx, l.h.Client, calls)
+	ok, err := res[len(res)-1].AsInt64()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, tracked := r.leases[l]; !tracked {
+		if lerr := context.Cause(l.ctx); l.ctx.Err() != nil {
+			return lerr
+		}
+		return ErrNotHeld
+	}
+	switch {
+	case err == nil && ok == 1:
+		if first != nil && l.first == first {
+			l.first = nil
+		}
+		if d := sent.Add(ttl - Drift(ttl)); d.After(l.deadline) || ttl != l.spec.TTL {
+			l.deadline = d
+		}
+		if l.spec.Renew {
+			l.next = sent.Add(min(ttl, l.spec.TTL) / RenewDivisor)
+		}
+		return nil
+	case err == nil || isWrongType(err):
+		delete(r.leases, l)
+		err := lost("the claim was gone or held by another owner when it was refreshed")
+		l.End(err)
+		return err
+	default:
+		return err
+	}
+}
+
+// extendFor returns the extend.lua call that sets the claim of spec to end ttl from now.
+func (spec LeaseSpec) extendFor(ttl time.Duration) scripts.Call {
+	spec.TTL = ttl
+	return spec.Extend()
+}
+
+// Fixed reports whether l is a fixed lease (not renewed by the loop).
+func (l *Lease) Fixed() bool { return !l.spec.Renew }
 
 func lost(reason string) error { return fmt.Errorf("%w: %s", ErrLost, reason) }
 

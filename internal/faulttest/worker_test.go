@@ -89,20 +89,14 @@ type claim interface {
 type mutexClaim struct{ m *mutex.Mutex }
 
 func (c mutexClaim) acquire(ctx context.Context) (*distsync.Lease, error) {
-	if err := c.m.Lock(ctx); err != nil {
-		return nil, err
-	}
-	return c.m.Lease(), nil
+	return c.m.LockLease(ctx)
 }
 func (c mutexClaim) release(ctx context.Context) error { return c.m.Unlock(ctx) }
 
 type fairClaim struct{ m *fair.Mutex }
 
 func (c fairClaim) acquire(ctx context.Context) (*distsync.Lease, error) {
-	if err := c.m.Lock(ctx); err != nil {
-		return nil, err
-	}
-	return c.m.Lease(), nil
+	return c.m.LockLease(ctx)
 }
 func (c fairClaim) release(ctx context.Context) error { return c.m.Unlock(ctx) }
 
@@ -113,15 +107,9 @@ type rwClaim struct {
 
 func (c rwClaim) acquire(ctx context.Context) (*distsync.Lease, error) {
 	if c.reader {
-		if err := c.m.RLock(ctx); err != nil {
-			return nil, err
-		}
-		return c.m.RLease(), nil
+		return c.m.RLockLease(ctx)
 	}
-	if err := c.m.Lock(ctx); err != nil {
-		return nil, err
-	}
-	return c.m.Lease(), nil
+	return c.m.LockLease(ctx)
 }
 
 func (c rwClaim) release(ctx context.Context) error {
@@ -148,11 +136,7 @@ type reentrantClaim struct {
 }
 
 func (c reentrantClaim) acquire(ctx context.Context) (*distsync.Lease, error) {
-	ctx = reentrant.WithOwner(ctx, c.owner)
-	if err := c.m.Lock(ctx); err != nil {
-		return nil, err
-	}
-	return c.m.Lease(ctx), nil
+	return c.m.LockLease(reentrant.WithOwner(ctx, c.owner))
 }
 
 // reenter takes the nested hold.
@@ -274,7 +258,7 @@ func (w *worker) run() int {
 		return w.fatal("distsync.New: %v", err)
 	}
 	if sp.Prim == pOnce {
-		g, err := once.NewGroup[string](h, sp.Name, once.WithLeaseTTL(sp.LeaseTTL))
+		g, err := once.NewGroup[string](h, sp.Name, distsync.WithLeaseTTL(sp.LeaseTTL))
 		if err != nil {
 			return w.fatal("once.NewGroup: %v", err)
 		}

@@ -8,15 +8,23 @@
 --                slot that does not exist when it knows no leader yet
 -- KEYS[4] mine   res:<owner>, the caller's own result key: '!' there means the caller gave
 --                this attempt up before it ran (once_finish.lua), so it must not lead
--- ARGV[1] owner  the caller's owner value, should it lead
--- ARGV[2] ttl    the leader's lease in ms
+-- KEYS[5] fence  the last fencing token handed out for this key (lib/fence.lua)
+-- ARGV[1] owner      the caller's owner value, should it lead
+-- ARGV[2] ttl        the leader's lease in ms
+-- ARGV[3] fence_ttl  ms the fence key outlives the last lead
 -- Reply: {'k', result}         a kept result
 --        {'r', result}         the result of the leader the caller waited for
 --        {'w', leader, pttl}   a leader runs the call; its lease ends in pttl ms unless renewed
---        {'l'}                 the caller leads: it must run the call and finish it
+--        {'l', token}          the caller leads, with fencing token token: it must run the
+--                              call and finish it
 --        {'x'}                 the attempt was given up: nothing done
--- A result is one status byte ('v' value, 'e' error, 'p' panic) and the encoded value or
--- the error's message.
+-- A result is one status byte ('v' value, 'e' error, 'p' panic, 'g' runtime.Goexit) and the
+-- encoded value or the error's message.
+--
+-- A fence key holding no token to count on from is an error reply, and nobody leads.
+
+-- #include lib/clock.lua
+-- #include lib/fence.lua
 
 if redis.call('GET', KEYS[4]) == '!' then
   return {'x'}
@@ -37,5 +45,10 @@ if leader then
   end
   return {'w', leader, pttl}
 end
+local _, now_us = now()
+local token = next_token(KEYS[5], ARGV[3], now_us)
+if not token then
+  return no_token(KEYS[5])
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {'l'}
+return {'l', token}

@@ -41,6 +41,7 @@ var (
 	SemaphoreLeave   = load("semaphore_leave.lua")
 	SemaphoreResize  = load("semaphore_resize.lua")
 	SemaphorePlace   = load("semaphore_place.lua")
+	SemaphoreStatus  = load("semaphore_status.lua")
 
 	OnceBegin  = load("once_begin.lua")
 	OnceFinish = load("once_finish.lua")
@@ -48,6 +49,9 @@ var (
 	RWMutexLock   = load("rwmutex_lock.lua")
 	RWMutexUnlock = load("rwmutex_unlock.lua")
 	RWMutexLeave  = load("rwmutex_leave.lua")
+
+	FencedSet    = load("fenced_set.lua")
+	FencedDelete = load("fenced_delete.lua")
 )
 
 // Script is one loaded Lua script.

@@ -1,0 +1,127 @@
+package core
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Settings are what options set on one primitive: its handle's Config, overridden by the
+// primitive's own options, and Ext, the primitive package's own settings (once's), which its
+// options reach through a type assertion.
+type Settings struct {
+	Config
+	Ext any
+}
+
+// Opt is one option. Package distsync wraps it as a distsync.Option; primitive packages make
+// theirs with WrapOption.
+type Opt struct {
+	Name   string   // the exported name, for errors: "WithLeaseTTL"
+	Handle bool     // it applies to distsync.New
+	Kinds  []string // the primitives it applies to (as in their errors: "mutex", "once.Group"); nil: every one
+	Set    func(*Settings)
+}
+
+// Primitive kinds, as options name them.
+const (
+	KindMutex     = "mutex"
+	KindReentrant = "reentrant"
+	KindRWMutex   = "rwmutex"
+	KindFair      = "fair"
+	KindSemaphore = "semaphore"
+	KindGroup     = "once.Group"
+	KindOnce      = "once.Once"
+	KindOnceValue = "once.OnceValue"
+)
+
+func (o Opt) appliesTo(kind string) bool {
+	return o.Set != nil && (o.Kinds == nil || slices.Contains(o.Kinds, kind))
+}
+
+func (o Opt) where() string {
+	var w []string
+	if o.Handle {
+		w = append(w, "distsync.New")
+	}
+	if o.Kinds == nil {
+		w = append(w, "every primitive")
+	}
+	w = append(w, o.Kinds...)
+	return strings.Join(w, ", ")
+}
+
+var (
+	wrapOpt   func(Opt) any
+	unwrapOpt func(any) Opt
+)
+
+// WrapOption returns o as a distsync.Option (a primitive package asserts the type).
+func WrapOption(o Opt) any { return wrapOpt(o) }
+
+// Unwrap returns the Opts of opts, each a distsync.Option.
+func Unwrap[O any](opts []O) []Opt {
+	out := make([]Opt, len(opts))
+	for i, o := range opts {
+		out[i] = unwrapOpt(o)
+	}
+	return out
+}
+
+// Configure applies opts to the defaults of a Handle. Its errors match ErrInvalid.
+func Configure(cfg Config, opts []Opt) (Config, error) {
+	s := Settings{Config: cfg}
+	for _, o := range opts {
+		if !o.Handle || o.Set == nil {
+			return cfg, fmt.Errorf("%w: %s does not apply to a Handle (it applies to %s)", ErrInvalid, o.name(), o.where())
+		}
+		o.Set(&s)
+	}
+	if err := s.check(); err != nil {
+		return cfg, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return s.Config, nil
+}
+
+// Settings returns the settings of the primitive of kind called name, made from h with opts:
+// ext is the package's own settings, with their defaults, for its options to change. Its
+// errors (an option that does not apply to kind, a bad value) match ErrInvalid and name the
+// primitive.
+func (h *Handle) Settings(kind, name string, opts []Opt, ext any) (Settings, error) {
+	s := Settings{Config: h.Config, Ext: ext}
+	for _, o := range opts {
+		if !o.appliesTo(kind) {
+			return s, fmt.Errorf("%s %q: %w: %s does not apply to a %s (it applies to %s)", kind, name, ErrInvalid, o.name(), kind, o.where())
+		}
+		o.Set(&s)
+	}
+	if err := s.check(); err != nil {
+		return s, fmt.Errorf("%s %q: %w: %v", kind, name, ErrInvalid, err)
+	}
+	return s, nil
+}
+
+func (o Opt) name() string {
+	if o.Name == "" {
+		return "the zero Option"
+	}
+	return o.Name
+}
+
+// check validates the durations every primitive uses.
+func (s *Settings) check() error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+		min  time.Duration
+	}{
+		{"lease TTL", s.LeaseTTL, MinLease}, {"waiter lease", s.WaiterLease, MinLease},
+		{"fence retention", s.FenceTTL, time.Millisecond}, {"hand-off window", s.HandoffWindow, time.Millisecond},
+	} {
+		if d.v < d.min {
+			return fmt.Errorf("%s must be at least %v, got %v", d.name, d.min, d.v)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+package distsync
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/distsync/distsync/internal/core"
+)
+
+// An Option configures a [Handle] (given to [New]) or one primitive (given to its package's
+// New). Each option's doc says where it applies; given anywhere else, it makes New return an
+// error matching [ErrInvalid] that names the option. Options given to a primitive override the
+// Handle's for that primitive only; of two options that set the same thing, the last wins.
+//
+// The options that every primitive shares are defined here; a package's own (once's
+// WithKeep, for instance) are functions of that package that return an Option too.
+type Option struct {
+	o core.Opt
+}
+
+// WithLeaseTTL sets the lease of each hold, renewed by the Handle at a third of ttl while the
+// claim is held: a holder keeps its claim through pauses of up to about two thirds of ttl,
+// and a crashed holder's claim is freed ttl after its last renewal. Given to [New], it sets
+// the default of every primitive made from the Handle. It must be at least [MinLeaseTTL].
+// The default is [DefaultLeaseTTL].
+//
+// Applies to: New and every primitive.
+func WithLeaseTTL(ttl time.Duration) Option {
+	return Option{core.Opt{Name: "WithLeaseTTL", Handle: true, Kinds: nil, // every primitive
+
+		Set: func(s *core.Settings) { s.LeaseTTL, s.Fixed = ttl, false }}}
+}
+
+// WithFixedLease makes each hold a lease of ttl that is never renewed: Redis frees the claim
+// ttl after it was acquired (or last extended with [Lease.Extend] or [Lease.Refresh]), and
+// the hold's [Lease] ends with [ErrLost] then. Use it for work with a known bound, where a
+// holder that hangs must not keep the claim. It must be at least [MinLeaseTTL].
+//
+// Applies to: New (the default of every primitive made from the Handle) and every primitive.
+func WithFixedLease(ttl time.Duration) Option {
+	return Option{core.Opt{Name: "WithFixedLease", Handle: true, Kinds: nil, // every primitive
+
+		Set: func(s *core.Settings) { s.LeaseTTL, s.Fixed = ttl, true }}}
+}
+
+// WithWaiterLease sets the lease of a waiter's place in a queue kept in Redis: renewed every
+// third of d while the waiter waits, it bounds how long a waiter whose process died holds up
+// the others (a claim handed to it comes back after at most d). It must be at least
+// [MinLeaseTTL]. The default is [DefaultWaiterLease].
+//
+// Applies to: New, fair, semaphore.
+func WithWaiterLease(d time.Duration) Option {
+	return Option{core.Opt{Name: "WithWaiterLease", Handle: true, Kinds: []string{core.KindFair, core.KindSemaphore},
+		Set: func(s *core.Settings) { s.WaiterLease = d }}}
+}
+
+// WithHandoffWindow sets how long a lock granted to the next waiting process at release lasts
+// until that process confirms it: what a waiter that died while queued can cost the others,
+// once. It must be at least a millisecond. The default is [DefaultHandoffWindow].
+//
+// Applies to: New, mutex, rwmutex.
+func WithHandoffWindow(d time.Duration) Option {
+	return Option{core.Opt{Name: "WithHandoffWindow", Handle: true, Kinds: []string{core.KindMutex, core.KindRWMutex},
+		Set: func(s *core.Settings) { s.HandoffWindow = d }}}
+}
+
+// WithFenceRetention sets how long a name's last fencing token is kept after its last
+// acquisition (see [DefaultFenceRetention]). It must be at least a millisecond.
+//
+// Applies to: New.
+func WithFenceRetention(d time.Duration) Option {
+	return Option{core.Opt{Name: "WithFenceRetention", Handle: true,
+		Set: func(s *core.Settings) { s.FenceTTL = d }, Kinds: []string{}}}
+}
+
+// WithKeyPrefix sets the prefix of every key and channel. It must not contain '{' or '}'.
+// The default is [DefaultKeyPrefix].
+//
+// Applies to: New.
+func WithKeyPrefix(prefix string) Option {
+	return Option{core.Opt{Name: "WithKeyPrefix", Handle: true, Kinds: []string{},
+		Set: func(s *core.Settings) { s.Prefix = prefix }}}
+}
+
+// WithLogger sets where the Handle reports what it cannot return as an error (a renewal
+// that failed and will be retried, a subscription that is being re-established). The default
+// discards everything.
+//
+// Applies to: New.
+func WithLogger(l *slog.Logger) Option {
+	return Option{core.Opt{Name: "WithLogger", Handle: true, Kinds: []string{},
+		Set: func(s *core.Settings) { s.Logger = l }}}
+}
