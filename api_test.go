@@ -41,9 +41,10 @@ func sig(in []reflect.Type, out ...reflect.Type) string {
 }
 
 // The agreed shape of the family: every acquire has a lease-returning form, every exclusive
-// lock a sync.Locker, every constructor takes the shared distsync.Option. A primitive that
+// lock a sync.Locker, every lock and semaphore says who holds it (Holders), every constructor takes the shared distsync.Option. A primitive that
 // lacks one, or a method with another signature, fails here.
 func TestEveryPrimitiveHasTheAgreedShape(t *testing.T) {
+	holdersSig := sig([]reflect.Type{ctxType}, reflect.TypeFor[[]distsync.Holder](), errType)
 	lockShape := map[string]string{
 		"Lock":         sig([]reflect.Type{ctxType}, errType),
 		"LockLease":    sig([]reflect.Type{ctxType}, leaseType, errType),
@@ -51,6 +52,7 @@ func TestEveryPrimitiveHasTheAgreedShape(t *testing.T) {
 		"TryLockLease": sig([]reflect.Type{ctxType}, leaseType, boolType, errType),
 		"Unlock":       sig([]reflect.Type{ctxType}, errType),
 		"Name":         sig(nil, reflect.TypeFor[string]()),
+		"Holders":      holdersSig,
 	}
 	with := func(base map[string]string, more map[string]string) map[string]string {
 		m := map[string]string{}
@@ -87,6 +89,7 @@ func TestEveryPrimitiveHasTheAgreedShape(t *testing.T) {
 			"TryAcquireLease": sig([]reflect.Type{ctxType, int64Type}, leaseType, boolType, errType),
 			"Release":         sig([]reflect.Type{ctxType, int64Type}, errType),
 			"Name":            sig(nil, reflect.TypeFor[string]()),
+			"Holders":         holdersSig,
 		}},
 	}
 	for _, s := range shapes {

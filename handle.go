@@ -89,6 +89,11 @@ func New(client rueidis.Client, opts ...Option) (*Handle, error) {
 	return &Handle{c: core.NewHandle(client, cfg)}, nil
 }
 
+// ID returns the Handle's id, unique across processes: the Holders of every primitive report
+// it as [Holder.Handle] for the holds taken through this Handle, so that an operator can tell
+// which process holds a name.
+func (h *Handle) ID() string { return h.c.ID() }
+
 // Client returns the rueidis client the Handle wraps.
 func (h *Handle) Client() rueidis.Client { return h.c.Client }
 
@@ -110,5 +115,12 @@ func init() {
 		func(l *core.Lease) any { return &Lease{l: l} },
 		func(o core.Opt) any { return Option{o: o} },
 		func(o any) core.Opt { return o.(Option).o },
+		func(hs []core.HolderInfo) any {
+			out := make([]Holder, len(hs))
+			for i, h := range hs {
+				out[i] = Holder(h)
+			}
+			return out
+		},
 	)
 }

@@ -223,7 +223,9 @@ func TestDeadHeadWaiterIsSkipped(t *testing.T) {
 			}
 			t.Logf("dead head skipped in %v (waiter lease %v)", d, wlease)
 		case <-time.After(10 * wlease):
-			t.Fatal("the next waiter never got the lock")
+			owner, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Get().Key(key(prefix, "dead", "")).Build() }).ToString()
+			pttl, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Pttl().Key(key(prefix, "dead", "")).Build() }).AsInt64()
+			t.Fatalf("the next waiter never got the lock; the lock is %q for %d ms, the queue %v", owner, pttl, queued(t, b, prefix, "dead"))
 		}
 		unlock(t, next)
 		net.Restore()

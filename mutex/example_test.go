@@ -181,3 +181,35 @@ func ExampleMutex_Locker() {
 	// free: false
 	// free: true
 }
+
+// Holders tells an operator, or a dashboard, which process holds a name: compare the
+// holder's Handle with each process's Handle.ID.
+func ExampleMutex_Holders() {
+	hs, stop := pods(2)
+	defer stop()
+	ctx := context.Background()
+
+	m, _ := mutex.New(hs[0], "orders:42")
+	lease, err := m.LockLease(ctx)
+	if err != nil {
+		panic(err)
+	}
+	observer, _ := mutex.New(hs[1], "orders:42") // another process
+	held, err := observer.Holders(ctx)
+	if err != nil {
+		panic(err)
+	}
+	for _, hd := range held {
+		fmt.Println("held by the first process:", hd.Handle == hs[0].ID())
+		fmt.Println("with its token:", hd.Token == lease.Token())
+		fmt.Println("lease left in Redis:", hd.Remaining > 0 && hd.Remaining <= distsync.DefaultLeaseTTL)
+	}
+	_ = m.Unlock(ctx)
+	held, _ = observer.Holders(ctx)
+	fmt.Println("holders after Unlock:", len(held))
+	// Output:
+	// held by the first process: true
+	// with its token: true
+	// lease left in Redis: true
+	// holders after Unlock: 0
+}

@@ -248,6 +248,16 @@ func (m *Mutex) release(ctx context.Context, l *core.Lease) (bool, error) {
 	return n == 1, err
 }
 
+// Holders returns who holds m, as Redis has it at one moment: the holder, or none if m is free. It reads in one round
+// trip and changes nothing; like any snapshot, it may be stale when it returns (see
+// [distsync.Holder]). Find the process that holds a name by comparing [distsync.Holder.Handle]
+// with [distsync.Handle.ID].
+func (m *Mutex) Holders(ctx context.Context) ([]distsync.Holder, error) {
+	hs, err := m.c.Holders(ctx, "mutex", m.name, core.LayoutString, m.keys[:2])
+	held, _ := hs.([]distsync.Holder)
+	return held, err
+}
+
 // Locker returns a [sync.Locker] whose Lock and Unlock call m's with context.Background().
 // Because sync.Locker has no error to return, they panic on any error: a Redis error, or an
 // Unlock of a mutex that is not held or was lost. Use it only where a sync.Locker is required.

@@ -556,3 +556,13 @@ func parse(string) waitq.Signal { return waitq.Signal{Kind: waitq.Recheck} }
 func (m *Mutex) notAcquired(err error) error {
 	return fmt.Errorf("reentrant %q: %w: %w", m.name, distsync.ErrNotAcquired, err)
 }
+
+// Holders returns who holds m, as Redis has it at one moment: the owner and its hold count, or none if m is free; Handle is empty, since a reentrant hold belongs to an [Owner], and Owner is that owner. It reads in one round
+// trip and changes nothing; like any snapshot, it may be stale when it returns (see
+// [distsync.Holder]). Find the process that holds a name by comparing [distsync.Holder.Handle]
+// with [distsync.Handle.ID].
+func (m *Mutex) Holders(ctx context.Context) ([]distsync.Holder, error) {
+	hs, err := m.c.Holders(ctx, "reentrant", m.name, core.LayoutHash, m.keys[:1])
+	held, _ := hs.([]distsync.Holder)
+	return held, err
+}

@@ -386,3 +386,13 @@ func recheck(string) waitq.Signal { return waitq.Signal{Kind: waitq.Recheck} }
 func (m *RWMutex) notAcquired(err error) error {
 	return fmt.Errorf("rwmutex %q: %w: %w", m.name, distsync.ErrNotAcquired, err)
 }
+
+// Holders returns who holds m, as Redis has it at one moment: the writer, or every reader's hold (Shared), or none if m is free. It reads in one round
+// trip and changes nothing; like any snapshot, it may be stale when it returns (see
+// [distsync.Holder]). Find the process that holds a name by comparing [distsync.Holder.Handle]
+// with [distsync.Handle.ID].
+func (m *RWMutex) Holders(ctx context.Context) ([]distsync.Holder, error) {
+	hs, err := m.c.Holders(ctx, "rwmutex", m.name, core.LayoutRW, []string{m.keys[0], m.keys[1], m.keys[5]})
+	held, _ := hs.([]distsync.Holder)
+	return held, err
+}

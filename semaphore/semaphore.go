@@ -330,6 +330,16 @@ func (s *Semaphore) Resize(ctx context.Context, size int64) error {
 	return nil
 }
 
+// Holders returns who holds s, as Redis has it at one moment: every holder with the permits it holds (Count), or none; [Semaphore.Status] gives the totals and the queue. It reads in one round
+// trip and changes nothing; like any snapshot, it may be stale when it returns (see
+// [distsync.Holder]). Find the process that holds a name by comparing [distsync.Holder.Handle]
+// with [distsync.Handle.ID].
+func (s *Semaphore) Holders(ctx context.Context) ([]distsync.Holder, error) {
+	hs, err := s.c.Holders(ctx, "semaphore", s.name, core.LayoutSem, s.keys[:2])
+	held, _ := hs.([]distsync.Holder)
+	return held, err
+}
+
 // Status is a snapshot of a semaphore, as Redis has it at one moment.
 type Status struct {
 	// Size is the size Redis has for the name; 0 if it has none (nobody holds or waits, and

@@ -17,13 +17,15 @@ const MinLease = 10 * time.Millisecond
 // *distsync.Handle and hand out a *distsync.Lease without either direction being part of the
 // public API (the same pattern as grpc's internal package).
 var (
-	handleOf  func(h any) *Handle
-	wrapLease func(l *Lease) any
+	handleOf    func(h any) *Handle
+	wrapLease   func(l *Lease) any
+	wrapHolders func(hs []HolderInfo) any
 )
 
 // Bridge installs the conversions; only package distsync calls it.
-func Bridge(of func(h any) *Handle, wrap func(l *Lease) any, wrapO func(Opt) any, unwrapO func(any) Opt) {
-	handleOf, wrapLease, wrapOpt, unwrapOpt = of, wrap, wrapO, unwrapO
+func Bridge(of func(h any) *Handle, wrap func(l *Lease) any, wrapO func(Opt) any, unwrapO func(any) Opt,
+	holders func([]HolderInfo) any) {
+	handleOf, wrapLease, wrapOpt, unwrapOpt, wrapHolders = of, wrap, wrapO, unwrapO, holders
 }
 
 // Of returns the core of a *distsync.Handle (nil for a nil handle).

@@ -43,6 +43,8 @@ var (
 	SemaphorePlace   = load("semaphore_place.lua")
 	SemaphoreStatus  = load("semaphore_status.lua")
 
+	Holders = load("holders.lua")
+
 	OnceBegin  = load("once_begin.lua")
 	OnceFinish = load("once_finish.lua")
 

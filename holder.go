@@ -1,0 +1,27 @@
+package distsync
+
+import "time"
+
+// Holder is one hold of a name, as Redis had it at one moment: what the Holders method of
+// every lock and semaphore returns. It is a snapshot for observing (dashboards, the distsync
+// command's inspect, tests); it may be stale when it is read, so never decide from it whether
+// to lock: TryLock does that atomically.
+type Holder struct {
+	// Owner is the hold's owner value in Redis. For a reentrant mutex it is the
+	// reentrant.Owner; for the other primitives an opaque id of the call or process.
+	Owner string
+	// Handle is the [Handle.ID] of the Handle the hold was taken through; empty for a
+	// reentrant mutex, whose holds belong to an owner, not to a Handle.
+	Handle string
+	// Token is the hold's fencing token (see [Lease.Token]): a read hold's is the last write
+	// hold's; semaphore permits carry 0.
+	Token int64
+	// Remaining is how long Redis keeps the hold unless its holder renews it; negative if
+	// Redis keeps it without expiry (distsync never writes such a hold).
+	Remaining time.Duration
+	// Count is the hold count of a reentrant owner, or the permits a semaphore holder has; 1
+	// otherwise.
+	Count int64
+	// Shared is true for a read hold of a read-write mutex.
+	Shared bool
+}
