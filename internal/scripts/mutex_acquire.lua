@@ -28,11 +28,10 @@
 -- is adopted here, unless its token shows that a goroutine of the same process took it
 -- already: the caller becomes its holder, with its token.
 --
--- The fast path (a free mutex, nobody queued) is four calls: ZSCORE, SET NX, TIME, SET GET.
+-- The fast path (a free mutex, a caller not queued) is four calls: ZSCORE, SET NX, TIME, SET GET.
 
 -- #include lib/clock.lua
 -- #include lib/fence.lua
--- #include lib/queue.lua
 
 local lock, fence, q, qx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, ttl, waiter = ARGV[1], ARGV[2], ARGV[4]
@@ -45,12 +44,28 @@ if redis.call('ZSCORE', qx, '!' .. owner) then
   return {0, 0, 0}
 end
 
+-- The fast path: a caller with no place in the queue and no grant to look for takes a free
+-- mutex. It comes before lib/queue.lua is included, so that it does not pay for making the
+-- queue's functions (a Lua closure each, every run).
+local fast = not (again or queued or granted)
+if fast and redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
+  local _, now_us = now()
+  local token = next_token(fence, ARGV[3], now_us)
+  if not token then
+    redis.call('DEL', lock) -- give it back
+    return no_token(fence)
+  end
+  return {1, token}
+end
+
+-- #include lib/queue.lua
+
 local token
 local cur = false
 if granted then
   cur = redis.call('GET', lock)
 end
-if cur or not redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
+if cur or fast or not redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
   cur = cur or redis.call('GET', lock)
   if granted_to(cur, waiter) and (tonumber(string.sub(cur, #waiter + 3)) or 0) > tonumber(ARGV[10]) then
     redis.call('SET', lock, owner, 'PX', ttl) -- adopt the grant
