@@ -2,23 +2,14 @@ package once
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"fmt"
-	"math"
-	"os"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/distsync/distsync"
-	"github.com/distsync/distsync/embedded"
+	"github.com/distsync/distsync/internal/redistest"
 )
 
 // FuzzGroupForeign writes a foreign value under one of a once key's Redis keys
@@ -46,7 +37,7 @@ import (
 //   - A value of another type is an error; nothing panics; fn runs only where nobody leads
 //     and no result is there; a Do that waits issues a bounded number of commands.
 func FuzzGroupForeign(f *testing.F) {
-	r := startFuzzRedis(f)
+	r := redistest.StartFuzz(f)
 	for _, s := range []struct {
 		part, kind uint8
 		value      string
@@ -62,7 +53,7 @@ func FuzzGroupForeign(f *testing.F) {
 		f.Add(s.part, s.kind, s.value, s.flags)
 	}
 	f.Fuzz(func(t *testing.T, part, kind uint8, value string, flags uint8) {
-		name := r.next(t)
+		name := r.Next()
 		if flags&8 != 0 {
 			fuzzGroup(t, r, name, part, kind, value, flags, "forty-two")
 		} else {
@@ -71,8 +62,8 @@ func FuzzGroupForeign(f *testing.F) {
 	})
 }
 
-func fuzzGroup[T comparable](t *testing.T, r *fuzzRedis, name string, part, kind uint8, value string, flags uint8, fnVal T) {
-	g, err := NewGroup[T](r.h, name, distsync.WithLeaseTTL(2*time.Second))
+func fuzzGroup[T comparable](t *testing.T, r *redistest.FuzzRedis, name string, part, kind uint8, value string, flags uint8, fnVal T) {
+	g, err := NewGroup[T](r.H, name, distsync.WithLeaseTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,20 +72,20 @@ func fuzzGroup[T comparable](t *testing.T, r *fuzzRedis, name string, part, kind
 		t.Fatal(err)
 	}
 	const leader = "L"
-	r.cleanup(t, ks.lead, ks.kept, ks.resPrefix, ks.resPrefix+leader, ks.fence)
-	fv := foreign{kind: kind % 5, value: value, member: value, score: 1, ttl: flags&1 != 0}
+	r.Cleanup(t, ks.lead, ks.kept, ks.resPrefix, ks.resPrefix+leader, ks.fence)
+	fv := redistest.Foreign{Kind: kind % 5, Value: value, Member: value, Score: 1, TTL: flags&1 != 0}
 	part %= 5
 	switch part {
 	case 0:
-		r.write(t, ks.lead, fv)
+		r.Write(t, ks.lead, fv)
 	case 1:
-		r.write(t, ks.kept, fv)
+		r.Write(t, ks.kept, fv)
 	case 2:
-		r.write(t, ks.resPrefix, fv)
+		r.Write(t, ks.resPrefix, fv)
 	case 3, 4:
-		r.do(t, "SET", ks.lead, leader, "PX", "60000")
+		r.Do(t, "SET", ks.lead, leader, "PX", "60000")
 		if part == 3 {
-			r.write(t, ks.resPrefix+leader, fv)
+			r.Write(t, ks.resPrefix+leader, fv)
 		}
 	}
 
@@ -102,15 +93,15 @@ func fuzzGroup[T comparable](t *testing.T, r *fuzzRedis, name string, part, kind
 	isResult := false // a result is there (or was published)
 	stored := ""
 	switch {
-	case part == 1 && fv.kind == 0:
+	case part == 1 && fv.Kind == 0:
 		isResult, stored = true, value
-	case (part == 2 || part == 3) && fv.kind == 0:
+	case (part == 2 || part == 3) && fv.Kind == 0:
 		isResult, stored = value != "" && value != "!", value
 	case part == 4:
 		_, after, ok := strings.Cut(value, "\n")
 		isResult, stored = ok && after != "", after
 	}
-	wrongType := part <= 3 && fv.kind != 0
+	wrongType := part <= 3 && fv.Kind != 0
 	// Nobody leads and no result is there only with a res: key that holds no result.
 	leads := part == 2 && !wrongType && !isResult
 
@@ -124,7 +115,7 @@ func fuzzGroup[T comparable](t *testing.T, r *fuzzRedis, name string, part, kind
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	n0 := r.cc.Total()
+	n0 := r.Counter.Total()
 	type result struct {
 		v   T
 		err error
@@ -136,19 +127,19 @@ func fuzzGroup[T comparable](t *testing.T, r *fuzzRedis, name string, part, kind
 	}()
 	if part == 4 {
 		// Publish once Do listens (on the embedded server; or at once).
-		for end := time.Now().Add(time.Second); time.Now().Before(end) && r.subscribers(t, ks.channel) == 0; {
+		for end := time.Now().Add(time.Second); time.Now().Before(end) && subscribers(t, r, ks.channel) == 0; {
 			time.Sleep(100 * time.Microsecond)
 		}
-		r.do(t, "PUBLISH", ks.channel, value)
+		r.Do(t, "PUBLISH", ks.channel, value)
 	}
 	res := <-done
 	v, err := res.v, res.err
-	sent := r.cc.Total() - n0
+	sent := r.Counter.Total() - n0
 
 	switch {
 	case wrongType:
 		if err == nil || ran.Load() != 0 {
-			t.Fatalf("Do with a %d-kind value in part %d: %v, %v; fn ran %d times", fv.kind, part, v, err, ran.Load())
+			t.Fatalf("Do with a %d-kind value in part %d: %v, %v; fn ran %d times", fv.Kind, part, v, err, ran.Load())
 		}
 	case isResult:
 		want, werr := g.decode("k", stored)
@@ -179,9 +170,9 @@ func fuzzGroup[T comparable](t *testing.T, r *fuzzRedis, name string, part, kind
 }
 
 // subscribers returns how many clients listen on channel.
-func (r *fuzzRedis) subscribers(t *testing.T, channel string) int64 {
+func subscribers(t *testing.T, r *redistest.FuzzRedis, channel string) int64 {
 	t.Helper()
-	m, _ := r.raw.Do(context.Background(), r.raw.B().PubsubNumsub().Channel(channel).Build()).AsIntMap()
+	m, _ := r.Raw.Do(context.Background(), r.Raw.B().PubsubNumsub().Channel(channel).Build()).AsIntMap()
 	return m[channel]
 }
 
@@ -193,179 +184,3 @@ const (
 	// that.
 	maxWaitCommands = 6
 )
-
-// foreign is a value the library did not write.
-type foreign struct {
-	kind          uint8 // 0 string, 1 hash field, 2 zset member, 3 list element, 4 set member
-	member, value string
-	score         float64
-	ttl           bool // a TTL of a minute; else none
-}
-
-// fuzzRedis is one Redis per fuzz process: an embedded miniredis, or the Redis at
-// $DISTSYNC_FUZZ_REDIS (host:port; its keyspace is the test's to change), and one Handle on a
-// counted client (keyCounter). Every input gets a name of its own, so that clean-ups a previous
-// input left running in the background cannot touch it.
-type fuzzRedis struct {
-	raw rueidis.Client // the test's own client, for foreign writes and reads
-	cc  *keyCounter
-	h   *distsync.Handle
-	srv *embedded.Server
-	pfx string
-	seq atomic.Int64
-}
-
-func startFuzzRedis(f *testing.F) *fuzzRedis {
-	r := &fuzzRedis{}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	r.pfx = "fz" + hex.EncodeToString(b[:]) + ":"
-	opt := rueidis.ClientOption{InitAddress: []string{os.Getenv("DISTSYNC_FUZZ_REDIS")}, DisableCache: true}
-	if opt.InitAddress[0] == "" {
-		srv, err := embedded.Start()
-		if err != nil {
-			f.Fatal(err)
-		}
-		r.srv, opt = srv, srv.ClientOption()
-	}
-	var err error
-	if r.raw, err = rueidis.NewClient(opt); err != nil {
-		f.Fatal(err)
-	}
-	hc, err := rueidis.NewClient(opt)
-	if err != nil {
-		f.Fatal(err)
-	}
-	r.cc = &keyCounter{Client: hc}
-	if r.h, err = distsync.New(r.cc, distsync.WithKeyPrefix(r.pfx), distsync.WithLeaseTTL(2*time.Second)); err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = r.h.Close(ctx)
-		hc.Close()
-		r.raw.Close()
-		if r.srv != nil {
-			r.srv.Close()
-		}
-	})
-	return r
-}
-
-// next returns a new name, with the embedded server emptied.
-func (r *fuzzRedis) next(t *testing.T) string {
-	if r.srv != nil {
-		r.srv.Miniredis().FlushAll()
-	}
-	name := "i" + strconv.FormatInt(r.seq.Add(1), 10) + "z"
-	r.cc.Reset(name)
-	return name
-}
-
-// cleanup deletes keys when the input is done (they may have no TTL).
-func (r *fuzzRedis) cleanup(t *testing.T, keys ...string) {
-	t.Cleanup(func() { r.do(t, append([]string{"DEL"}, keys...)...) })
-}
-
-func (r *fuzzRedis) do(t *testing.T, cmd ...string) rueidis.RedisResult {
-	t.Helper()
-	res := r.raw.Do(context.Background(), r.raw.B().Arbitrary(cmd...).Build())
-	if err := res.Error(); err != nil && !rueidis.IsRedisNil(err) {
-		t.Fatalf("%q: %v", cmd, err)
-	}
-	return res
-}
-
-// write puts v under key, after what is there.
-func (r *fuzzRedis) write(t *testing.T, key string, v foreign) {
-	t.Helper()
-	switch v.kind {
-	case 0:
-		r.do(t, "SET", key, v.value)
-	case 1:
-		r.do(t, "HSET", key, v.member, v.value)
-	case 2:
-		s := v.score
-		if math.IsNaN(s) {
-			s = 0 // Redis refuses NaN
-		}
-		r.do(t, "ZADD", key, strconv.FormatFloat(s, 'g', -1, 64), v.member)
-	case 3:
-		r.do(t, "RPUSH", key, v.value)
-	default:
-		r.do(t, "SADD", key, v.value)
-	}
-	if v.ttl {
-		r.do(t, "PEXPIRE", key, "60000")
-	}
-}
-
-// snapshot describes key's type and contents (not its TTL).
-func (r *fuzzRedis) snapshot(t *testing.T, key string) string {
-	t.Helper()
-	typ, _ := r.do(t, "TYPE", key).ToString()
-	var v any
-	switch typ {
-	case "string":
-		v, _ = r.do(t, "GET", key).ToString()
-	case "hash":
-		v, _ = r.do(t, "HGETALL", key).AsStrMap()
-	case "zset":
-		v, _ = r.do(t, "ZRANGE", key, "0", "-1", "WITHSCORES").ToAny()
-	case "list":
-		v, _ = r.do(t, "LRANGE", key, "0", "-1").AsStrSlice()
-	case "set":
-		v, _ = r.do(t, "SMEMBERS", key).AsStrSlice()
-	}
-	return fmt.Sprintf("%s %v", typ, v)
-}
-
-// keyCounter is the Handle's client: it counts the commands that name the current input's
-// keys (the input's name is in every key), so that background work left by earlier inputs is
-// not counted against this one. Pub/sub commands are not counted.
-type keyCounter struct {
-	rueidis.Client
-	mu  sync.Mutex
-	tag string
-	n   int
-}
-
-func (c *keyCounter) count(cmd rueidis.Completed) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, s := range cmd.Commands() {
-		if c.tag != "" && strings.Contains(s, c.tag) {
-			c.n++
-			return
-		}
-	}
-}
-
-// Reset starts counting the commands that name tag.
-func (c *keyCounter) Reset(tag string) {
-	c.mu.Lock()
-	c.tag, c.n = tag, 0
-	c.mu.Unlock()
-}
-
-// Total returns the number of commands counted since Reset.
-func (c *keyCounter) Total() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
-
-// Do implements rueidis.Client.
-func (c *keyCounter) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	c.count(cmd)
-	return c.Client.Do(ctx, cmd)
-}
-
-// DoMulti implements rueidis.Client.
-func (c *keyCounter) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
-	for _, cmd := range multi {
-		c.count(cmd)
-	}
-	return c.Client.DoMulti(ctx, multi...)
-}

@@ -2,23 +2,13 @@ package reentrant
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"fmt"
-	"math"
-	"os"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/distsync/distsync"
-	"github.com/distsync/distsync/embedded"
+	"github.com/distsync/distsync/internal/redistest"
 )
 
 // FuzzReentrantForeign writes a foreign value under a reentrant mutex's lock key (the hash
@@ -39,7 +29,7 @@ import (
 //   - No panic, and a Lock that waits issues a bounded number of commands whatever the key
 //     holds, with or without a TTL (no polling: DESIGN.md, "The waiting protocol").
 func FuzzReentrantForeign(f *testing.F) {
-	r := startFuzzRedis(f)
+	r := redistest.StartFuzz(f)
 	for _, s := range []struct {
 		kind               uint8
 		member, value, tok string
@@ -66,8 +56,8 @@ func FuzzReentrantForeign(f *testing.F) {
 		f.Add(s.kind, s.member, s.value, s.tok, s.score, s.flags)
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, member, value, tval string, score float64, flags uint8) {
-		name := r.next(t)
-		m, err := New(r.h, name)
+		name := r.Next()
+		m, err := New(r.H, name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,38 +68,38 @@ func FuzzReentrantForeign(f *testing.F) {
 				_ = m.Unlock(ctx)
 			}
 		}()
-		r.cleanup(t, m.keys...)
+		r.Cleanup(t, m.keys...)
 		member = strings.ReplaceAll(member, "$O", string(o))
 		value = strings.ReplaceAll(value, "$O", string(o))
 		k := kind % 5
 		if k <= 1 {
 			k = 1 - k // this target's kind 0 is the hash, 1 the string
 		}
-		fv := foreign{kind: k, member: member, value: value, score: score, ttl: flags&1 != 0}
+		fv := redistest.Foreign{Kind: k, Member: member, Value: value, Score: score, TTL: flags&1 != 0}
 		write := func() {
-			r.write(t, m.lock, fv)
-			if fv.kind == 1 && tval != "" {
-				r.do(t, "HSET", m.lock, "t", tval)
+			r.Write(t, m.lock, fv)
+			if fv.Kind == 1 && tval != "" {
+				r.Do(t, "HSET", m.lock, "t", tval)
 			}
 		}
-		own := fv.kind == 1 && member == "o:"+string(o)
+		own := fv.Kind == 1 && member == "o:"+string(o)
 
 		if flags&2 != 0 {
 			if ok, err := m.TryLock(ctx); !ok || err != nil {
 				t.Fatalf("TryLock of a free mutex: %v, %v", ok, err)
 			}
-			r.do(t, "DEL", m.lock)
+			r.Do(t, "DEL", m.lock)
 			write()
-			before := r.snapshot(t, m.lock)
+			before := r.Snapshot(t, m.lock)
 			err := m.Unlock(ctx)
 			if !own {
 				if err == nil {
 					t.Fatalf("Unlock succeeded with %s in the lock key", before)
 				}
-				if fv.kind == 1 && !errors.Is(err, distsync.ErrNotHeld) {
+				if fv.Kind == 1 && !errors.Is(err, distsync.ErrNotHeld) {
 					t.Fatalf("Unlock with %s in the lock key: %v, want ErrNotHeld", before, err)
 				}
-				if after := r.snapshot(t, m.lock); after != before {
+				if after := r.Snapshot(t, m.lock); after != before {
 					t.Fatalf("Unlock changed the foreign lock value %s to %s", before, after)
 				}
 			}
@@ -117,7 +107,7 @@ func FuzzReentrantForeign(f *testing.F) {
 		}
 
 		write()
-		before := r.snapshot(t, m.lock)
+		before := r.Snapshot(t, m.lock)
 		ok, err := m.TryLock(ctx)
 		switch {
 		case ok && !own:
@@ -128,29 +118,29 @@ func FuzzReentrantForeign(f *testing.F) {
 			}
 			_ = m.Unlock(ctx)
 		case !own:
-			if after := r.snapshot(t, m.lock); after != before {
+			if after := r.Snapshot(t, m.lock); after != before {
 				t.Fatalf("TryLock returned %v, %v and left the lock key %s (was %s)", ok, err, after, before)
 			}
 		}
 
 		if flags&4 != 0 {
-			r.do(t, "DEL", m.lock)
+			r.Do(t, "DEL", m.lock)
 			write()
-			before := r.snapshot(t, m.lock)
-			n0 := r.cc.Total()
+			before := r.Snapshot(t, m.lock)
+			n0 := r.Counter.Total()
 			lctx, cancel := context.WithTimeout(ctx, lockWait)
 			err := m.Lock(lctx)
 			cancel()
-			sent := r.cc.Total() - n0
+			sent := r.Counter.Total() - n0
 			switch {
 			case err == nil && !own:
 				t.Fatalf("Lock took the mutex with %s in the lock key", before)
 			case err == nil:
 				_ = m.Unlock(ctx)
 			case sent > maxWaitCommands:
-				t.Fatalf("Lock sent %d commands in %v with %s in the lock key (TTL: %v): polling", sent, lockWait, before, fv.ttl)
+				t.Fatalf("Lock sent %d commands in %v with %s in the lock key (TTL: %v): polling", sent, lockWait, before, fv.TTL)
 			case !own:
-				if after := r.snapshot(t, m.lock); after != before {
+				if after := r.Snapshot(t, m.lock); after != before {
 					t.Fatalf("Lock returned %v and left the lock key %s (was %s)", err, after, before)
 				}
 			}
@@ -166,179 +156,3 @@ const (
 	// sends several times that.
 	maxWaitCommands = 6
 )
-
-// foreign is a value the library did not write.
-type foreign struct {
-	kind          uint8 // 0 string, 1 hash field, 2 zset member, 3 list element, 4 set member
-	member, value string
-	score         float64
-	ttl           bool // a TTL of a minute; else none
-}
-
-// fuzzRedis is one Redis per fuzz process: an embedded miniredis, or the Redis at
-// $DISTSYNC_FUZZ_REDIS (host:port; its keyspace is the test's to change), and one Handle on a
-// counted client (keyCounter). Every input gets a name of its own, so that clean-ups a previous
-// input left running in the background cannot touch it.
-type fuzzRedis struct {
-	raw rueidis.Client // the test's own client, for foreign writes and reads
-	cc  *keyCounter
-	h   *distsync.Handle
-	srv *embedded.Server
-	pfx string
-	seq atomic.Int64
-}
-
-func startFuzzRedis(f *testing.F) *fuzzRedis {
-	r := &fuzzRedis{}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	r.pfx = "fz" + hex.EncodeToString(b[:]) + ":"
-	opt := rueidis.ClientOption{InitAddress: []string{os.Getenv("DISTSYNC_FUZZ_REDIS")}, DisableCache: true}
-	if opt.InitAddress[0] == "" {
-		srv, err := embedded.Start()
-		if err != nil {
-			f.Fatal(err)
-		}
-		r.srv, opt = srv, srv.ClientOption()
-	}
-	var err error
-	if r.raw, err = rueidis.NewClient(opt); err != nil {
-		f.Fatal(err)
-	}
-	hc, err := rueidis.NewClient(opt)
-	if err != nil {
-		f.Fatal(err)
-	}
-	r.cc = &keyCounter{Client: hc}
-	if r.h, err = distsync.New(r.cc, distsync.WithKeyPrefix(r.pfx), distsync.WithLeaseTTL(2*time.Second)); err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = r.h.Close(ctx)
-		hc.Close()
-		r.raw.Close()
-		if r.srv != nil {
-			r.srv.Close()
-		}
-	})
-	return r
-}
-
-// next returns a new name, with the embedded server emptied.
-func (r *fuzzRedis) next(t *testing.T) string {
-	if r.srv != nil {
-		r.srv.Miniredis().FlushAll()
-	}
-	name := "i" + strconv.FormatInt(r.seq.Add(1), 10) + "z"
-	r.cc.Reset(name)
-	return name
-}
-
-// cleanup deletes keys when the input is done (they may have no TTL).
-func (r *fuzzRedis) cleanup(t *testing.T, keys ...string) {
-	t.Cleanup(func() { r.do(t, append([]string{"DEL"}, keys...)...) })
-}
-
-func (r *fuzzRedis) do(t *testing.T, cmd ...string) rueidis.RedisResult {
-	t.Helper()
-	res := r.raw.Do(context.Background(), r.raw.B().Arbitrary(cmd...).Build())
-	if err := res.Error(); err != nil && !rueidis.IsRedisNil(err) {
-		t.Fatalf("%q: %v", cmd, err)
-	}
-	return res
-}
-
-// write puts v under key, after what is there.
-func (r *fuzzRedis) write(t *testing.T, key string, v foreign) {
-	t.Helper()
-	switch v.kind {
-	case 0:
-		r.do(t, "SET", key, v.value)
-	case 1:
-		r.do(t, "HSET", key, v.member, v.value)
-	case 2:
-		s := v.score
-		if math.IsNaN(s) {
-			s = 0 // Redis refuses NaN
-		}
-		r.do(t, "ZADD", key, strconv.FormatFloat(s, 'g', -1, 64), v.member)
-	case 3:
-		r.do(t, "RPUSH", key, v.value)
-	default:
-		r.do(t, "SADD", key, v.value)
-	}
-	if v.ttl {
-		r.do(t, "PEXPIRE", key, "60000")
-	}
-}
-
-// snapshot describes key's type and contents (not its TTL).
-func (r *fuzzRedis) snapshot(t *testing.T, key string) string {
-	t.Helper()
-	typ, _ := r.do(t, "TYPE", key).ToString()
-	var v any
-	switch typ {
-	case "string":
-		v, _ = r.do(t, "GET", key).ToString()
-	case "hash":
-		v, _ = r.do(t, "HGETALL", key).AsStrMap()
-	case "zset":
-		v, _ = r.do(t, "ZRANGE", key, "0", "-1", "WITHSCORES").ToAny()
-	case "list":
-		v, _ = r.do(t, "LRANGE", key, "0", "-1").AsStrSlice()
-	case "set":
-		v, _ = r.do(t, "SMEMBERS", key).AsStrSlice()
-	}
-	return fmt.Sprintf("%s %v", typ, v)
-}
-
-// keyCounter is the Handle's client: it counts the commands that name the current input's
-// keys (the input's name is in every key), so that background work left by earlier inputs is
-// not counted against this one. Pub/sub commands are not counted.
-type keyCounter struct {
-	rueidis.Client
-	mu  sync.Mutex
-	tag string
-	n   int
-}
-
-func (c *keyCounter) count(cmd rueidis.Completed) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, s := range cmd.Commands() {
-		if c.tag != "" && strings.Contains(s, c.tag) {
-			c.n++
-			return
-		}
-	}
-}
-
-// Reset starts counting the commands that name tag.
-func (c *keyCounter) Reset(tag string) {
-	c.mu.Lock()
-	c.tag, c.n = tag, 0
-	c.mu.Unlock()
-}
-
-// Total returns the number of commands counted since Reset.
-func (c *keyCounter) Total() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
-
-// Do implements rueidis.Client.
-func (c *keyCounter) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	c.count(cmd)
-	return c.Client.Do(ctx, cmd)
-}
-
-// DoMulti implements rueidis.Client.
-func (c *keyCounter) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
-	for _, cmd := range multi {
-		c.count(cmd)
-	}
-	return c.Client.DoMulti(ctx, multi...)
-}
