@@ -199,14 +199,14 @@ func printTable(rows []row, rtt time.Duration, processes, goroutines int, dur, i
 		}
 	}
 	fmt.Printf("Round trip (PING p50), measured between the uncontended pairs: %v.\n\n", rtt.Round(time.Microsecond))
-	fmt.Printf("| library | Lock+Unlock p50 (p99), uncontended | in RTT | vs floor | hand-off p50 / p99, in RTT under load | releaser re-acquires | Lock wait p99 | Jain (goroutines) | client cmds / acq | Redis cmds / acq | idle waiter cmds/s | distinct keys, pairs/s |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| library | Lock+Unlock p50 (p99), uncontended | in RTT | vs floor | hand-off p50 / p99, in RTT under load | releaser re-acquires | Lock wait p99 | Jain (goroutines) | client cmds / acq | Redis cmds / acq | Redis CPU / acq | idle waiter cmds/s | distinct keys, pairs/s |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		vsFloor := "—"
 		if floor > 0 {
 			vsFloor = fmt.Sprintf("%.2f×", float64(r.unP50)/float64(floor))
 		}
-		cont := "| — | — | — | — | — | — | — "
+		cont := "| — | — | — | — | — | — | — | — "
 		if r.contention && r.contErr == nil {
 			c := r.cont
 			wait := c.waitP99.Round(time.Microsecond).String()
@@ -217,12 +217,12 @@ func printTable(rows []row, rtt time.Duration, processes, goroutines int, dur, i
 			if r.idleErr != nil {
 				idle = "error: " + r.idleErr.Error()
 			}
-			cont = fmt.Sprintf("| %s / %s (%v / %v; RTT %v) | %.0f%% | %s | %.3f | %.2f | %.2f | %s ",
+			cont = fmt.Sprintf("| %s / %s (%v / %v; RTT %v) | %.0f%% | %s | %.3f | %.2f | %.2f | %v | %s ",
 				ratio(c.handoffP50, c.rtt), ratio(c.handoffP99, c.rtt), c.handoffP50.Round(time.Microsecond),
 				c.handoffP99.Round(time.Microsecond), c.rtt.Round(time.Microsecond), 100*c.reacquired, wait,
-				c.jain, c.clientCmds, c.redisCmds, idle)
+				c.jain, c.clientCmds, c.redisCmds, c.redisCPU.Round(100*time.Nanosecond), idle)
 		} else if r.contErr != nil {
-			cont = fmt.Sprintf("| error: %v | | | | | | ", r.contErr)
+			cont = fmt.Sprintf("| error: %v | | | | | | | ", r.contErr)
 		}
 		distinct := fmt.Sprintf("%.0f", r.distinct)
 		if r.distinctErr != nil {

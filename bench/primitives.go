@@ -28,9 +28,10 @@ import (
 type primRow struct {
 	scenario   string
 	result     string
-	rtt        string  // the result in round trips, or ""
-	clientCmds float64 // per operation, or -1
-	redisCmds  float64 // per operation (INFO commandstats), or -1
+	rtt        string        // the result in round trips, or ""
+	clientCmds float64       // per operation, or -1
+	redisCmds  float64       // per operation (INFO commandstats), or -1
+	redisCPU   time.Duration // Redis's CPU time per operation (INFO cpu), or -1
 }
 
 // pod is one simulated process of a primitives scenario: its own client and handle.
@@ -171,11 +172,13 @@ func readMostly(ctx context.Context, addr string, rw bool, pods, goroutines int,
 	if !rw {
 		what = "mutex (every operation exclusive)"
 	}
+	rc, rcpu := after.per(before, n)
 	return primRow{
 		scenario:   fmt.Sprintf("read-mostly, %s: %d pods × %d goroutines, %.0f%% reads, %v held", what, pods, goroutines, 100*readShare, hold),
 		result:     fmt.Sprintf("%.0f ops/s", n/dur.Seconds()),
 		clientCmds: float64(clientTotal(ps)-cl0) / n,
-		redisCmds:  float64(after-before) / n,
+		redisCmds:  rc,
+		redisCPU:   rcpu,
 	}, nil
 }
 
@@ -236,11 +239,11 @@ func reentry(ctx context.Context, addr string, iters int) ([]primRow, error) {
 	inRTT := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(rtt)) }
 	return []primRow{
 		{scenario: "reentrant: re-entering Lock (the owner holds it)", result: pct(lockOnly, 50).Round(time.Microsecond).String() + " p50",
-			rtt: inRTT(pct(lockOnly, 50)), clientCmds: float64(cmds) / float64(2*len(pair)), redisCmds: -1},
+			rtt: inRTT(pct(lockOnly, 50)), clientCmds: float64(cmds) / float64(2*len(pair)), redisCmds: -1, redisCPU: -1},
 		{scenario: "reentrant: re-entering Lock + its Unlock", result: fmt.Sprintf("%v p50 (%v p99)", pct(pair, 50).Round(time.Microsecond), pct(pair, 99).Round(time.Microsecond)),
-			rtt: inRTT(pct(pair, 50)), clientCmds: -1, redisCmds: -1},
+			rtt: inRTT(pct(pair, 50)), clientCmds: -1, redisCmds: -1, redisCPU: -1},
 		{scenario: "reentrant: outermost Lock + Unlock, uncontended", result: fmt.Sprintf("%v p50 (%v p99)", pct(outer, 50).Round(time.Microsecond), pct(outer, 99).Round(time.Microsecond)),
-			rtt: inRTT(pct(outer, 50)), clientCmds: -1, redisCmds: -1},
+			rtt: inRTT(pct(outer, 50)), clientCmds: -1, redisCmds: -1, redisCPU: -1},
 	}, nil
 }
 
@@ -254,7 +257,7 @@ func primitives(ctx context.Context, addr string, quick bool) error {
 	var rows []primRow
 	fail := func(what string, err error) {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", what, err)
-		rows = append(rows, primRow{scenario: what, result: "error: " + err.Error(), clientCmds: -1, redisCmds: -1})
+		rows = append(rows, primRow{scenario: what, result: "error: " + err.Error(), clientCmds: -1, redisCmds: -1, redisCPU: -1})
 	}
 	fmt.Fprintf(os.Stderr, "primitives: reentrant re-entry…\n")
 	if rs, err := reentry(ctx, addr, iters); err != nil {
@@ -312,7 +315,7 @@ func primitives(ctx context.Context, addr string, quick bool) error {
 	rows = append(rows, wakeFloor(1000, 5))
 	rtt := pingP50(addr, 500)
 	fmt.Printf("\n### distsync primitives\n\nRound trip (PING p50) after the runs: %v.\n\n", rtt.Round(time.Microsecond))
-	fmt.Printf("| scenario | result | in RTT | client cmds / op | Redis cmds / op |\n|---|---|---|---|---|\n")
+	fmt.Printf("| scenario | result | in RTT | client cmds / op | Redis cmds / op | Redis CPU / op |\n|---|---|---|---|---|---|\n")
 	num := func(f float64) string {
 		if f < 0 {
 			return "—"
@@ -324,7 +327,11 @@ func primitives(ctx context.Context, addr string, quick bool) error {
 		if in == "" {
 			in = "—"
 		}
-		fmt.Printf("| %s | %s | %s | %s | %s |\n", r.scenario, r.result, in, num(r.clientCmds), num(r.redisCmds))
+		cpu := "—"
+		if r.redisCPU >= 0 {
+			cpu = r.redisCPU.Round(100 * time.Nanosecond).String()
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", r.scenario, r.result, in, num(r.clientCmds), num(r.redisCmds), cpu)
 	}
 	return nil
 }
@@ -437,12 +444,14 @@ func fairHandoff(ctx context.Context, addr string, pods, goroutines int, dur tim
 		return primRow{}, err
 	}
 	p50, p99 := pct(handoffs, 50), pct(handoffs, 99)
+	rc, rcpu := after.per(before, float64(acquired))
 	return primRow{
 		scenario:   fmt.Sprintf("fair: hand-off, %d pods × %d goroutines queued on one lock", pods, goroutines),
 		result:     fmt.Sprintf("p50 %v / p99 %v; %.0f acq/s", p50.Round(time.Microsecond), p99.Round(time.Microsecond), float64(acquired)/dur.Seconds()),
 		rtt:        fmt.Sprintf("%.1f / %.1f (RTT under load %v)", float64(p50)/float64(rtt), float64(p99)/float64(rtt), rtt.Round(time.Microsecond)),
 		clientCmds: float64(clientTotal(ps)-cl0) / float64(acquired),
-		redisCmds:  float64(after-before) / float64(acquired),
+		redisCmds:  rc,
+		redisCPU:   rcpu,
 	}, nil
 }
 
@@ -517,11 +526,13 @@ func permits(ctx context.Context, addr string, size int64, pods, goroutines int,
 		what = "mutex (size 1)"
 	}
 	total := float64(n.Load())
+	rc, rcpu := after.per(before, total)
 	return primRow{
 		scenario:   fmt.Sprintf("%s: %d contenders (%d pods × %d), acquire 1, hold %v, release", what, pods*goroutines, pods, goroutines, hold),
 		result:     fmt.Sprintf("%.0f acquire+release/s", total/dur.Seconds()),
 		clientCmds: float64(clientTotal(ps)-cl0) / total,
-		redisCmds:  float64(after-before) / total,
+		redisCmds:  rc,
+		redisCPU:   rcpu,
 	}, nil
 }
 
@@ -609,11 +620,13 @@ func stampede(ctx context.Context, addr string, pods, callers, rounds int, fnTim
 		return primRow{}, err
 	}
 	total := float64(pods * callers * rounds)
+	rc, rcpu := after.per(before, total)
 	row := primRow{
 		scenario:   fmt.Sprintf("stampede, %s: %d callers (%d pods × %d) on one expired key, fn 50 ms, %d rounds", map[bool]string{true: "once.Group", false: "no protection"}[protect], pods*callers, pods, callers, rounds),
 		result:     fmt.Sprintf("fn ran %.0f times per round", float64(execs)/float64(rounds)),
 		clientCmds: float64(clientTotal(ps)-cl0) / total,
-		redisCmds:  float64(after-before) / total,
+		redisCmds:  rc,
+		redisCPU:   rcpu,
 	}
 	if protect {
 		rtt := pct(rtts, 50)
@@ -658,6 +671,6 @@ func wakeFloor(n, rounds int) primRow {
 	return primRow{
 		scenario:   fmt.Sprintf("reference: %d goroutines woken by closing one channel, no Redis", n),
 		result:     fmt.Sprintf("p50 %v, p99 %v", pct(lat, 50).Round(time.Microsecond), pct(lat, 99).Round(time.Microsecond)),
-		clientCmds: -1, redisCmds: -1,
+		clientCmds: -1, redisCmds: -1, redisCPU: -1,
 	}
 }

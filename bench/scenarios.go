@@ -177,6 +177,7 @@ type contention struct {
 	jain               float64
 	clientCmds         float64       // commands the clients sent, per acquisition
 	redisCmds          float64       // commands Redis executed (INFO commandstats, script internals included), per acquisition
+	redisCPU           time.Duration // Redis's CPU time (INFO cpu), per acquisition
 	stalled            int           // goroutines still waiting 10 s after the run ended
 	rtt                time.Duration // PING p50 during the run, from another client
 	processes, perProc int
@@ -349,27 +350,50 @@ func contended(ctx context.Context, l lib, addr string, processes, goroutines in
 	out.waitP99 = pct(waits, 99)
 	out.jain = jain(shares)
 	out.clientCmds = float64(clientCmds) / float64(n)
-	out.redisCmds = float64(after-before) / float64(n)
+	out.redisCmds, out.redisCPU = after.per(before, float64(n))
 	return out, nil
 }
 
-// commandstats returns the number of commands Redis has executed, from INFO commandstats,
-// leaving out the ones clients send to stay connected or to ask questions (PING, INFO,
-// HELLO, CLIENT, SELECT, CLUSTER, COMMAND).
-func commandstats(addr string) (int64, error) {
+// redisLoad is what Redis has done so far: the commands it executed (INFO commandstats,
+// leaving out the ones clients send to stay connected or to ask questions: PING, INFO, HELLO,
+// CLIENT, SELECT, CLUSTER, COMMAND) and the CPU time its process used (INFO cpu, user and
+// system: the commands, their scripts and the network work around them).
+type redisLoad struct {
+	cmds int64
+	cpu  time.Duration
+}
+
+// per returns the load from before to l, per op of n.
+func (l redisLoad) per(before redisLoad, n float64) (cmds float64, cpu time.Duration) {
+	if n <= 0 {
+		return -1, -1
+	}
+	return float64(l.cmds-before.cmds) / n, time.Duration(float64(l.cpu-before.cpu) / n)
+}
+
+// commandstats reads the Redis at addr's load so far.
+func commandstats(addr string) (redisLoad, error) {
+	var out redisLoad
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err != nil {
-		return 0, err
+		return out, err
 	}
 	defer c.Close()
-	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Section("cpu").Build()).ToString()
 	if err != nil {
-		return 0, err
+		return out, err
 	}
-	var total int64
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+		if !ok {
+			continue
+		}
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			sec, _ := strconv.ParseFloat(rest, 64)
+			out.cpu += time.Duration(sec * float64(time.Second))
+			continue
+		}
+		if !strings.HasPrefix(name, "cmdstat_") {
 			continue
 		}
 		switch strings.SplitN(strings.TrimPrefix(name, "cmdstat_"), "|", 2)[0] {
@@ -378,9 +402,9 @@ func commandstats(addr string) (int64, error) {
 		}
 		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
 		n, _ := strconv.ParseInt(calls, 10, 64)
-		total += n
+		out.cmds += n
 	}
-	return total, nil
+	return out, nil
 }
 
 func pct(d []time.Duration, p int) time.Duration {
