@@ -259,6 +259,12 @@ func primitives(ctx context.Context, addr string, quick bool) error {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", what, err)
 		rows = append(rows, primRow{scenario: what, result: "error: " + err.Error(), clientCmds: -1, redisCmds: -1, redisCPU: -1})
 	}
+	fmt.Fprintf(os.Stderr, "primitives: every primitive, uncontended…\n")
+	if rs, err := everyPair(ctx, addr, iters); err != nil {
+		fail("every primitive, uncontended", err)
+	} else {
+		rows = append(rows, rs...)
+	}
 	fmt.Fprintf(os.Stderr, "primitives: reentrant re-entry…\n")
 	if rs, err := reentry(ctx, addr, iters); err != nil {
 		fail("reentrant re-entry", err)

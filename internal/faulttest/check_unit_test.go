@@ -80,26 +80,79 @@ func mustFail(t *testing.T, m model, evs []Event, want string) {
 	t.Errorf("want a violation containing %q, got:\n%s", want, report(h, vs, 10))
 }
 
-var mutexModel = model{prim: pMutex, ttl: time.Second, bound: 1500 * time.Millisecond}
+// killedHolder is a history in which w1 holds the lock (token 10) from 1 ms and is killed at
+// 100 ms while w2 waits (since 5 ms); w2 acquires at acq ms (token 11) and releases 100 ms
+// later.
+func killedHolder(acq float64) []Event {
+	return hist(
+		at(0, "w1", evWait, "w1#0"),
+		at(1, "w1", evAcquired, "w1#0", tok(10)),
+		drv(100, drvKill, "w1"),
+		cycle("w2", "w2#0", 5, acq, acq+100, acq+101, 11),
+	)
+}
+
+// overtakenLead is a history in which w1 leads a once key from 1 ms and is stopped at 50 ms;
+// w2 takes the lead at 1200 ms and runs fn until 2200 ms; w1, continued at 2000 ms, sees its
+// fn's ctx end and returns from Do with ret at 2003 ms.
+func overtakenLead(ret ...func(*Event)) []Event {
+	return hist(
+		at(0, "w1", evDoStart, "w1#0"),
+		at(0, "w2", evDoStart, "w2#0"),
+		at(1, "w1", evFnEnter, "w1@1", call("w1#0")),
+		drv(50, drvStop, "w1"),
+		at(1200, "w2", evFnEnter, "w2@1", call("w2#0")),
+		drv(2000, drvCont, "w1"),
+		at(2001, "w1", evFnCtx, "w1@1", lost),
+		at(2002, "w1", evFnExit, "w1@1", lost),
+		at(2003, "w1", evDoReturn, "w1#0", ret...),
+		at(2200, "w2", evFnExit, "w2@1"),
+		at(2201, "w2", evDoReturn, "w2#0", ok),
+	)
+}
+
+var (
+	mutexModel   = model{prim: pMutex, ttl: time.Second, bound: 1500 * time.Millisecond}
+	rwmutexModel = model{prim: pRWMutex, ttl: time.Second, bound: time.Second}
+)
+
+// checkCase is a hand-made history and what the checker must make of it.
+type checkCase struct {
+	name  string
+	m     *model // nil: the table's model
+	evs   []Event
+	fails string // "": the history must pass; else it must fail with a violation containing this
+}
+
+// runChecks runs each case as a subtest: mustPass, or mustFail with c.fails.
+func runChecks(t *testing.T, m model, cases []checkCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cm := m
+			if c.m != nil {
+				cm = *c.m
+			}
+			if c.fails == "" {
+				mustPass(t, cm, c.evs)
+			} else {
+				mustFail(t, cm, c.evs, c.fails)
+			}
+		})
+	}
+}
 
 func TestCheckerExclusion(t *testing.T) {
-	t.Run("alternating holds pass", func(t *testing.T) {
-		mustPass(t, mutexModel, hist(
+	runChecks(t, mutexModel, []checkCase{
+		{name: "alternating holds pass", evs: hist(
 			cycle("w1", "w1#0", 0, 1, 100, 101, 10),
-			at(50, "w2", evWait, "w2#0"),
-			at(102, "w2", evAcquired, "w2#0", tok(11)),
-			at(200, "w2", evExit, "w2#0"),
-			at(201, "w2", evRelease, "w2#0"),
-		))
-	})
-	t.Run("overlap without a loss fails", func(t *testing.T) {
-		mustFail(t, mutexModel, hist(
+			cycle("w2", "w2#0", 50, 102, 200, 201, 11),
+		)},
+		{name: "overlap without a loss fails", fails: "holds overlap without a told loss", evs: hist(
 			cycle("w1", "w1#0", 0, 1, 100, 101, 10),
 			cycle("w2", "w2#0", 40, 50, 150, 151, 11),
-		), "holds overlap without a told loss")
-	})
-	t.Run("overlap after a told loss with a smaller token passes", func(t *testing.T) {
-		mustPass(t, mutexModel, hist(
+		)},
+		{name: "overlap after a told loss with a smaller token passes", evs: hist(
 			at(0, "w1", evWait, "w1#0"),
 			at(1, "w1", evAcquired, "w1#0", tok(10)),
 			drv(100, drvStop, "w1"),
@@ -111,10 +164,8 @@ func TestCheckerExclusion(t *testing.T) {
 			at(2003, "w1", evRelease, "w1#0", lost),
 			at(2100, "w2", evExit, "w2#0"),
 			at(2101, "w2", evRelease, "w2#0"),
-		))
-	})
-	t.Run("told loss but the larger token fails", func(t *testing.T) {
-		mustFail(t, mutexModel, hist(
+		)},
+		{name: "told loss but the larger token fails", fails: "holds overlap without a told loss", evs: hist(
 			at(0, "w1", evWait, "w1#0"),
 			at(1, "w1", evAcquired, "w1#0", tok(12)),
 			at(1050, "w2", evWait, "w2#0"),
@@ -124,59 +175,35 @@ func TestCheckerExclusion(t *testing.T) {
 			at(2003, "w1", evRelease, "w1#0"),
 			at(2100, "w2", evExit, "w2#0"),
 			at(2101, "w2", evRelease, "w2#0"),
-		), "holds overlap without a told loss")
-	})
-	t.Run("a killed holder's hold ends at its death", func(t *testing.T) {
-		mustPass(t, mutexModel, hist(
-			at(0, "w1", evWait, "w1#0"),
-			at(1, "w1", evAcquired, "w1#0", tok(10)),
-			at(5, "w2", evWait, "w2#0"),
-			drv(100, drvKill, "w1"),
-			at(1150, "w2", evAcquired, "w2#0", tok(11)),
-			at(1250, "w2", evExit, "w2#0"),
-			at(1251, "w2", evRelease, "w2#0"),
-		))
-	})
-	t.Run("tokens must increase", func(t *testing.T) {
-		mustFail(t, mutexModel, hist(
+		)},
+		{name: "a killed holder's hold ends at its death", evs: killedHolder(1150)},
+		{name: "tokens must increase", fails: "token did not increase", evs: hist(
 			cycle("w1", "w1#0", 0, 1, 100, 101, 10),
 			cycle("w2", "w2#0", 50, 102, 200, 201, 10),
-		), "token did not increase")
-	})
-	t.Run("rwmutex readers share", func(t *testing.T) {
-		m := model{prim: pRWMutex, ttl: time.Second, bound: time.Second}
-		mustPass(t, m, hist(
+		)},
+		{name: "rwmutex readers share", m: &rwmutexModel, evs: hist(
 			cycle("w1", "w1#0", 0, 1, 100, 101, 10, role("r")),
 			cycle("w2", "w2#0", 0, 2, 100, 101, 10, role("r")),
 			cycle("w3", "w3#0", 0, 102, 150, 151, 11, role("w")),
-		))
-	})
-	t.Run("rwmutex reader and writer overlap fails", func(t *testing.T) {
-		m := model{prim: pRWMutex, ttl: time.Second, bound: time.Second}
-		mustFail(t, m, hist(
+		)},
+		{name: "rwmutex reader and writer overlap fails", m: &rwmutexModel, fails: "holds overlap", evs: hist(
 			cycle("w1", "w1#0", 0, 1, 100, 101, 10, role("r")),
 			cycle("w3", "w3#0", 0, 50, 150, 151, 11, role("w")),
-		), "holds overlap")
-	})
-	t.Run("a lease ended at the acquire fails", func(t *testing.T) {
-		mustFail(t, mutexModel, hist(
+		)},
+		{name: "a lease ended at the acquire fails", fails: "already ended when the acquire returned", evs: hist(
 			at(0, "w1", evWait, "w1#0"),
 			at(1, "w1", evAcquired, "w1#0", tok(10), dead),
 			at(2, "w1", evExit, "w1#0", lost),
 			at(3, "w1", evRelease, "w1#0"),
-		), "already ended when the acquire returned")
-	})
-	t.Run("a lease lost at once with no fault fails", func(t *testing.T) {
-		mustFail(t, mutexModel, hist(
+		)},
+		{name: "a lease lost at once with no fault fails", fails: "lost 3ms after it was acquired", evs: hist(
 			at(0, "w1", evWait, "w1#0"),
 			at(1, "w1", evAcquired, "w1#0", tok(10)),
 			at(4, "w1", evLost, "w1#0"),
 			at(5, "w1", evExit, "w1#0", lost),
 			at(6, "w1", evRelease, "w1#0", lost),
-		), "lost 3ms after it was acquired")
-	})
-	t.Run("a lease lost at once across a restart passes", func(t *testing.T) {
-		mustPass(t, mutexModel, hist(
+		)},
+		{name: "a lease lost at once across a restart passes", evs: hist(
 			at(0, "w1", evWait, "w1#0"),
 			at(1, "w1", evAcquired, "w1#0", tok(10)),
 			drv(2, drvRestartBegin, ""),
@@ -184,77 +211,50 @@ func TestCheckerExclusion(t *testing.T) {
 			at(64, "w1", evLost, "w1#0"),
 			at(65, "w1", evExit, "w1#0", lost),
 			at(66, "w1", evRelease, "w1#0", lost),
-		))
+		)},
 	})
 }
 
 func TestCheckerCapacity(t *testing.T) {
-	m := model{prim: pSemaphore, size: 3, ttl: time.Second, bound: time.Second}
-	t.Run("within size passes", func(t *testing.T) {
-		mustPass(t, m, hist(
+	runChecks(t, model{prim: pSemaphore, size: 3, ttl: time.Second, bound: time.Second}, []checkCase{
+		{name: "within size passes", evs: hist(
 			cycle("w1", "w1#0", 0, 1, 100, 101, 0, n(2)),
 			cycle("w2", "w2#0", 0, 2, 100, 101, 0, n(1)),
 			cycle("w3", "w3#0", 0, 102, 200, 201, 0, n(2)),
-		))
-	})
-	t.Run("above size fails", func(t *testing.T) {
-		mustFail(t, m, hist(
+		)},
+		{name: "above size fails", fails: "4 permits in use", evs: hist(
 			cycle("w1", "w1#0", 0, 1, 100, 101, 0, n(2)),
 			cycle("w2", "w2#0", 0, 2, 100, 101, 0, n(2)),
-		), "4 permits in use")
-	})
-	t.Run("above size by a told loss passes", func(t *testing.T) {
-		mustPass(t, m, hist(
+		)},
+		{name: "above size by a told loss passes", evs: hist(
 			at(0, "w1", evWait, "w1#0", n(2)),
 			at(1, "w1", evAcquired, "w1#0", n(2)),
-			at(0, "w2", evWait, "w2#0", n(2)),
-			at(1100, "w2", evAcquired, "w2#0", n(2)),
-			at(1200, "w2", evExit, "w2#0"),
-			at(1201, "w2", evRelease, "w2#0"),
+			cycle("w2", "w2#0", 0, 1100, 1200, 1201, 0, n(2)),
 			at(1300, "w1", evExit, "w1#0", lost),
 			at(1301, "w1", evRelease, "w1#0", lost),
-		))
-	})
-	t.Run("a waiter that fits, stranded, fails", func(t *testing.T) {
-		mustFail(t, m, hist(
-			at(0, "w1", evWait, "w1#0", n(2)),
-			at(1, "w1", evAcquired, "w1#0", n(2)),
-			at(5, "w2", evWait, "w2#0", n(1)),
-			at(3000, "w2", evAcquired, "w2#0", n(1)),
-			at(3100, "w1", evExit, "w1#0"),
-			at(3101, "w1", evRelease, "w1#0"),
-			at(3100, "w2", evExit, "w2#0"),
-			at(3101, "w2", evRelease, "w2#0"),
-		), "stranded")
-	})
-	t.Run("a waiter that does not fit waits", func(t *testing.T) {
-		mustPass(t, m, hist(
-			at(0, "w1", evWait, "w1#0", n(2)),
-			at(1, "w1", evAcquired, "w1#0", n(2)),
-			at(5, "w2", evWait, "w2#0", n(2)),
-			at(3000, "w1", evExit, "w1#0"),
-			at(3001, "w1", evRelease, "w1#0"),
-			at(3002, "w2", evAcquired, "w2#0", n(2)),
-			at(3100, "w2", evExit, "w2#0"),
-			at(3101, "w2", evRelease, "w2#0"),
-		))
+		)},
+		{name: "a waiter that fits, stranded, fails", fails: "stranded", evs: hist(
+			cycle("w1", "w1#0", 0, 1, 3100, 3101, 0, n(2)),
+			cycle("w2", "w2#0", 5, 3000, 3100, 3101, 0, n(1)),
+		)},
+		{name: "a waiter that does not fit waits", evs: hist(
+			cycle("w1", "w1#0", 0, 1, 3000, 3001, 0, n(2)),
+			cycle("w2", "w2#0", 5, 3002, 3100, 3101, 0, n(2)),
+		)},
 	})
 }
 
 func TestCheckerOnce(t *testing.T) {
-	m := model{prim: pOnce, ttl: time.Second, bound: 1500 * time.Millisecond}
-	t.Run("one run shared passes", func(t *testing.T) {
-		mustPass(t, m, hist(
+	runChecks(t, model{prim: pOnce, ttl: time.Second, bound: 1500 * time.Millisecond}, []checkCase{
+		{name: "one run shared passes", evs: hist(
 			at(0, "w1", evDoStart, "w1#0"),
 			at(0, "w2", evDoStart, "w2#0"),
 			at(1, "w1", evFnEnter, "w1@1", call("w1#0")),
 			at(100, "w1", evFnExit, "w1@1"),
 			at(101, "w1", evDoReturn, "w1#0", ok),
 			at(101, "w2", evDoReturn, "w2#0", ok),
-		))
-	})
-	t.Run("two runs at once without a lost lead fail", func(t *testing.T) {
-		mustFail(t, m, hist(
+		)},
+		{name: "two runs at once without a lost lead fail", fails: "fn ran twice at once", evs: hist(
 			at(0, "w1", evDoStart, "w1#0"),
 			at(0, "w2", evDoStart, "w2#0"),
 			at(1, "w1", evFnEnter, "w1@1", call("w1#0")),
@@ -263,25 +263,9 @@ func TestCheckerOnce(t *testing.T) {
 			at(101, "w1", evDoReturn, "w1#0", ok),
 			at(150, "w2", evFnExit, "w2@1"),
 			at(151, "w2", evDoReturn, "w2#0", ok),
-		), "fn ran twice at once")
-	})
-	t.Run("a lost lead overtaken after its ctx ended passes", func(t *testing.T) {
-		mustPass(t, m, hist(
-			at(0, "w1", evDoStart, "w1#0"),
-			at(0, "w2", evDoStart, "w2#0"),
-			at(1, "w1", evFnEnter, "w1@1", call("w1#0")),
-			drv(50, drvStop, "w1"),
-			at(1200, "w2", evFnEnter, "w2@1", call("w2#0")),
-			drv(2000, drvCont, "w1"),
-			at(2001, "w1", evFnCtx, "w1@1", lost),
-			at(2002, "w1", evFnExit, "w1@1", lost),
-			at(2003, "w1", evDoReturn, "w1#0", lost, errs("lost")),
-			at(2200, "w2", evFnExit, "w2@1"),
-			at(2201, "w2", evDoReturn, "w2#0", ok),
-		))
-	})
-	t.Run("a lost lead told by Do after fn returned passes", func(t *testing.T) {
-		mustPass(t, m, hist(
+		)},
+		{name: "a lost lead overtaken after its ctx ended passes", evs: overtakenLead(lost, errs("lost"))},
+		{name: "a lost lead told by Do after fn returned passes", evs: hist(
 			at(0, "w1", evDoStart, "w1#0"),
 			at(0, "w2", evDoStart, "w2#0"),
 			at(1, "w1", evFnEnter, "w1@1", call("w1#0")),
@@ -292,138 +276,67 @@ func TestCheckerOnce(t *testing.T) {
 			at(301, "w1", evDoReturn, "w1#0", lost, errs("lead lost")),
 			at(430, "w2", evFnExit, "w2@1"),
 			at(431, "w2", evDoReturn, "w2#0", ok),
-		))
-	})
-	t.Run("a lost lead that gets a success fails", func(t *testing.T) {
-		mustFail(t, m, hist(
-			at(0, "w1", evDoStart, "w1#0"),
-			at(0, "w2", evDoStart, "w2#0"),
-			at(1, "w1", evFnEnter, "w1@1", call("w1#0")),
-			drv(50, drvStop, "w1"),
-			at(1200, "w2", evFnEnter, "w2@1", call("w2#0")),
-			drv(2000, drvCont, "w1"),
-			at(2001, "w1", evFnCtx, "w1@1", lost),
-			at(2002, "w1", evFnExit, "w1@1", lost),
-			at(2003, "w1", evDoReturn, "w1#0", ok),
-			at(2200, "w2", evFnExit, "w2@1"),
-			at(2201, "w2", evDoReturn, "w2#0", ok),
-		), "a leader whose lead was lost got a success")
-	})
-	t.Run("a waiter stranded after the leader finished fails", func(t *testing.T) {
-		mustFail(t, m, hist(
+		)},
+		{name: "a lost lead that gets a success fails", fails: "a leader whose lead was lost got a success", evs: overtakenLead(ok)},
+		{name: "a waiter stranded after the leader finished fails", fails: "stranded", evs: hist(
 			at(0, "w1", evDoStart, "w1#0"),
 			at(1, "w1", evFnEnter, "w1@1", call("w1#0")),
 			at(10, "w2", evDoStart, "w2#0"),
 			at(100, "w1", evFnExit, "w1@1"),
 			at(101, "w1", evDoReturn, "w1#0", ok),
 			at(5000, "w2", evDoReturn, "w2#0", ok),
-		), "stranded")
+		)},
 	})
 }
 
 func TestCheckerLiveness(t *testing.T) {
-	t.Run("a release taken at once passes", func(t *testing.T) {
-		mustPass(t, mutexModel, hist(
+	runChecks(t, mutexModel, []checkCase{
+		{name: "a release taken at once passes", evs: hist(
 			cycle("w1", "w1#0", 0, 1, 100, 101, 10),
-			at(50, "w2", evWait, "w2#0"),
-			at(300, "w2", evAcquired, "w2#0", tok(11)),
-			at(400, "w2", evExit, "w2#0"),
-			at(401, "w2", evRelease, "w2#0"),
-		))
-	})
-	t.Run("a release nobody takes for 2s fails", func(t *testing.T) {
-		mustFail(t, mutexModel, hist(
+			cycle("w2", "w2#0", 50, 300, 400, 401, 11),
+		)},
+		{name: "a release nobody takes for 2s fails", fails: "stranded", evs: hist(
 			cycle("w1", "w1#0", 0, 1, 100, 101, 10),
-			at(50, "w2", evWait, "w2#0"),
-			at(2200, "w2", evAcquired, "w2#0", tok(11)),
-			at(2300, "w2", evExit, "w2#0"),
-			at(2301, "w2", evRelease, "w2#0"),
-		), "stranded")
-	})
-	t.Run("a stall until the end of the run fails", func(t *testing.T) {
-		mustFail(t, mutexModel, hist(
+			cycle("w2", "w2#0", 50, 2200, 2300, 2301, 11),
+		)},
+		{name: "a stall until the end of the run fails", fails: "until the end of the run", evs: hist(
 			cycle("w1", "w1#0", 0, 1, 100, 101, 10),
 			at(50, "w2", evWait, "w2#0"),
 			drv(3000, drvTerm, ""),
 			at(3001, "w2", evFailed, "w2#0"),
-		), "until the end of the run")
-	})
-	t.Run("a killed holder's claim is waited for until its lease ends", func(t *testing.T) {
-		mustPass(t, mutexModel, hist(
-			at(0, "w1", evWait, "w1#0"),
-			at(1, "w1", evAcquired, "w1#0", tok(10)),
-			at(5, "w2", evWait, "w2#0"),
-			drv(100, drvKill, "w1"),
-			at(1300, "w2", evAcquired, "w2#0", tok(11)),
-			at(1400, "w2", evExit, "w2#0"),
-			at(1401, "w2", evRelease, "w2#0"),
-		))
-	})
-	t.Run("a killed holder's claim not taken after its lease fails", func(t *testing.T) {
-		mustFail(t, mutexModel, hist(
-			at(0, "w1", evWait, "w1#0"),
-			at(1, "w1", evAcquired, "w1#0", tok(10)),
-			at(5, "w2", evWait, "w2#0"),
-			drv(100, drvKill, "w1"),
-			at(3000, "w2", evAcquired, "w2#0", tok(11)),
-			at(3100, "w2", evExit, "w2#0"),
-			at(3101, "w2", evRelease, "w2#0"),
-		), "stranded")
-	})
-	t.Run("a killed waiter is not progress", func(t *testing.T) {
-		mustFail(t, mutexModel, hist(
+		)},
+		{name: "a killed holder's claim is waited for until its lease ends", evs: killedHolder(1300)},
+		{name: "a killed holder's claim not taken after its lease fails", fails: "stranded", evs: killedHolder(3000)},
+		{name: "a killed waiter is not progress", fails: "stranded", evs: hist(
 			cycle("w1", "w1#0", 0, 1, 100, 101, 10),
 			at(40, "w2", evWait, "w2#0"),
-			at(50, "w3", evWait, "w3#0"),
 			drv(500, drvKill, "w2"),
-			at(2500, "w3", evAcquired, "w3#0", tok(11)),
-			at(2600, "w3", evExit, "w3#0"),
-			at(2601, "w3", evRelease, "w3#0"),
-		), "stranded")
-	})
-	t.Run("time while Redis is paused does not count", func(t *testing.T) {
-		mustPass(t, mutexModel, hist(
+			cycle("w3", "w3#0", 50, 2500, 2600, 2601, 11),
+		)},
+		{name: "time while Redis is paused does not count", evs: hist(
 			cycle("w1", "w1#0", 0, 1, 100, 101, 10),
 			drv(102, drvRedisPause, ""),
-			at(50, "w2", evWait, "w2#0"),
 			drv(3000, drvRedisResume, ""),
-			at(3200, "w2", evAcquired, "w2#0", tok(11)),
-			at(3300, "w2", evExit, "w2#0"),
-			at(3301, "w2", evRelease, "w2#0"),
-		))
-	})
-	t.Run("time the machine did not run the processes does not count", func(t *testing.T) {
-		mustPass(t, mutexModel, hist(
+			cycle("w2", "w2#0", 50, 3200, 3300, 3301, 11),
+		)},
+		{name: "time the machine did not run the processes does not count", evs: hist(
 			cycle("w1", "w1#0", 0, 1, 100, 101, 10),
-			at(50, "w2", evWait, "w2#0"),
 			at(2000, "w3", evHiccup, "", n(int64(1500*time.Millisecond))),
-			at(2200, "w2", evAcquired, "w2#0", tok(11)),
-			at(2300, "w2", evExit, "w2#0"),
-			at(2301, "w2", evRelease, "w2#0"),
-		))
-	})
-	t.Run("a stopped worker's own stop is not a machine stall", func(t *testing.T) {
-		mustFail(t, mutexModel, hist(
+			cycle("w2", "w2#0", 50, 2200, 2300, 2301, 11),
+		)},
+		{name: "a stopped worker's own stop is not a machine stall", fails: "stranded", evs: hist(
 			cycle("w1", "w1#0", 0, 1, 100, 101, 10),
-			at(50, "w2", evWait, "w2#0"),
 			drv(200, drvStop, "w3"),
 			drv(2200, drvCont, "w3"),
 			at(2201, "w3", evHiccup, "", n(int64(2000*time.Millisecond))),
-			at(2300, "w2", evAcquired, "w2#0", tok(11)),
-			at(2400, "w2", evExit, "w2#0"),
-			at(2401, "w2", evRelease, "w2#0"),
-		), "stranded")
-	})
-	t.Run("a stopped waiter is not waiting", func(t *testing.T) {
-		mustPass(t, mutexModel, hist(
+			cycle("w2", "w2#0", 50, 2300, 2400, 2401, 11),
+		)},
+		{name: "a stopped waiter is not waiting", evs: hist(
 			cycle("w1", "w1#0", 0, 1, 100, 101, 10),
 			drv(20, drvStop, "w2"),
-			at(10, "w2", evWait, "w2#0"),
 			drv(3000, drvCont, "w2"),
-			at(3010, "w2", evAcquired, "w2#0", tok(11)),
-			at(3100, "w2", evExit, "w2#0"),
-			at(3101, "w2", evRelease, "w2#0"),
-		))
+			cycle("w2", "w2#0", 10, 3010, 3100, 3101, 11),
+		)},
 	})
 }
 

@@ -24,13 +24,28 @@
 
 -- #include lib/clock.lua
 -- #include lib/fence.lua
--- #include lib/queue.lua
 
 local lock, fence, q, qx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local w, ttl, wlease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4])
 if redis.call('ZSCORE', qx, '!' .. w) then
   return {-1}
 end
+-- The fast path: nobody queued (no q, so the caller has no place either), the lock free. It
+-- comes before lib/queue.lua is included, so that it does not pay for making the queue's
+-- functions (a Lua closure each, every run). A lock that is not free, a retry of a take or a
+-- grant to adopt, goes on below.
+if redis.call('EXISTS', q) == 0 and redis.call('SET', lock, w, 'NX', 'PX', ttl) then
+  local _, now_us = now()
+  local token = next_token(fence, ARGV[3], now_us)
+  if not token then
+    redis.call('DEL', lock) -- give it back
+    return no_token(fence)
+  end
+  return {1, token}
+end
+
+-- #include lib/queue.lua
+
 local cur = redis.call('GET', lock)
 if cur == w then
   return {1, tonumber(redis.call('GET', fence) or 0)} -- a retry of a take that went through
