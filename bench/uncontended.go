@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync/fair"
+	"github.com/distsync/distsync/mutex"
+	"github.com/distsync/distsync/reentrant"
+	"github.com/distsync/distsync/rwmutex"
+	"github.com/distsync/distsync/semaphore"
+)
+
+// pairOp is one primitive's acquire+release, uncontended.
+type pairOp struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// everyPair measures one goroutine's uncontended acquire+release for every primitive against
+// the floor (SET NX PX + EVALSHA compare-and-delete), in one loop that interleaves them pair by
+// pair so that all meet the same moments of the machine, with a PING as the unit; then, one
+// primitive at a time, the Redis commands and CPU of a pair.
+func everyPair(ctx context.Context, addr string, iters int) ([]primRow, error) {
+	ps, closeAll, err := openPods(addr, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
+	h := ps[0].h
+	pinger, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		return nil, err
+	}
+	defer pinger.Close()
+	fl, err := openFloor(addr)
+	if err != nil {
+		return nil, err
+	}
+	defer fl.Close()
+	floorLk := fl.New("every-pair")
+	m, _ := mutex.New(h, "pair-mutex")
+	f, _ := fair.New(h, "pair-fair")
+	r, _ := reentrant.New(h, "pair-reentrant")
+	rw, _ := rwmutex.New(h, "pair-rwmutex")
+	s, err := semaphore.New(h, "pair-semaphore", 8)
+	if err != nil {
+		return nil, err
+	}
+	rctx := reentrant.WithOwner(ctx, reentrant.NewOwner())
+	both := func(lock, unlock func(context.Context) error) func(context.Context) error {
+		return func(ctx context.Context) error {
+			if err := lock(ctx); err != nil {
+				return err
+			}
+			return unlock(ctx)
+		}
+	}
+	ops := []pairOp{
+		{"floor: SET NX PX + EVALSHA compare-and-delete", both(floorLk.Lock, floorLk.Unlock)},
+		{"mutex: Lock + Unlock", both(m.Lock, m.Unlock)},
+		{"fair: Lock + Unlock", both(f.Lock, f.Unlock)},
+		{"reentrant: Lock + Unlock", func(context.Context) error { return both(r.Lock, r.Unlock)(rctx) }},
+		{"rwmutex: Lock + Unlock (write)", both(rw.Lock, rw.Unlock)},
+		{"rwmutex: RLock + RUnlock (read)", both(rw.RLock, rw.RUnlock)},
+		{"semaphore: Acquire(1) + Release(1)", both(
+			func(ctx context.Context) error { return s.Acquire(ctx, 1) },
+			func(ctx context.Context) error { return s.Release(ctx, 1) })},
+	}
+	times := make([][]time.Duration, len(ops))
+	var pings []time.Duration
+	for i := range iters + iters/10 {
+		warm := i < iters/10
+		t0 := time.Now()
+		if err := pinger.Do(ctx, pinger.B().Ping().Build()).Error(); err != nil {
+			return nil, err
+		}
+		if !warm {
+			pings = append(pings, time.Since(t0))
+		}
+		for k, o := range ops {
+			t0 := time.Now()
+			if err := o.run(ctx); err != nil {
+				return nil, fmt.Errorf("%s: %w", o.name, err)
+			}
+			if !warm {
+				times[k] = append(times[k], time.Since(t0))
+			}
+		}
+	}
+	rtt := pct(pings, 50)
+	floor := pct(times[0], 50)
+	var rows []primRow
+	for k, o := range ops {
+		before, err := commandstats(addr)
+		if err != nil {
+			return nil, err
+		}
+		n := iters / 2
+		for range n {
+			if err := o.run(ctx); err != nil {
+				return nil, fmt.Errorf("%s: %w", o.name, err)
+			}
+		}
+		after, err := commandstats(addr)
+		if err != nil {
+			return nil, err
+		}
+		rc, rcpu := after.per(before, float64(n))
+		p50 := pct(times[k], 50)
+		rows = append(rows, primRow{
+			scenario: "uncontended, one goroutine: " + o.name,
+			result: fmt.Sprintf("%v p50 (%v p99), %.2f× the floor", p50.Round(time.Microsecond),
+				pct(times[k], 99).Round(time.Microsecond), float64(p50)/float64(floor)),
+			rtt:        fmt.Sprintf("%.1f", float64(p50)/float64(rtt)),
+			clientCmds: -1, redisCmds: rc, redisCPU: rcpu,
+		})
+	}
+	return rows, nil
+}
