@@ -36,11 +36,13 @@ if redis.call('HEXISTS', K.n, '~' .. A.id) == 1 then
   live_for(K.n, A.ttl)
   return {2}
 end
+-- Nobody waits (the caller included) and the permits are free: take them, without queueing
+-- the caller first (the result serve() would come to, in a third of the calls).
+if not head(now_ms) and A.n <= A.size - used then
+  hold(A.id, A.n, now_ms, A.ttl)
+  return {1}
+end
 if A.extra == '1' then
-  if not head(now_ms) and A.n <= A.size - used then
-    hold(A.id, A.n, now_ms, A.ttl)
-    return {1}
-  end
   return {0, wait(now_ms)}
 end
 local live = A.ttl + A.slack + A.wlease
