@@ -16,8 +16,13 @@ if A.mode == 'w' then
     return redis.call('GET', K.rel) == A.owner and 1 or 0
   end
   redis.call('DEL', K.w)
-  prune(now_ms)
-  after_write(now_ms)
+  if redis.call('EXISTS', K.rq) == 0 then
+    -- No reader waits (after_write would admit none): tell the writers, as after_write does.
+    redis.call(A.pub, A.ch .. ':w', 'w')
+  else
+    prune(now_ms)
+    after_write(now_ms)
+  end
   redis.call('SET', K.rel, A.owner, 'PX', A.ttl)
   return 1
 end
