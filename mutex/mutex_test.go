@@ -953,72 +953,109 @@ func lockValue(t *testing.T, b *redistest.Backend, prefix, name string) string {
 	return v
 }
 
+// grantScene is the start of the tests of late grant messages: three Mutexes on one name, each
+// in a pod of its own; holder holds the lock, m's first Lock waits at the head of the queue as
+// waiter w (until cancel), and other is idle.
+type grantScene struct {
+	b                *redistest.Backend
+	prefix, name     string
+	holder, m, other *mutex.Mutex
+	first            <-chan lockResult
+	cancel           context.CancelFunc
+	w                string
+}
+
+func newGrantScene(t *testing.T, b *redistest.Backend, name string) *grantScene {
+	t.Helper()
+	prefix := b.Prefix(t)
+	s := &grantScene{
+		b: b, prefix: prefix, name: name,
+		holder: newPod(t, b, prefix).mutex(t, name),
+		m:      newPod(t, b, prefix).mutex(t, name),
+		other:  newPod(t, b, prefix).mutex(t, name),
+	}
+	lockWithin(t, s.holder, 5*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.first = lockAsync(ctx, s.m)
+	waitQueued(t, b, prefix, name, 1)
+	ids, err := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+		return c.B().Zrange().Key(s.key("q")).Min("0").Max("0").Build()
+	}).AsStrSlice()
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("queue: %v, %v", ids, err)
+	}
+	s.w = ids[0]
+	return s
+}
+
+// key returns the key of a part of the mutex ("" for the lock).
+func (s *grantScene) key(part string) string { return keyOf(s.prefix, s.name, part) }
+
+// cancelFirst cancels m's first Lock and checks that it returns context.Canceled.
+func (s *grantScene) cancelFirst(t *testing.T) {
+	t.Helper()
+	s.cancel()
+	if r := wait(t, s.first, 5*time.Second); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("cancelled Lock = %v", r.err)
+	}
+}
+
+// lateMessageIsNotTaken runs the end of the tests, with other holding the lock: m locks again
+// and queues behind other; then the message of the grant of token (what) arrives, and m must
+// not take the lock on it; m takes it once other unlocks, with a larger token; and holder,
+// whose hold the test's grant replaced, has lost it.
+func (s *grantScene) lateMessageIsNotTaken(t *testing.T, token int64, what string) {
+	t.Helper()
+	second := lockAsync(context.Background(), s.m)
+	waitQueued(t, s.b, s.prefix, s.name, 1)
+	cmd := "PUBLISH"
+	if s.b.Name == redistest.ClusterB {
+		cmd = "SPUBLISH"
+	}
+	s.b.Do(t, func(c rueidis.Client) rueidis.Completed {
+		return c.B().Arbitrary(cmd).Keys(s.key("ch") + ":" + s.w).Args(fmt.Sprintf("g %d  500 %s", token, s.w)).Build()
+	})
+	select {
+	case r := <-second:
+		t.Fatalf("Lock took %s (err %v) while another holds the lock", what, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	unlock(t, s.other)
+	if r := wait(t, second, 5*time.Second); r.err != nil {
+		t.Fatal(r.err)
+	}
+	if tok := s.m.Lease().Token(); tok <= token {
+		t.Fatalf("token %d after %s's %d", tok, what, token)
+	}
+	unlock(t, s.m)
+	if err := s.holder.Unlock(context.Background()); !errors.Is(err, distsync.ErrLost) {
+		t.Fatalf("Unlock of the hold the test's grant replaced = %v, want ErrLost", err)
+	}
+}
+
 // A grant that a cancelled Lock's clean-up passed on is not taken later by the same Mutex
 // value's next Lock when its message arrives late: the clean-up remembers the token it passed
 // on. (Here the grant is written and its message published by the test, so that the message
 // surely comes after the clean-up; in the field, pub/sub delivers it whenever it does.)
 func TestStaleGrantAfterACancelIsNotTaken(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		prefix := b.Prefix(t)
-		holder := newPod(t, b, prefix).mutex(t, "stale")
-		m := newPod(t, b, prefix).mutex(t, "stale")
-		other := newPod(t, b, prefix).mutex(t, "stale")
-		lockWithin(t, holder, 5*time.Second)
-		ctx, cancel := context.WithCancel(context.Background())
-		first := lockAsync(ctx, m)
-		waitQueued(t, b, prefix, "stale", 1)
-		ids, err := b.Do(t, func(c rueidis.Client) rueidis.Completed {
-			return c.B().Zrange().Key(keyOf(prefix, "stale", "q")).Min("0").Max("0").Build()
-		}).AsStrSlice()
-		if err != nil || len(ids) != 1 {
-			t.Fatalf("queue: %v, %v", ids, err)
-		}
-		w := ids[0]
-		otherRes := lockAsync(context.Background(), other)
-		waitQueued(t, b, prefix, "stale", 2)
+		s := newGrantScene(t, b, "stale")
+		otherRes := lockAsync(context.Background(), s.other)
+		waitQueued(t, b, s.prefix, s.name, 2)
 		// A release grants the lock to m's process, as Unlock would; its message is late.
 		token := time.Now().UnixMicro()
-		grant := fmt.Sprintf("~%s:%d", w, token)
 		b.Do(t, func(c rueidis.Client) rueidis.Completed {
-			return c.B().Set().Key(keyOf(prefix, "stale", "")).Value(grant).Px(time.Minute).Build()
+			return c.B().Set().Key(s.key("")).Value(fmt.Sprintf("~%s:%d", s.w, token)).Px(time.Minute).Build()
 		})
 		b.Do(t, func(c rueidis.Client) rueidis.Completed {
-			return c.B().Zrem().Key(keyOf(prefix, "stale", "q")).Member(w).Build()
+			return c.B().Zrem().Key(s.key("q")).Member(s.w).Build()
 		})
-		cancel() // m gives up: its clean-up passes the grant on to other
-		if r := wait(t, first, 5*time.Second); !errors.Is(r.err, context.Canceled) {
-			t.Fatalf("cancelled Lock = %v", r.err)
-		}
+		s.cancelFirst(t) // m gives up: its clean-up passes the grant on to other
 		if r := wait(t, otherRes, 5*time.Second); r.err != nil {
 			t.Fatalf("the grant was not passed on: %v", r.err)
 		}
-		// m locks again and queues behind other; then the stale grant's message arrives.
-		second := lockAsync(context.Background(), m)
-		waitQueued(t, b, prefix, "stale", 1)
-		ch := keyOf(prefix, "stale", "ch") + ":" + w
-		cmd := "PUBLISH"
-		if b.Name == redistest.ClusterB {
-			cmd = "SPUBLISH"
-		}
-		b.Do(t, func(c rueidis.Client) rueidis.Completed {
-			return c.B().Arbitrary(cmd).Keys(ch).Args(fmt.Sprintf("g %d  500 %s", token, w)).Build()
-		})
-		select {
-		case r := <-second:
-			t.Fatalf("Lock took a grant that had been passed on (err %v) while another holds the lock", r.err)
-		case <-time.After(300 * time.Millisecond):
-		}
-		unlock(t, other)
-		if r := wait(t, second, 5*time.Second); r.err != nil {
-			t.Fatal(r.err)
-		}
-		if tok := m.Lease().Token(); tok <= token {
-			t.Fatalf("token %d after the stale grant's %d", tok, token)
-		}
-		unlock(t, m)
-		if err := holder.Unlock(context.Background()); !errors.Is(err, distsync.ErrLost) {
-			t.Fatalf("Unlock of the hold the test's grant replaced = %v, want ErrLost", err)
-		}
+		s.lateMessageIsNotTaken(t, token, "the stale grant")
 	})
 }
 
@@ -1027,67 +1064,26 @@ func TestStaleGrantAfterACancelIsNotTaken(t *testing.T) {
 // older than the queueing is looked for in Redis, never taken as held.
 func TestLateMessageOfALapsedGrantIsNotTaken(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		prefix := b.Prefix(t)
-		holder := newPod(t, b, prefix).mutex(t, "lapsed")
-		m := newPod(t, b, prefix).mutex(t, "lapsed")
-		other := newPod(t, b, prefix).mutex(t, "lapsed")
-		lockWithin(t, holder, 5*time.Second)
-		ctx, cancel := context.WithCancel(context.Background())
-		first := lockAsync(ctx, m)
-		waitQueued(t, b, prefix, "lapsed", 1)
-		ids, err := b.Do(t, func(c rueidis.Client) rueidis.Completed {
-			return c.B().Zrange().Key(keyOf(prefix, "lapsed", "q")).Min("0").Max("0").Build()
-		}).AsStrSlice()
-		if err != nil || len(ids) != 1 {
-			t.Fatalf("queue: %v, %v", ids, err)
-		}
-		w := ids[0]
+		s := newGrantScene(t, b, "lapsed")
 		// A release grants the lock to m's process, as Unlock would (computing the token into
 		// the fence key); the message is lost for now, and the grant lapses unconfirmed.
 		token := time.Now().UnixMicro()
 		b.Do(t, func(c rueidis.Client) rueidis.Completed {
-			return c.B().Set().Key(keyOf(prefix, "lapsed", "fence")).Value(strconv.FormatInt(token, 10)).Px(time.Minute).Build()
+			return c.B().Set().Key(s.key("fence")).Value(strconv.FormatInt(token, 10)).Px(time.Minute).Build()
 		})
 		b.Do(t, func(c rueidis.Client) rueidis.Completed {
-			return c.B().Zrem().Key(keyOf(prefix, "lapsed", "q")).Member(w).Build()
+			return c.B().Zrem().Key(s.key("q")).Member(s.w).Build()
 		})
 		b.Do(t, func(c rueidis.Client) rueidis.Completed {
-			return c.B().Set().Key(keyOf(prefix, "lapsed", "")).Value(fmt.Sprintf("~%s:%d", w, token)).Px(30 * time.Millisecond).Build()
+			return c.B().Set().Key(s.key("")).Value(fmt.Sprintf("~%s:%d", s.w, token)).Px(30 * time.Millisecond).Build()
 		})
 		if !redistest.Eventually(5*time.Second, func() bool {
-			ok, err := other.TryLock(context.Background())
+			ok, err := s.other.TryLock(context.Background())
 			return err == nil && ok
 		}) {
 			t.Fatal("the lapsed grant's lock could not be taken")
 		}
-		cancel() // nothing of m's is left to pass on
-		if r := wait(t, first, 5*time.Second); !errors.Is(r.err, context.Canceled) {
-			t.Fatalf("cancelled Lock = %v", r.err)
-		}
-		second := lockAsync(context.Background(), m) // queues behind other
-		waitQueued(t, b, prefix, "lapsed", 1)
-		cmd := "PUBLISH"
-		if b.Name == redistest.ClusterB {
-			cmd = "SPUBLISH"
-		}
-		b.Do(t, func(c rueidis.Client) rueidis.Completed {
-			return c.B().Arbitrary(cmd).Keys(keyOf(prefix, "lapsed", "ch") + ":" + w).Args(fmt.Sprintf("g %d  500 %s", token, w)).Build()
-		})
-		select {
-		case r := <-second:
-			t.Fatalf("Lock took a lapsed grant (err %v) while another holds the lock", r.err)
-		case <-time.After(300 * time.Millisecond):
-		}
-		unlock(t, other)
-		if r := wait(t, second, 5*time.Second); r.err != nil {
-			t.Fatal(r.err)
-		}
-		if tok := m.Lease().Token(); tok <= token {
-			t.Fatalf("token %d after the lapsed grant's %d", tok, token)
-		}
-		unlock(t, m)
-		if err := holder.Unlock(context.Background()); !errors.Is(err, distsync.ErrLost) {
-			t.Fatalf("Unlock of the hold the test's grant replaced = %v, want ErrLost", err)
-		}
+		s.cancelFirst(t) // nothing of m's is left to pass on
+		s.lateMessageIsNotTaken(t, token, "the lapsed grant")
 	})
 }
