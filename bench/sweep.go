@@ -2,52 +2,15 @@ package main
 
 import (
 	"context"
-	"strings"
 
 	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync/internal/sweep"
 )
 
-// deleteKeys deletes every key that starts with prefix and returns how many it deleted. It
-// SCANs every node c knows, since on Redis Cluster each master holds its own share of the
-// keys, and deletes through c, which sends each UNLINK to the key's master. The prefix is
-// matched literally: its glob characters are escaped, and every key SCAN returns is checked
-// against it again, so that no other key is ever touched.
-//
-// Call it once nothing writes under prefix any more (after every session is closed and every
-// worker has exited): a key written during the sweep may be missed.
-//
-// The same function is in cmd/distsync/sweep.go, where its tests are; this module does not
-// import the command.
+// deleteKeys deletes every key that starts with prefix and returns how many it deleted:
+// sweep.DeleteKeys, the demo's clean-up (the main module's internal packages are importable
+// here, since this module's path is under the main module's).
 func deleteKeys(ctx context.Context, c rueidis.Client, prefix string) (int, error) {
-	match := globEscaper.Replace(prefix) + "*"
-	deleted := 0
-	for _, node := range c.Nodes() {
-		var cursor uint64
-		for {
-			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(match).Count(1000).Build()).AsScanEntry()
-			if err != nil {
-				return deleted, err
-			}
-			var unlink rueidis.Commands
-			for _, k := range e.Elements {
-				if strings.HasPrefix(k, prefix) {
-					unlink = append(unlink, c.B().Unlink().Key(k).Build())
-				}
-			}
-			for _, r := range c.DoMulti(ctx, unlink...) {
-				n, err := r.AsInt64()
-				if err != nil {
-					return deleted, err
-				}
-				// A replica lists its master's keys again; the second UNLINK finds none.
-				deleted += int(n)
-			}
-			if cursor = e.Cursor; cursor == 0 {
-				break
-			}
-		}
-	}
-	return deleted, nil
+	return sweep.DeleteKeys(ctx, c, prefix)
 }
-
-var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)

@@ -17,6 +17,7 @@ import (
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/embedded"
 	"github.com/distsync/distsync/internal/counting"
+	"github.com/distsync/distsync/internal/sweep"
 	"github.com/distsync/distsync/mutex"
 )
 
@@ -68,7 +69,7 @@ func demo(ctx context.Context, cfg demoConfig, out io.Writer) (err error) {
 		// ctx may be cancelled already (an interrupt): the keys must go all the same.
 		sweepCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		deleted, err = deleteKeys(sweepCtx, clients[0].Client, prefix)
+		deleted, err = sweep.DeleteKeys(sweepCtx, clients[0].Client, prefix)
 		if err != nil {
 			err = fmt.Errorf("delete the demo's keys (%s*): %w", prefix, err)
 		}

@@ -105,35 +105,3 @@ func TestDemoInterruptedLeavesNoKeys(t *testing.T) {
 	}
 	stillThere()
 }
-
-// TestDeleteKeysReachesEveryMasterAndNoOtherKey spreads keys over every slot range, next to
-// keys that the prefix would match as an unescaped glob.
-func TestDeleteKeysReachesEveryMasterAndNoOtherKey(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		c := b.Client(t)
-		base := b.Prefix(t)
-		prefix := base + `a*?[b]\:`
-		others := []string{base + "aZZb:k", base + "a*?[b]", base[:len(base)-1]}
-		var mine []string
-		for i := range 64 {
-			mine = append(mine, prefix+"{k"+string(rune('a'+i%26))+string(rune('a'+i/26))+"}")
-		}
-		for _, k := range append(mine, others...) {
-			if err := c.Do(context.Background(), c.B().Set().Key(k).Value("v").Build()).Error(); err != nil {
-				t.Fatalf("SET %s: %v", k, err)
-			}
-		}
-		n, err := deleteKeys(context.Background(), c, prefix)
-		if err != nil || n != len(mine) {
-			t.Errorf("deleteKeys = %d, %v; want %d, nil", n, err, len(mine))
-		}
-		if left := b.Keys(t, prefix); len(left) > 0 {
-			t.Errorf("keys left under the prefix: %q", left)
-		}
-		for _, k := range others {
-			if n, err := c.Do(context.Background(), c.B().Exists().Key(k).Build()).AsInt64(); err != nil || n != 1 {
-				t.Errorf("deleteKeys touched %q, not under its prefix: EXISTS = %d, %v", k, n, err)
-			}
-		}
-	})
-}

@@ -1,4 +1,6 @@
-package main
+// Package sweep deletes the keys a run left under its prefix, for the demo (cmd/distsync)
+// and the benchmarks (bench).
+package sweep
 
 import (
 	"context"
@@ -7,15 +9,15 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// deleteKeys deletes every key that starts with prefix and returns how many it deleted. It
+// DeleteKeys deletes every key that starts with prefix and returns how many it deleted. It
 // SCANs every node c knows, since on Redis Cluster each master holds its own share of the
 // keys, and deletes through c, which sends each UNLINK to the key's master. The prefix is
 // matched literally: its glob characters are escaped, and every key SCAN returns is checked
 // against it again, so that no other key is ever touched.
 //
-// Call it once nothing writes under prefix any more (after the handles are closed): a key
-// written during the sweep may be missed.
-func deleteKeys(ctx context.Context, c rueidis.Client, prefix string) (int, error) {
+// Call it once nothing writes under prefix any more (after every handle is closed and every
+// worker has exited): a key written during the sweep may be missed.
+func DeleteKeys(ctx context.Context, c rueidis.Client, prefix string) (int, error) {
 	match := globEscaper.Replace(prefix) + "*"
 	deleted := 0
 	for _, node := range c.Nodes() {
