@@ -68,7 +68,7 @@ func BenchmarkFloor(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := c.Do(ctx, c.B().Set().Key("distsync-gobench:floor").Value("me").Nx().Px(10 * time.Second).Build()).Error(); err != nil {
+		if err := c.Do(ctx, c.B().Set().Key("distsync-gobench:floor").Value("me").Nx().Px(10*time.Second).Build()).Error(); err != nil {
 			b.Fatal(err)
 		}
 		if err := del.Exec(ctx, c, []string{"distsync-gobench:floor"}, []string{"me"}).Error(); err != nil {
