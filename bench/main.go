@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/distsync/distsync/internal/sweep"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -165,7 +166,7 @@ func deleteRunKeys(addr string) error {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, err := deleteKeys(ctx, c, keyPrefix)
+	n, err := sweep.DeleteKeys(ctx, c, keyPrefix)
 	if err != nil {
 		return fmt.Errorf("delete the run's keys (%s*): %w", keyPrefix, err)
 	}
