@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"slices"
@@ -19,7 +20,7 @@ import (
 // ---- uncontended Lock+Unlock, one goroutine
 
 // uncontended times Lock+Unlock on an idle key for every library, interleaved (one pair per
-// library in turn), so that every library meets the same moments of a noisy machine. It
+// library in turn, in a random order each round), so that every library meets the same moments of a noisy machine. It
 // returns the p50 and p99 of each, by library name.
 func uncontended(ctx context.Context, ls []lib, addr string, iters int) (map[string][2]time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
@@ -48,7 +49,10 @@ func uncontended(ctx context.Context, ls []lib, addr string, iters int) (map[str
 		if i >= iters/10 {
 			pings = append(pings, time.Since(t0))
 		}
-		for j, lk := range lockers {
+		// In a new order every round: the first pair after the PING, or after another
+		// library's, meets the machine differently, and no library should always be that one.
+		for _, j := range rand.Perm(len(lockers)) {
+			lk := lockers[j]
 			t0 := time.Now()
 			if err := lk.Lock(ctx); err != nil {
 				return nil, fmt.Errorf("%s: %w", ls[j].name, err)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -81,7 +82,8 @@ func everyPair(ctx context.Context, addr string, iters int) ([]primRow, error) {
 		if !warm {
 			pings = append(pings, time.Since(t0))
 		}
-		for k, o := range ops {
+		for _, k := range rand.Perm(len(ops)) { // a new order every round, as in uncontended
+			o := ops[k]
 			t0 := time.Now()
 			if err := o.run(ctx); err != nil {
 				return nil, fmt.Errorf("%s: %w", o.name, err)
