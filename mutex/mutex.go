@@ -54,7 +54,10 @@ type Mutex struct {
 	keys, relKeys                         []string // relKeys: for the release, keys and rel
 	ttlArg, fenceArg, slackArg, windowArg string
 
-	mu    sync.Mutex
+	mu           sync.Mutex
+	unlockWhat   string                                         // what Unlock's clean-up is, for the log
+	releaseLease func(ctx context.Context, l *core.Lease) error // the LeaseSpec.Release of every hold
+
 	lease *core.Lease   // the current hold, nil when this Mutex is not held
 	free  chan struct{} // closed while lease is nil: the Room's gate
 }
@@ -86,6 +89,12 @@ func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, erro
 	m.ttlArg, m.fenceArg, m.slackArg = core.Ms(m.ttl), core.Ms(c.Config.FenceTTL), core.Ms(2*m.ttl/core.RenewDivisor)
 	m.windowArg = core.Ms(set.HandoffWindow)
 	m.waiter = c.NewID()
+	// Made once, not per hold: the uncontended Lock+Unlock is a hot path.
+	m.unlockWhat = "unlock of mutex " + strconv.Quote(m.name)
+	m.releaseLease = func(ctx context.Context, l *core.Lease) error {
+		_, err := m.release(ctx, l)
+		return err
+	}
 	m.free = make(chan struct{})
 	close(m.free)
 	m.room = waitq.NewRoom(c, m.chanPrefix+":"+m.waiter, waitq.Hooks{Parse: m.parse, Attempt: m.attempt, Abandon: m.abandon, Gate: m.gate})
@@ -224,7 +233,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if l == nil {
 		return fmt.Errorf("mutex %q: unlock of unlocked mutex: %w", m.name, distsync.ErrNotHeld)
 	}
-	err := m.c.Release(ctx, "unlock of mutex "+strconv.Quote(m.name), l,
+	err := m.c.Release(ctx, m.unlockWhat, l,
 		func(ctx context.Context) (bool, error) { return m.release(ctx, l) })
 	if err != nil {
 		return fmt.Errorf("mutex %q: unlock: %w", m.name, err)
@@ -333,11 +342,7 @@ func (m *Mutex) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Resu
 func (m *Mutex) hold(ctx context.Context, owner string, token int64, sent, deadline time.Time, first *scripts.Call) error {
 	l, err := m.c.Hold(core.LeaseSpec{
 		Key: m.lock, Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent,
-		Deadline: deadline, First: first,
-		Release: func(ctx context.Context, l *core.Lease) error {
-			_, err := m.release(ctx, l)
-			return err
-		},
+		Deadline: deadline, First: first, Release: m.releaseLease,
 	})
 	if err != nil {
 		return err

@@ -140,7 +140,8 @@ func (h *Handle) Log() *slog.Logger { return h.Config.Logger }
 // NewID returns an identifier unique across every handle of every process: the handle's random
 // id and a counter. It names owner values and waiter queues.
 func (h *Handle) NewID() string {
-	return h.id + ":" + strconv.FormatUint(h.seq.Add(1), 36)
+	var b [48]byte // one allocation, the string's own
+	return string(strconv.AppendUint(append(append(b[:0], h.id...), ':'), h.seq.Add(1), 36))
 }
 
 // Keys returns the key space of a primitive of kind named name.

@@ -237,16 +237,24 @@ func (r *Room) Waiting() int {
 	return r.n
 }
 
+// closedTurn is the turn of a waiter that is the head as it arrives.
+var closedTurn = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
 // Acquire waits its turn in the Room, then attempts until an attempt acquires, ctx ends or
 // the handle closes. It returns nil on success, ctx's error, core.ErrClosed, or the error of
 // an attempt that is not core.Transient (a transient error is retried with backoff).
 func (r *Room) Acquire(ctx context.Context) error {
-	w := &waiter{turn: make(chan struct{}), wake: make(chan struct{}, 1)}
+	w := &waiter{wake: make(chan struct{}, 1)}
 	r.mu.Lock()
 	if r.tail == nil {
 		r.head, r.tail = w, w
-		close(w.turn)
+		w.turn = closedTurn // the head at once: nothing to wait for, no channel to make
 	} else {
+		w.turn = make(chan struct{})
 		r.tail.next, r.tail = w, w
 	}
 	r.n++
