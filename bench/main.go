@@ -1,7 +1,7 @@
 // Command bench compares distsync's mutex with the Go peers on one local redis-server, in one
 // run, and prints a Markdown table (docs/benchmarks.md holds the latest one).
 //
-//	cd bench && go run . [-redis 127.0.0.1:6379] [-quick] [-primitives yes|no|only]
+//	cd bench && go run . [-redis 127.0.0.1:6379] [-quick] [-primitives yes|no|only] [-plots ../docs/img]
 //
 // Without -redis it starts a redis-server of its own (from PATH) on a free loopback port and
 // stops it at the end. Latencies are also given in Redis round trips: the median PING on an
@@ -18,7 +18,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/distsync/distsync/internal/sweep"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -30,6 +29,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync/internal/sweep"
 )
 
 // keyPrefix starts every key the run writes, whatever the library (see each library's open
@@ -54,8 +55,10 @@ func main() {
 		wUntil     = flag.Int64("until", 0, "internal")
 		wHold      = flag.Duration("hold", 0, "internal")
 		wPrefix    = flag.String("prefix", "", "internal")
+		plots      = flag.String("plots", "", "write SVG charts into this directory (docs/benchmarks.md embeds ../docs/img)")
 	)
 	flag.Parse()
+	plotsDir = *plots
 	if *worker {
 		keyPrefix = *wPrefix
 		runWorker(*wLib, *addr, *wKey, *wProc, *goroutines, time.Unix(0, *wStart), time.Unix(0, *wUntil), *wHold)
@@ -239,6 +242,8 @@ func printTable(rows []row, rtt time.Duration, processes, goroutines int, dur, i
 	for _, r := range rows {
 		fmt.Printf("- %s: %s\n", r.lib.name, r.lib.settings)
 	}
+	plotHandoffCDF(rows)
+	plotRedisCPU(rows)
 }
 
 // ---- a redis-server of the benchmark's own

@@ -339,6 +339,12 @@ func primitives(ctx context.Context, addr string, quick bool) error {
 		}
 		fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", r.scenario, r.result, in, num(r.clientCmds), num(r.redisCmds), cpu)
 	}
+	pts := scale(ctx, addr, dur/2)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	printScale(pts)
+	plotScale(pts)
 	return nil
 }
 

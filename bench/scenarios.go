@@ -176,7 +176,8 @@ type contention struct {
 	perSecond          float64
 	handoffP50         time.Duration // Unlock call to the next Lock return, in another goroutine
 	handoffP99         time.Duration
-	reacquired         float64 // share of acquisitions by the goroutine that had just released
+	handoffs           []time.Duration // every hand-off, for the CDF plot
+	reacquired         float64         // share of acquisitions by the goroutine that had just released
 	waitP99            time.Duration
 	jain               float64
 	clientCmds         float64       // commands the clients sent, per acquisition
@@ -350,6 +351,7 @@ func contended(ctx context.Context, l lib, addr string, processes, goroutines in
 	out.acquisitions = n
 	out.perSecond = float64(n) / dur.Seconds()
 	out.handoffP50, out.handoffP99 = pct(handoffs, 50), pct(handoffs, 99)
+	out.handoffs = handoffs
 	out.reacquired = float64(same) / float64(n-1)
 	out.waitP99 = pct(waits, 99)
 	out.jain = jain(shares)
