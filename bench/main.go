@@ -85,6 +85,9 @@ type row struct {
 	contention bool
 	distinctErr,
 	idleErr error
+	// idle wake-up: p50 and slowest, and the p50 of a PING after the same idle time
+	wake, wakePing, wakeMax time.Duration
+	wakeErr                 error
 }
 
 func run(ctx context.Context, addr string, quick bool, only, prims string, processes, goroutines int) (err error) {
@@ -107,8 +110,10 @@ func run(ctx context.Context, addr string, quick bool, only, prims string, proce
 	// The idle window stays inside one lease (10 s, after a 1 s settle), so that the peers
 	// without renewal still hold their lock when it ends.
 	iters, dur, idleWin, distinctDur := 3000, 5*time.Second, 8*time.Second, 3*time.Second
+	wakeRounds, wakeGap := 5, 3*time.Second
 	if quick {
 		iters, dur, idleWin, distinctDur = 500, 2*time.Second, 3*time.Second, time.Second
+		wakeRounds, wakeGap = 3, time.Second
 	}
 	var chosen []lib
 	for _, l := range libs {
@@ -144,13 +149,18 @@ func run(ctx context.Context, addr string, quick bool, only, prims string, proce
 				r.idleErr = err
 				fmt.Fprintf(os.Stderr, "%s idle waiter: %v\n", l.name, err)
 			}
+			fmt.Fprintf(os.Stderr, "%s: idle wake-up…\n", l.name)
+			if r.wake, r.wakePing, r.wakeMax, err = idleWake(ctx, l, addr, wakeRounds, wakeGap); err != nil {
+				r.wakeErr = err
+				fmt.Fprintf(os.Stderr, "%s idle wake-up: %v\n", l.name, err)
+			}
 		}
 		rows = append(rows, r)
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	printTable(rows, un["PING"][0], processes, goroutines, dur, idleWin)
+	printTable(rows, un["PING"][0], processes, goroutines, dur, idleWin, wakeRounds, wakeGap)
 	if prims != "no" {
 		return primitives(ctx, addr, quick)
 	}
@@ -186,7 +196,7 @@ func slices_contains(xs []string, x string) bool {
 	return false
 }
 
-func printTable(rows []row, rtt time.Duration, processes, goroutines int, dur, idleWin time.Duration) {
+func printTable(rows []row, rtt time.Duration, processes, goroutines int, dur, idleWin time.Duration, wakeRounds int, wakeGap time.Duration) {
 	ratio := func(d, unit time.Duration) string {
 		if unit <= 0 {
 			return "?"
@@ -203,14 +213,14 @@ func printTable(rows []row, rtt time.Duration, processes, goroutines int, dur, i
 		}
 	}
 	fmt.Printf("Round trip (PING p50), measured between the uncontended pairs: %v.\n\n", rtt.Round(time.Microsecond))
-	fmt.Printf("| library | Lock+Unlock p50 (p99), uncontended | in RTT | vs floor | hand-off p50 / p99, in RTT under load | releaser re-acquires | Lock wait p99 | Jain (goroutines) | client cmds / acq | Redis cmds / acq | Redis CPU / acq | idle waiter cmds/s | distinct keys, pairs/s |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| library | Lock+Unlock p50 (p99), uncontended | in RTT | vs floor | hand-off p50 / p99, in RTT under load | releaser re-acquires | Lock wait p99 | Jain (goroutines) | client cmds / acq | Redis cmds / acq | Redis CPU / acq | idle waiter cmds/s | idle wake-up p50 (max), in idle RTT | distinct keys, pairs/s |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		vsFloor := "—"
 		if floor > 0 {
 			vsFloor = fmt.Sprintf("%.2f×", float64(r.unP50)/float64(floor))
 		}
-		cont := "| — | — | — | — | — | — | — | — "
+		cont := "| — | — | — | — | — | — | — | — | — "
 		if r.contention && r.contErr == nil {
 			c := r.cont
 			wait := c.waitP99.Round(time.Microsecond).String()
@@ -221,12 +231,17 @@ func printTable(rows []row, rtt time.Duration, processes, goroutines int, dur, i
 			if r.idleErr != nil {
 				idle = "error: " + r.idleErr.Error()
 			}
-			cont = fmt.Sprintf("| %s / %s (%v / %v; RTT %v) | %.0f%% | %s | %.3f | %.2f | %.2f | %v | %s ",
+			wake := fmt.Sprintf("%s (%s; %v, RTT %v)", ratio(r.wake, r.wakePing), ratio(r.wakeMax, r.wakePing),
+				r.wake.Round(time.Microsecond), r.wakePing.Round(time.Microsecond))
+			if r.wakeErr != nil {
+				wake = "error: " + r.wakeErr.Error()
+			}
+			cont = fmt.Sprintf("| %s / %s (%v / %v; RTT %v) | %.0f%% | %s | %.3f | %.2f | %.2f | %v | %s | %s ",
 				ratio(c.handoffP50, c.rtt), ratio(c.handoffP99, c.rtt), c.handoffP50.Round(time.Microsecond),
 				c.handoffP99.Round(time.Microsecond), c.rtt.Round(time.Microsecond), 100*c.reacquired, wait,
-				c.jain, c.clientCmds, c.redisCmds, c.redisCPU.Round(100*time.Nanosecond), idle)
+				c.jain, c.clientCmds, c.redisCmds, c.redisCPU.Round(100*time.Nanosecond), idle, wake)
 		} else if r.contErr != nil {
-			cont = fmt.Sprintf("| error: %v | | | | | | | ", r.contErr)
+			cont = fmt.Sprintf("| error: %v | | | | | | | | ", r.contErr)
 		}
 		distinct := fmt.Sprintf("%.0f", r.distinct)
 		if r.distinctErr != nil {
@@ -237,8 +252,8 @@ func printTable(rows []row, rtt time.Duration, processes, goroutines int, dur, i
 		fmt.Printf("| %s | %v (%v) | %s | %s %s| %s |\n", r.lib.name, r.unP50.Round(time.Microsecond), r.unP99.Round(time.Microsecond),
 			ratio(r.unP50, rtt), vsFloor, cont, distinct)
 	}
-	fmt.Printf("\nSettings: lease 10 s for every library. Uncontended: one goroutine, Lock then Unlock on an idle key, the libraries interleaved pair by pair. Contention: %d processes × %d goroutines on one key for %v, no work inside the lock; a hand-off is the time from one goroutine's Unlock call to the next Lock returning in another goroutine; its RTT unit is a PING sent by another client during the run. Idle waiter: commands a waiting client sends in %v while another client holds the lock. Distinct keys: 16 goroutines in one process, each on its own key.\n\n",
-		processes, goroutines, dur, idleWin)
+	fmt.Printf("\nSettings: lease 10 s for every library. Uncontended: one goroutine, Lock then Unlock on an idle key, the libraries interleaved pair by pair. Contention: %d processes × %d goroutines on one key for %v, no work inside the lock; a hand-off is the time from one goroutine's Unlock call to the next Lock returning in another goroutine; its RTT unit is a PING sent by another client during the run. Idle waiter: commands a waiting client sends in %v while another client holds the lock. Idle wake-up: Unlock call to the waiting client's Lock return after both sat idle for %v, %d rounds; its unit is a PING sent just before the Unlock by a client idle as long. Distinct keys: 16 goroutines in one process, each on its own key.\n\n",
+		processes, goroutines, dur, idleWin, wakeGap, wakeRounds)
 	for _, r := range rows {
 		fmt.Printf("- %s: %s\n", r.lib.name, r.lib.settings)
 	}

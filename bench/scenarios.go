@@ -434,3 +434,65 @@ func jain(xs []float64) float64 {
 	}
 	return sum * sum / (float64(len(xs)) * sq)
 }
+
+// ---- idle wake-up: the first waiter's Lock return after an Unlock, once both sat idle
+
+// idleWake measures, over rounds, the time from the holder's Unlock call to the waiter's Lock
+// returning in another client, after both sat idle for gap, and the round trip of a PING sent
+// just before the Unlock by a client that sat idle as long (the unit: an idle machine is slow
+// to wake, for a PING as for a lock). It returns the p50 of both and the slowest wake-up.
+func idleWake(ctx context.Context, l lib, addr string, rounds int, gap time.Duration) (wake, ping, slowest time.Duration, err error) {
+	holder, err := l.open(addr)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer holder.Close()
+	waiter, err := l.open(addr)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer waiter.Close()
+	pinger, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer pinger.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(rounds)*(gap+10*time.Second))
+	defer cancel()
+	hl, wl := holder.New(l.name+":wake"), waiter.New(l.name+":wake")
+	var wakes, pings []time.Duration
+	for range rounds {
+		if err := hl.Lock(ctx); err != nil {
+			return 0, 0, 0, err
+		}
+		got := make(chan time.Time, 1)
+		fail := make(chan error, 1)
+		go func() {
+			if err := wl.Lock(ctx); err != nil {
+				fail <- err
+				return
+			}
+			got <- time.Now()
+		}()
+		time.Sleep(gap)
+		t0 := time.Now()
+		if err := pinger.Do(ctx, pinger.B().Ping().Build()).Error(); err != nil {
+			return 0, 0, 0, err
+		}
+		pings = append(pings, time.Since(t0))
+		t0 = time.Now()
+		if err := hl.Unlock(ctx); err != nil {
+			return 0, 0, 0, err
+		}
+		select {
+		case at := <-got:
+			wakes = append(wakes, at.Sub(t0))
+		case err := <-fail:
+			return 0, 0, 0, err
+		}
+		if err := wl.Unlock(ctx); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	return pct(wakes, 50), pct(pings, 50), pct(wakes, 100), nil
+}
