@@ -57,6 +57,7 @@ type Mutex struct {
 	mu           sync.Mutex
 	unlockWhat   string                                         // what Unlock's clean-up is, for the log
 	releaseLease func(ctx context.Context, l *core.Lease) error // the LeaseSpec.Release of every hold
+	renewWith    func(owner string) scripts.Call                // the LeaseSpec.RenewWith of every hold
 
 	lease *core.Lease   // the current hold, nil when this Mutex is not held
 	free  chan struct{} // closed while lease is nil: the Room's gate
@@ -94,6 +95,12 @@ func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, erro
 	m.releaseLease = func(ctx context.Context, l *core.Lease) error {
 		_, err := m.release(ctx, l)
 		return err
+	}
+	// A renewal also tells the head waiter when the lease now ends (mutex_renew.lua).
+	renewKeys := []string{m.lock, m.q}
+	m.renewWith = func(owner string) scripts.Call {
+		return scripts.Call{Script: scripts.MutexRenew, Keys: renewKeys,
+			Args: []string{owner, m.ttlArg, m.chanPrefix, m.c.Pub}}
 	}
 	m.free = make(chan struct{})
 	close(m.free)
@@ -326,14 +333,21 @@ func (m *Mutex) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Resu
 	// The backstop: an expiring lease publishes nothing (see core.Backstop).
 	pttl := time.Duration(vals[1]) * time.Millisecond
 	wait := core.Backstop(pttl, m.ttl)
-	if len(vals) > 2 && vals[2] == 1 {
+	switch {
+	case len(vals) > 2 && vals[2] == 1:
 		wait = pttl + 2*time.Millisecond // an unconfirmed grant to another waiter: it publishes nothing if it lapses
+	case len(vals) > 4 && vals[4] == 1:
+		// The head of the queue: each renewal of the lease tells it when the lease now ends
+		// (mutex_renew.lua), so it re-checks just after the lease it saw, not later: a holder
+		// that died is replaced within a round trip of its expiry.
+		wait = pttl + 2*time.Millisecond
 	}
 	var floor int64
 	if len(vals) > 3 {
 		floor = vals[3]
 	}
-	return waitq.Result{Queued: waiter != "", Wait: wait, Floor: floor}, owner, nil
+	// mutex_acquire.lua keeps the entry for the lease waited behind plus the slack.
+	return waitq.Result{Queued: waiter != "", Wait: wait, Floor: floor, Keep: pttl + 2*m.ttl/core.RenewDivisor}, owner, nil
 }
 
 // hold makes the acquisition under owner m's current hold, with its lease on the renewal loop,
@@ -342,7 +356,7 @@ func (m *Mutex) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Resu
 func (m *Mutex) hold(ctx context.Context, owner string, token int64, sent, deadline time.Time, first *scripts.Call) error {
 	l, err := m.c.Hold(core.LeaseSpec{
 		Key: m.lock, Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent,
-		Deadline: deadline, First: first, Release: m.releaseLease,
+		Deadline: deadline, First: first, Release: m.releaseLease, RenewWith: m.renewWith,
 	})
 	if err != nil {
 		return err

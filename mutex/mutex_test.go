@@ -138,12 +138,55 @@ func TestIdleWaiterDoesNotPoll(t *testing.T) {
 		if len(sent) == 0 {
 			t.Fatalf("idle waiter sent no backstop re-check in %v; the counter may be broken", window)
 		}
-		t.Logf("idle waiter: %d commands in %v with a %v lease", len(sent), window, ttl)
+		t.Logf("idle waiter: %d commands in %v with a %v lease: %v", len(sent), window, ttl, sent)
 		unlock(t, holder)
 		if r := wait(t, res, 5*time.Second); r.err != nil {
 			t.Fatal(r.err)
 		}
 		unlock(t, waiter)
+	})
+}
+
+// A holder that dies (its network cut) is replaced as soon as its lease runs out: each renewal
+// tells the head waiter when the lease now ends, so the head re-checks right after that, not
+// up to a third of a lease later as a waiter that only knows the lease it saw must.
+func TestDeadHoldersLockIsTakenAtItsExpiry(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 3 * time.Second
+		prefix := b.Prefix(t)
+		net := redistest.NewNetwork()
+		holder := newPodVia(t, b, prefix, net, distsync.WithLeaseTTL(ttl)).mutex(t, "dead")
+		waiter := newPod(t, b, prefix, distsync.WithLeaseTTL(ttl)).mutex(t, "dead")
+		locked := time.Now()
+		lockWithin(t, holder, 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		res := lockAsync(ctx, waiter)
+		waitQueued(t, b, prefix, "dead", 1)
+		// Past the holder's second renewal (at a third and two thirds of the lease): a waiter
+		// that only knew the lease it saw when it queued would now wake half a second after
+		// the expiry, at the earliest.
+		time.Sleep(time.Until(locked.Add(2*ttl/3 + 200*time.Millisecond)))
+		net.Cut() // the holder is gone; its lease runs on in Redis
+		cut := time.Now()
+		left, err := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Pttl().Key(keyOf(prefix, "dead", "")).Build()
+		}).AsInt64()
+		if err != nil || left <= 0 {
+			t.Fatalf("PTTL of the dead holder's lock: %d, %v", left, err)
+		}
+		expiry := cut.Add(time.Duration(left) * time.Millisecond)
+		r := wait(t, res, ttl+10*time.Second)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		late := r.at.Sub(expiry)
+		t.Logf("the waiter took the dead holder's lock %v after its lease ran out (%v left at the cut)", late, time.Duration(left)*time.Millisecond)
+		if late > 350*time.Millisecond {
+			t.Fatalf("the waiter took the lock %v after the dead holder's lease ran out, want within a few round trips", late)
+		}
+		unlock(t, waiter)
+		net.Restore()
 	})
 }
 

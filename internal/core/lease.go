@@ -46,6 +46,20 @@ type LeaseSpec struct {
 	// Renewal, if set, is sent for every renewal instead of extend.lua (after First). It must
 	// reply as extend.lua does: 1 if the claim is still held and extended to TTL, 0 if not.
 	Renewal *scripts.Call
+	// RenewWith, if set (and Renewal is not), makes the renewal call for owner, at each
+	// renewal: a primitive makes the func once, so that a hold costs no allocation for it.
+	RenewWith func(owner string) scripts.Call
+}
+
+// renewal returns the call that renews the claim of spec: Renewal, RenewWith, or extend.lua.
+func (spec LeaseSpec) renewal() scripts.Call {
+	switch {
+	case spec.Renewal != nil:
+		return *spec.Renewal
+	case spec.RenewWith != nil:
+		return spec.RenewWith(spec.Owner)
+	}
+	return spec.Extend()
 }
 
 // Extend returns the extend.lua call that renews the claim of spec.
@@ -291,10 +305,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	r := l.h.ren
 	r.mu.Lock()
-	call := l.spec.Extend()
-	if l.spec.Renewal != nil {
-		call = *l.spec.Renewal
-	}
+	call := l.spec.renewal()
 	first := l.first
 	r.mu.Unlock()
 	if ttl != l.spec.TTL {
@@ -469,10 +480,8 @@ func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 		switch {
 		case l.first != nil:
 			calls[i] = *l.first
-		case l.spec.Renewal != nil:
-			calls[i] = *l.spec.Renewal
 		default:
-			calls[i] = l.spec.Extend()
+			calls[i] = l.spec.renewal()
 		}
 		if l.deadline.Before(limit) {
 			limit = l.deadline

@@ -19,10 +19,12 @@
 -- ARGV[10] last      the largest token the caller's process queue acquired ('0' if none):
 --                    grants up to it were taken by one of its goroutines already
 -- Reply: {1, token}            acquired; token is the fencing token
---        {0, pttl, granted, floor}  not acquired: the lock (or a grant to another waiter, not
---                              yet confirmed: granted = 1) ends in pttl ms unless renewed;
---                              floor is the last token handed out: every grant made before
---                              this call has a token up to it, every later one a larger token
+--        {0, pttl, granted, floor, first}  not acquired: the lock (or a grant to another
+--                              waiter, not yet confirmed: granted = 1) ends in pttl ms unless
+--                              renewed; floor is the last token handed out: every grant made
+--                              before this call has a token up to it, every later one a larger
+--                              token; first = 1 if the caller's process heads the queue (each
+--                              renewal tells it when the lease now ends: mutex_renew.lua)
 --
 -- A grant to the caller's waiter id whose message the caller missed (or could not use in time)
 -- is adopted here, unless its token shows that a goroutine of the same process took it
@@ -87,7 +89,11 @@ if cur or fast or not redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
       g = 1
     end
     local floor = redis.pcall('GET', fence)
-    return {0, pttl, g, type(floor) == 'string' and tonumber(floor) or 0}
+    local first = 0
+    if waiter ~= '' and g == 0 and redis.call('ZRANGE', q, 0, 0)[1] == waiter then
+      first = 1 -- the head: renewals of the lock will tell it when the lease ends (mutex_renew.lua)
+    end
+    return {0, pttl, g, type(floor) == 'string' and tonumber(floor) or 0, first}
   end
 end
 

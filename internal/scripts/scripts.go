@@ -27,6 +27,7 @@ var (
 	MutexRelease = load("mutex_release.lua")
 	MutexLeave   = load("mutex_leave.lua")
 	MutexConfirm = load("mutex_confirm.lua")
+	MutexRenew   = load("mutex_renew.lua")
 
 	ReentrantLock    = load("reentrant_lock.lua")
 	ReentrantUnlock  = load("reentrant_unlock.lua")

@@ -182,6 +182,10 @@ func ParseQueued(p string) (string, Signal) {
 		}
 	case f[0] == "c" && len(f) == 2:
 		return to, Signal{Kind: Confirmed}
+	case f[0] == "x" && len(f) == 3:
+		if w, ok := millis(f[1]); ok {
+			return to, Signal{Kind: Extended, Window: w}
+		}
 	}
 	return to, Signal{Kind: Recheck}
 }

@@ -17,9 +17,10 @@ import (
 //	g <n> <backup> <ms> <id>   a grant ("" backup for a semaphore: two spaces)
 //	w <ms> <id>                watch a grant
 //	c <id>                     the watched grant was confirmed
+//	x <ms> <id>                the lease waited behind was renewed (mutex head)
 //
 // Property: ParseQueued never panics; the waiter id it returns is the payload's last
-// space-separated field; Granted, Watch and Confirmed come only from a payload of exactly
+// space-separated field; Granted, Watch, Confirmed and Extended come only from a payload of exactly
 // that form (re-formatting the signal gives the payload back, the numbers are >= 1 and the
 // window did not overflow time.Duration); anything else is Recheck or Ignore. A Granted from
 // garbage would make a fair waiter or a semaphore take a grant that Redis never made.
@@ -31,6 +32,7 @@ func FuzzParseQueued(f *testing.F) {
 		"g 2  3000 p1/c1",
 		"w 500 p1/c1",
 		"c p1/c1",
+		"x 10000 p1",
 		// Garbage.
 		"", " ", "g", "w", "c", "c ", "x y", "g 1 b 500", "g 1 b 500 id extra",
 		"g +5 b 500 id", "g 05 b 500 id", "g -5 b 500 id", "g 0 b 500 id",
@@ -38,6 +40,7 @@ func FuzzParseQueued(f *testing.F) {
 		"g 5 b 1e3 id", "g 9223372036854775808 b 500 id",
 		"w -1 id", "w 0 id", "w 9223372036855 id", "w +1 id", "w 1",
 		"c a b", "g\x00 1 b 500 id", "g 1 b 500 \xff",
+		"x -1 id", "x 0 id", "x 9223372036855 id", "x +1 id", "x 1", "x 1 0 0",
 	} {
 		f.Add(seed)
 	}
@@ -65,6 +68,11 @@ func FuzzParseQueued(f *testing.F) {
 			ms := int64(sig.Window / time.Millisecond)
 			if back := fmt.Sprintf("w %d %s", ms, to); back != p || sig.Window != time.Duration(ms)*time.Millisecond || ms < 1 {
 				t.Fatalf("ParseQueued(%q) = Watch %v: not a watch the scripts publish (that watch reads %q)", p, sig.Window, back)
+			}
+		case Extended:
+			ms := int64(sig.Window / time.Millisecond)
+			if back := fmt.Sprintf("x %d %s", ms, to); back != p || sig.Window != time.Duration(ms)*time.Millisecond || ms < 1 {
+				t.Fatalf("ParseQueued(%q) = Extended %v: not a renewal notice the scripts publish (that notice reads %q)", p, sig.Window, back)
 			}
 		case Confirmed:
 			if p != "c "+to || to == "" {

@@ -40,6 +40,10 @@ type Result struct {
 	// last token handed out, or the token just acquired): a grant up to it is older than the
 	// queueing, so QueuedAt says nothing of how long it lasts (see Try.Floor).
 	Floor int64
+	// Keep, when Queued, is how long the Room's entry in the Redis queue lives, from when the
+	// attempt was sent, unless the Room re-checks: a head that renewal notices keep waiting
+	// (Extended) still re-checks in time to keep its place.
+	Keep time.Duration
 }
 
 // Grant is a claim handed to this Room inside Redis.
@@ -117,12 +121,13 @@ const (
 	Granted               // the claim was granted to this Room (Signal.Grant)
 	Watch                 // another waiter holds an unconfirmed grant: re-check if it lapses
 	Confirmed             // the watched grant was confirmed
+	Extended              // the claim waited behind was renewed: it ends in Signal.Window
 )
 
 // Signal is a parsed message.
 type Signal struct {
 	Kind   Kind
-	Window time.Duration // Watch: how long the grant lasts unless confirmed
+	Window time.Duration // Watch: how long the grant lasts unless confirmed; Extended: the lease
 	Grant  Grant         // Granted
 }
 
@@ -145,6 +150,7 @@ type Room struct {
 	queuedAt  time.Time   // see Try.QueuedAt
 	floor     int64       // see Try.Floor
 	checkAt   time.Time   // backstop: the head re-checks by itself then
+	keepUntil time.Time   // the head re-checks by then, whatever it is told, to keep its entry (zero: no limit)
 	// leaving is closed when the clean-up of the Room's last departure is done: a new head
 	// waits for it, so that the clean-up cannot take out (or pass on a grant to) the queue
 	// entry that the new head makes.
@@ -202,6 +208,18 @@ func (r *Room) Message(payload string) {
 		if r.watch != nil {
 			r.watch.Stop()
 		}
+	case Extended:
+		// The holder renewed: the head re-checks just after the renewed lease would lapse, and
+		// not before (its timer is re-armed from checkAt). A holder that died renews no more,
+		// so the head is there within a round trip of the expiry.
+		if r.head != nil && r.queued {
+			at := time.Now().Add(sig.Window + 2*time.Millisecond)
+			if !r.keepUntil.IsZero() && r.keepUntil.Before(at) {
+				at = r.keepUntil
+			}
+			r.checkAt = at
+			r.signalLocked()
+		}
 	}
 }
 
@@ -236,6 +254,10 @@ func (r *Room) Waiting() int {
 	defer r.mu.Unlock()
 	return r.n
 }
+
+// keepMargin is what a head keeps in hand for its re-check to reach Redis before its entry
+// lapses.
+const keepMargin = 100 * time.Millisecond
 
 // closedTurn is the turn of a waiter that is the head as it arrives.
 var closedTurn = func() chan struct{} {
@@ -376,6 +398,11 @@ func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
 				r.queuedAt, r.floor = sent, res.Floor
 			}
 			r.checkAt = time.Now().Add(res.Wait)
+			r.keepUntil = time.Time{}
+			if res.Queued && res.Keep > 0 {
+				// Before the entry lapses, with room for the clock drift and the re-check.
+				r.keepUntil = sent.Add(res.Keep - core.Drift(res.Keep) - keepMargin)
+			}
 			if res.Acquired && res.Token > r.lastToken {
 				r.lastToken = res.Token
 			}

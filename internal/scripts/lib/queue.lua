@@ -14,7 +14,8 @@
 -- 'g <token> <backup> <ms> <waiter>' to the waiter a lock is granted to, for <ms> unless it
 -- confirms (the window is the releaser's: the grantee counts its deadline with it, not with
 -- its own setting); 'w <ms> <waiter>' to the backup (re-check if the grant is not confirmed
--- within <ms>); 'c <waiter>' to the backup (confirmed).
+-- within <ms>); 'c <waiter>' to the backup (confirmed); 'x <ms> <waiter>' to the head of a
+-- mutex's queue when the holder renews (mutex_renew.lua: the lease now ends in <ms>).
 --
 -- Requires lib/clock.lua and lib/fence.lua.
 
