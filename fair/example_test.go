@@ -27,7 +27,7 @@ func Example() {
 	var mu sync.Mutex
 	var order []string
 	var wg sync.WaitGroup
-	for _, who := range []string{"ann", "bob", "cat"} {
+	for i, who := range []string{"ann", "bob", "cat"} {
 		h, _ := srv.NewHandle() // each in its own process
 		m, _ := fair.New(h, "printer")
 		wg.Add(1)
@@ -41,7 +41,7 @@ func Example() {
 			mu.Unlock()
 			_ = m.Unlock(ctx)
 		}()
-		time.Sleep(50 * time.Millisecond) // ann asks first, then bob, then cat
+		exampleQueued(srv, "printer", i+1) // ann asks first, then bob, then cat
 	}
 	_ = first.Unlock(ctx)
 	wg.Wait()
@@ -64,4 +64,15 @@ func ExampleMutex_TryLock() {
 	// Output:
 	// free: true
 	// held: false
+}
+
+// exampleQueued waits until n calls wait in the queue of the fair lock name (default key prefix)
+// on srv, for at most five seconds: the example's callers ask in a known order.
+func exampleQueued(srv *embedded.Server, name string, n int) {
+	for range 500 {
+		if q, _ := srv.Miniredis().ZMembers("distsync:{" + name + "}:fair:q"); len(q) >= n {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

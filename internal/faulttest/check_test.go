@@ -662,6 +662,18 @@ func stalls(m model, h *history) []stall {
 		if end > h.f.term {
 			end, cut = h.f.term, true
 		}
+		if m.prim == pSemaphore {
+			// A waiter that does not fit, arriving meanwhile, ends the stretch: its request
+			// may have reached Redis before those of the waiters that fit (a process's first
+			// command can lag its wait event by a hundred ms on a loaded machine), and then
+			// they rightly wait behind it (FIFO: no small request overtakes a larger one).
+			for _, w := range h.waits {
+				if w.start > t && w.start < end && used+max(w.n, 1) > size {
+					end, cut = w.start, false
+					break
+				}
+			}
+		}
 		// A blackout inside the stretch restarts the count after it.
 		from := t
 		for _, b := range h.f.blackouts {

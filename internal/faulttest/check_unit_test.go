@@ -241,6 +241,18 @@ func TestCheckerCapacity(t *testing.T) {
 			cycle("w1", "w1#0", 0, 1, 3000, 3001, 0, n(2)),
 			cycle("w2", "w2#0", 5, 3002, 3100, 3101, 0, n(2)),
 		)},
+		// w2 fits, but w3, which does not, starts waiting 100 ms later: its request may have
+		// reached Redis first, and w2 rightly waits behind it (the load check saw this).
+		{name: "a waiter that fits, behind a larger one that came meanwhile, waits", evs: hist(
+			cycle("w1", "w1#0", 0, 1, 3000, 3001, 0, n(2)),
+			cycle("w2", "w2#0", 5, 3050, 3100, 3101, 0, n(1)),
+			cycle("w3", "w3#0", 105, 3040, 3090, 3091, 0, n(2)),
+		)},
+		{name: "a waiter that fits, stranded before a larger one came, fails", fails: "stranded", evs: hist(
+			cycle("w1", "w1#0", 0, 1, 3000, 3001, 0, n(2)),
+			cycle("w2", "w2#0", 5, 3050, 3100, 3101, 0, n(1)),
+			cycle("w3", "w3#0", 1500, 3040, 3090, 3091, 0, n(2)),
+		)},
 	})
 }
 
