@@ -541,7 +541,9 @@ func TestDeadWaitersInARowDoNotStallTheQueue(t *testing.T) {
 // give-back, under the same waiter id, must not release the hold the retry gets.
 func TestRetryAfterALateClaimKeepsItsHold(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const ttl = 400 * time.Millisecond
+		// Long enough that the retry's hold, renewed every 500 ms, cannot lapse on a loaded
+		// machine while the test looks at it (400 ms did, with two suites running).
+		const ttl = 1500 * time.Millisecond
 		prefix := b.Prefix(t)
 		f := redistest.NewFaulty(b.Client(t))
 		m := newFair(t, b.PodOn(t, f, prefix, distsync.WithLeaseTTL(ttl)), "late")

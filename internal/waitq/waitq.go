@@ -256,7 +256,8 @@ func (r *Room) Waiting() int {
 }
 
 // keepMargin is what a head keeps in hand for its re-check to reach Redis before its entry
-// lapses.
+// lapses (a quarter of the entry's life if that is less, so that a very short lease does not
+// make the head re-check at every renewal).
 const keepMargin = 100 * time.Millisecond
 
 // closedTurn is the turn of a waiter that is the head as it arrives.
@@ -401,7 +402,7 @@ func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
 			r.keepUntil = time.Time{}
 			if res.Queued && res.Keep > 0 {
 				// Before the entry lapses, with room for the clock drift and the re-check.
-				r.keepUntil = sent.Add(res.Keep - core.Drift(res.Keep) - keepMargin)
+				r.keepUntil = sent.Add(res.Keep - core.Drift(res.Keep) - min(keepMargin, res.Keep/4))
 			}
 			if res.Acquired && res.Token > r.lastToken {
 				r.lastToken = res.Token
