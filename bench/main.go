@@ -55,10 +55,16 @@ func main() {
 		wUntil     = flag.Int64("until", 0, "internal")
 		wHold      = flag.Duration("hold", 0, "internal")
 		wPrefix    = flag.String("prefix", "", "internal")
+		crashHold  = flag.Bool("crash-holder", false, "internal: run as the holder of the crash scenario")
 		plots      = flag.String("plots", "", "write SVG charts into this directory (docs/benchmarks.md embeds ../docs/img)")
 	)
 	flag.Parse()
 	plotsDir = *plots
+	if *crashHold {
+		keyPrefix = *wPrefix
+		runCrashHolder(*wLib, *addr, *wKey)
+		return
+	}
 	if *worker {
 		keyPrefix = *wPrefix
 		runWorker(*wLib, *addr, *wKey, *wProc, *goroutines, time.Unix(0, *wStart), time.Unix(0, *wUntil), *wHold)
@@ -88,6 +94,9 @@ type row struct {
 	// idle wake-up: p50 and slowest, and the p50 of a PING after the same idle time
 	wake, wakePing, wakeMax time.Duration
 	wakeErr                 error
+	// crash recovery: how long after the killed holder's lease ran out the waiter got it
+	crashLate, crashLeft time.Duration
+	crashErr             error
 }
 
 func run(ctx context.Context, addr string, quick bool, only, prims string, processes, goroutines int) (err error) {
@@ -148,6 +157,11 @@ func run(ctx context.Context, addr string, quick bool, only, prims string, proce
 			if r.idle, err = idleWaiter(ctx, l, addr, idleWin); err != nil {
 				r.idleErr = err
 				fmt.Fprintf(os.Stderr, "%s idle waiter: %v\n", l.name, err)
+			}
+			fmt.Fprintf(os.Stderr, "%s: crash recovery…\n", l.name)
+			if r.crashLate, r.crashLeft, err = crashRecovery(ctx, l, addr); err != nil {
+				r.crashErr = err
+				fmt.Fprintf(os.Stderr, "%s crash recovery: %v\n", l.name, err)
 			}
 			fmt.Fprintf(os.Stderr, "%s: idle wake-up…\n", l.name)
 			if r.wake, r.wakePing, r.wakeMax, err = idleWake(ctx, l, addr, wakeRounds, wakeGap); err != nil {
@@ -213,14 +227,14 @@ func printTable(rows []row, rtt time.Duration, processes, goroutines int, dur, i
 		}
 	}
 	fmt.Printf("Round trip (PING p50), measured between the uncontended pairs: %v.\n\n", rtt.Round(time.Microsecond))
-	fmt.Printf("| library | Lock+Unlock p50 (p99), uncontended | in RTT | vs floor | hand-off p50 / p99, in RTT under load | releaser re-acquires | Lock wait p99 | Jain (goroutines) | client cmds / acq | Redis cmds / acq | Redis CPU / acq | idle waiter cmds/s | idle wake-up p50 (max), in idle RTT | distinct keys, pairs/s |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| library | Lock+Unlock p50 (p99), uncontended | in RTT | vs floor | hand-off p50 / p99, in RTT under load | releaser re-acquires | Lock wait p99 | Jain (goroutines) | client cmds / acq | Redis cmds / acq | Redis CPU / acq | idle waiter cmds/s | idle wake-up p50 (max), in idle RTT | crash: waiter in after the lease ran out | distinct keys, pairs/s |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		vsFloor := "—"
 		if floor > 0 {
 			vsFloor = fmt.Sprintf("%.2f×", float64(r.unP50)/float64(floor))
 		}
-		cont := "| — | — | — | — | — | — | — | — | — "
+		cont := "| — | — | — | — | — | — | — | — | — | — "
 		if r.contention && r.contErr == nil {
 			c := r.cont
 			wait := c.waitP99.Round(time.Microsecond).String()
@@ -236,12 +250,16 @@ func printTable(rows []row, rtt time.Duration, processes, goroutines int, dur, i
 			if r.wakeErr != nil {
 				wake = "error: " + r.wakeErr.Error()
 			}
-			cont = fmt.Sprintf("| %s / %s (%v / %v; RTT %v) | %.0f%% | %s | %.3f | %.2f | %.2f | %v | %s | %s ",
+			crash := fmt.Sprintf("%v (lease left at the kill: %v)", r.crashLate.Round(time.Millisecond), r.crashLeft.Round(time.Millisecond))
+			if r.crashErr != nil {
+				crash = "error: " + r.crashErr.Error()
+			}
+			cont = fmt.Sprintf("| %s / %s (%v / %v; RTT %v) | %.0f%% | %s | %.3f | %.2f | %.2f | %v | %s | %s | %s ",
 				ratio(c.handoffP50, c.rtt), ratio(c.handoffP99, c.rtt), c.handoffP50.Round(time.Microsecond),
 				c.handoffP99.Round(time.Microsecond), c.rtt.Round(time.Microsecond), 100*c.reacquired, wait,
-				c.jain, c.clientCmds, c.redisCmds, c.redisCPU.Round(100*time.Nanosecond), idle, wake)
+				c.jain, c.clientCmds, c.redisCmds, c.redisCPU.Round(100*time.Nanosecond), idle, wake, crash)
 		} else if r.contErr != nil {
-			cont = fmt.Sprintf("| error: %v | | | | | | | | ", r.contErr)
+			cont = fmt.Sprintf("| error: %v | | | | | | | | | ", r.contErr)
 		}
 		distinct := fmt.Sprintf("%.0f", r.distinct)
 		if r.distinctErr != nil {
@@ -252,7 +270,7 @@ func printTable(rows []row, rtt time.Duration, processes, goroutines int, dur, i
 		fmt.Printf("| %s | %v (%v) | %s | %s %s| %s |\n", r.lib.name, r.unP50.Round(time.Microsecond), r.unP99.Round(time.Microsecond),
 			ratio(r.unP50, rtt), vsFloor, cont, distinct)
 	}
-	fmt.Printf("\nSettings: lease 10 s for every library. Uncontended: one goroutine, Lock then Unlock on an idle key, the libraries interleaved pair by pair. Contention: %d processes × %d goroutines on one key for %v, no work inside the lock; a hand-off is the time from one goroutine's Unlock call to the next Lock returning in another goroutine; its RTT unit is a PING sent by another client during the run. Idle waiter: commands a waiting client sends in %v while another client holds the lock. Idle wake-up: Unlock call to the waiting client's Lock return after both sat idle for %v, %d rounds; its unit is a PING sent just before the Unlock by a client idle as long. Distinct keys: 16 goroutines in one process, each on its own key.\n\n",
+	fmt.Printf("\nSettings: lease 10 s for every library. Uncontended: one goroutine, Lock then Unlock on an idle key, the libraries interleaved pair by pair. Contention: %d processes × %d goroutines on one key for %v, no work inside the lock; a hand-off is the time from one goroutine's Unlock call to the next Lock returning in another goroutine; its RTT unit is a PING sent by another client during the run. Idle waiter: commands a waiting client sends in %v while another client holds the lock. Idle wake-up: Unlock call to the waiting client's Lock return after both sat idle for %v, %d rounds; its unit is a PING sent just before the Unlock by a client idle as long. Crash: a holder process, past its first renewal, is SIGKILLed with a waiter queued; the time from when its lease ran out (its PTTL read at the kill) to the waiter's Lock return. Distinct keys: 16 goroutines in one process, each on its own key.\n\n",
 		processes, goroutines, dur, idleWin, wakeGap, wakeRounds)
 	for _, r := range rows {
 		fmt.Printf("- %s: %s\n", r.lib.name, r.lib.settings)
