@@ -35,13 +35,7 @@ end
 -- functions (a Lua closure each, every run). A lock that is not free, a retry of a take or a
 -- grant to adopt, goes on below.
 if redis.call('EXISTS', q) == 0 and redis.call('SET', lock, w, 'NX', 'PX', ttl) then
-  local _, now_us = now()
-  local token = next_token(fence, ARGV[3], now_us)
-  if not token then
-    redis.call('DEL', lock) -- give it back
-    return no_token(fence)
-  end
-  return {1, token}
+  return taken(lock, fence, ARGV[3])
 end
 
 -- #include lib/queue.lua

@@ -10,30 +10,13 @@
 --        an error if field 'token' holds anything but a token (see fenced_set.lua); nothing
 --          changed
 --
--- The token check is fenced_set.lua's (see there why it compares strings).
+-- The token check is fenced_set.lua's (lib/fenced.lua).
 
--- less(a, b): token a is below token b (both canonical decimals).
-local function less(a, b)
-  if #a ~= #b then
-    return #a < #b
-  end
-  for i = 1, #a do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then
-      return x < y
-    end
-  end
-  return false
-end
+-- #include lib/fenced.lua
 
-local last = redis.call('HGET', KEYS[1], 'token')
-if last then
-  if not string.find(last, '^[1-9][0-9]*$') or less('9223372036854775807', last) then
-    return redis.error_reply('distsync: the fenced value ' .. KEYS[1] .. ' holds no fencing token')
-  end
-  if less(ARGV[1], last) then
-    return 0
-  end
+local no = refused(KEYS[1], ARGV[1])
+if no then
+  return no
 end
 redis.call('HDEL', KEYS[1], 'value')
 redis.call('HSET', KEYS[1], 'token', ARGV[1])

@@ -51,13 +51,7 @@ end
 -- queue's functions (a Lua closure each, every run).
 local fast = not (again or queued or granted)
 if fast and redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
-  local _, now_us = now()
-  local token = next_token(fence, ARGV[3], now_us)
-  if not token then
-    redis.call('DEL', lock) -- give it back
-    return no_token(fence)
-  end
-  return {1, token}
+  return taken(lock, fence, ARGV[3])
 end
 
 -- #include lib/queue.lua

@@ -23,13 +23,8 @@ end
 -- The fast path of a writer: nobody holds, waits or is admitted (the keys of all of them are
 -- gone), and no other writer of the caller's process waits behind it: take it.
 if A.mode == 'w' and not A.more and redis.call('EXISTS', K.w, K.r, K.ra, K.ww, K.wo, K.rq) == 0 then
-  local _, now_us = now()
-  local token = next_token(K.fence, A.fence_ttl, now_us)
-  if not token then
-    return no_token(K.fence)
-  end
   redis.call('SET', K.w, A.owner, 'PX', A.ttl)
-  return {1, token}
+  return taken(K.w, K.fence, A.fence_ttl)
 end
 local now_ms, now_us = now()
 prune(now_ms)

@@ -34,3 +34,16 @@ end
 local function no_token(fence)
   return redis.error_reply('distsync: the fence key ' .. fence .. ' holds no fencing token')
 end
+
+-- taken() is the reply to a claim just written in key: {1, token}, with the name's next token;
+-- or, if the fence key holds no token to count on from, the claim given back (key deleted) and
+-- no_token's error. The fast paths of the acquire scripts end with it.
+local function taken(key, fence, fence_ttl)
+  local _, now_us = now()
+  local token = next_token(fence, fence_ttl, now_us)
+  if not token then
+    redis.call('DEL', key)
+    return no_token(fence)
+  end
+  return {1, token}
+end
