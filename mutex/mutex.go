@@ -97,7 +97,7 @@ func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, erro
 		return err
 	}
 	// A renewal also tells the head waiter when the lease now ends (mutex_renew.lua).
-	renewKeys := []string{m.lock, m.q}
+	renewKeys := []string{m.lock, m.q, m.qx}
 	m.renewWith = func(owner string) scripts.Call {
 		return scripts.Call{Script: scripts.MutexRenew, Keys: renewKeys,
 			Args: []string{owner, m.ttlArg, m.chanPrefix, m.c.Pub}}
