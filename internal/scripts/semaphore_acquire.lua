@@ -26,10 +26,11 @@ if not ok then
 end
 local now_ms, now_us = now()
 local used = prune(now_ms)
-if redis.call('HEXISTS', K.n, A.id) == 1 then
+local mine = redis.call('HMGET', K.n, A.id, '~' .. A.id)
+if mine[1] then
   return {1} -- a retry of a take that went through
 end
-if redis.call('HEXISTS', K.n, '~' .. A.id) == 1 then
+if mine[2] then
   -- Granted while the caller could not take the grant from its message: adopt it.
   redis.call('ZADD', K.h, now_ms + A.ttl, '~' .. A.id)
   live_for(K.h, A.ttl)
@@ -39,7 +40,7 @@ end
 -- Nobody waits (the caller included) and the permits are free: take them, without queueing
 -- the caller first (the result serve() would come to, in a third of the calls).
 if not head(now_ms) and A.n <= A.size - used then
-  hold(A.id, A.n, now_ms, A.ttl)
+  hold(A.id, A.n, now_ms, A.ttl, true)
   return {1}
 end
 if A.extra == '1' then
@@ -52,7 +53,7 @@ redis.call('HSET', K.qn, A.id, A.n)
 for _, k in ipairs({K.q, K.qx, K.qn}) do
   live_for(k, live)
 end
-serve(now_ms, used, A.id)
+serve(now_ms, function() return used end, A.id)
 if redis.call('HEXISTS', K.n, A.id) == 1 then
   return {1}
 end

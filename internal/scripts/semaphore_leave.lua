@@ -24,5 +24,5 @@ for _, o in ipairs({A.id, '~' .. A.id}) do
     back = 1
   end
 end
-serve(now_ms, prune(now_ms), '')
+serve(now_ms, function() return prune(now_ms) end, '')
 return back

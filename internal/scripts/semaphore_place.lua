@@ -27,6 +27,6 @@ for _, k in ipairs({K.q, K.qx, K.qn, K.size}) do
   live_for(k, A.wlease)
 end
 if head(now_ms) == A.id then
-  serve(now_ms, prune(now_ms), '')
+  serve(now_ms, function() return prune(now_ms) end, '')
 end
 return 1

@@ -14,9 +14,10 @@ if op_state(K.ops, A.extra) == 'applied' then
   return 1
 end
 local now_ms = now()
-local used = prune(now_ms)
-local held = tonumber(redis.call('HGET', K.n, A.id))
+local lease = tonumber(redis.call('ZSCORE', K.h, A.id))
+local held = lease and lease > now_ms and permits(redis.call('HGET', K.n, A.id))
 if not held then
+  prune(now_ms) -- the owner's lease lapsed, or its permits were taken away
   return 0
 end
 local back = math.min(A.n, held)
@@ -27,5 +28,6 @@ else
   redis.call('ZREM', K.h, A.id)
 end
 op_mark(K.ops, '', A.extra, now_ms, A.ops_ttl)
-serve(now_ms, used - back, '')
+-- The permits in use are summed (and lapsed holders dropped) only if someone waits for them.
+serve(now_ms, function() return prune(now_ms) end, '')
 return 1

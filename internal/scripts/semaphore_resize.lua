@@ -13,5 +13,5 @@
 local before = size_in_redis() or 0
 redis.call('SET', K.size, A.size, 'PX', A.ttl + A.wlease + A.slack)
 local now_ms = now()
-serve(now_ms, prune(now_ms), '')
+serve(now_ms, function() return prune(now_ms) end, '')
 return before

@@ -16,6 +16,12 @@
 -- An owner is a waiter id whose call took permits itself, or '~'..id for permits granted to
 -- waiter id by another call. Lapsed holders and waiters are dropped before anything is decided.
 --
+-- Cost, in Redis calls per script: O(log w) in the number of waiters w, and O(h) in the
+-- holders h, which are at most the size (every holder, or grant awaiting its confirm, has a
+-- permit or more). Lapsed entries are dropped once each, by whichever script meets them first,
+-- and each waiter served is one O(log w) removal; a take or a release that nobody waits for
+-- neither sums the holders nor walks the queue.
+--
 -- Requires lib/clock.lua and lib/queue.lua (tell).
 
 local K = {h = KEYS[1], n = KEYS[2], q = KEYS[3], qx = KEYS[4], qn = KEYS[5], size = KEYS[6], ops = KEYS[7]}
@@ -47,8 +53,9 @@ local function claim_size()
   if cur and cur ~= A.size then
     return false, cur
   end
-  live_for(K.size, A.ttl + A.wlease + A.slack)
-  if not cur then
+  if cur then
+    live_for(K.size, A.ttl + A.wlease + A.slack)
+  else
     redis.call('SET', K.size, A.size, 'PX', A.ttl + A.wlease + A.slack)
   end
   return true
@@ -77,13 +84,16 @@ local function prune(now_ms)
   return used
 end
 
--- hold() records owner as holding n permits for ms.
-local function hold(owner, n, now_ms, ms)
+-- hold() records owner as holding n permits for ms. sized: the caller ran claim_size(), which
+-- made the size live longer than the hold already.
+local function hold(owner, n, now_ms, ms, sized)
   redis.call('HSET', K.n, owner, n)
   redis.call('ZADD', K.h, now_ms + ms, owner)
   live_for(K.h, ms)
   live_for(K.n, ms)
-  live_for(K.size, ms + A.slack)
+  if not sized then
+    live_for(K.size, ms + A.slack)
+  end
 end
 
 local function dequeue(w)
@@ -104,19 +114,23 @@ local function head(now_ms)
 end
 
 -- serve() hands free permits to the waiters at the head of the queue, in order, while the
--- head's request fits. A request that does not fit stops the walk, as in x/sync/semaphore:
--- later, smaller requests must not overtake it, or a large one could wait forever. The
+-- head's request fits; used() gives the permits in use, and is called only if someone waits.
+-- A request that does not fit stops the walk, as in x/sync/semaphore: later, smaller
+-- requests must not overtake it, or a large one could wait forever. The
 -- calling waiter (self) takes its permits as its own, for its lease; any other is granted
 -- them as '~'..id for a waiter lease, until it confirms, and told. If a grant was made and a
 -- head is left waiting, that head is told to watch: a grantee that died gives its permits
 -- back after the waiter lease, and publishes nothing then.
 local function serve(now_ms, used, self)
-  local free = (size_in_redis() or A.size) - used
+  local free
   local granted = false
   for _ = 1, 1000 do
     local w = head(now_ms)
     if not w then
       return
+    end
+    if not free then
+      free = (size_in_redis() or A.size) - used() -- read once, when someone waits
     end
     local need = permits(redis.call('HGET', K.qn, w) or '1')
     if not need then
@@ -130,7 +144,7 @@ local function serve(now_ms, used, self)
       dequeue(w)
       free = free - need
       if w == self then
-        hold(self, need, now_ms, A.ttl)
+        hold(self, need, now_ms, A.ttl, true)
       else
         hold('~' .. w, need, now_ms, A.wlease)
         tell(A.pub, A.prefix, w, 'g ' .. need .. '  ' .. A.wlease) -- no backup: 'g <n>  <ms> <id>'
