@@ -21,4 +21,7 @@ var (
 	ErrInvalid = core.ErrInvalid
 	// ErrClosed: the Handle was closed.
 	ErrClosed = core.ErrClosed
+	// ErrNotReplicated: a claim was taken on the primary but fewer replicas than
+	// [WithReplicaAck] asks for acknowledged it in time. The acquire gave it back.
+	ErrNotReplicated = core.ErrNotReplicated
 )

@@ -95,7 +95,7 @@ func New(client rueidis.Client, opts ...Option) (*Handle, error) {
 func (h *Handle) ID() string { return h.c.ID() }
 
 // Client returns the rueidis client the Handle wraps.
-func (h *Handle) Client() rueidis.Client { return h.c.Client }
+func (h *Handle) Client() rueidis.Client { return h.c.Raw }
 
 // Close releases every claim the Handle still holds, so that waiters elsewhere get them at
 // once instead of after their leases, then unsubscribes and stops the Handle's goroutines.

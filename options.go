@@ -82,6 +82,32 @@ func WithKeyPrefix(prefix string) Option {
 		Set: func(s *core.Settings) { s.Prefix = prefix }}}
 }
 
+// WithReplicaAck makes every command that takes or extends a claim wait until n replicas of
+// the Redis primary have it, for at most timeout: the Handle sends each such script together
+// with WAIT n timeout, on one connection of its own. Use it on Sentinel, or on a Cluster with
+// replicas, so that a failover to a replica that acknowledged is less likely to lose a held
+// claim (docs/guarantees.md has the figures, and what WAIT cannot promise: a replica that
+// acknowledged may still not be the one promoted, and nothing is written to disk).
+//
+// What a claim too few replicas acknowledged in time does:
+//   - an acquire (Lock, Acquire, a once lead) gives it back at once and returns an error
+//     matching [ErrNotReplicated] (and, from a blocking acquire, not ErrNotAcquired: it did
+//     not run out of time, the safety it was asked for could not be had). The caller may
+//     retry; nothing is held.
+//   - a renewal is retried, as after a connection error: the holder's lease is not extended
+//     locally until a renewal is acknowledged, and ends with [ErrLost] at its deadline if
+//     none is.
+//
+// Releases, waiters' places in queues and once results are not waited for. Every acquire
+// and renewal costs the replication round trip and a dedicated connection from the client's
+// pool (bench/ measures it). n must be at least 1 and timeout at least a millisecond.
+//
+// Applies to: New.
+func WithReplicaAck(n int, timeout time.Duration) Option {
+	return Option{core.Opt{Name: "WithReplicaAck", Handle: true, Kinds: []string{},
+		Set: func(s *core.Settings) { s.ReplicaAck = core.ReplicaAck{N: n, Timeout: timeout} }}}
+}
+
 // WithLogger sets where the Handle reports what it cannot return as an error (a renewal
 // that failed and will be retried, a subscription that is being re-established). The default
 // discards everything.

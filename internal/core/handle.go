@@ -30,11 +30,15 @@ type Config struct {
 	HandoffWindow time.Duration
 	WaiterLease   time.Duration
 	Logger        *slog.Logger
+	ReplicaAck    ReplicaAck // N 0: none
 }
 
 // Handle is the shared state behind a distsync.Handle.
 type Handle struct {
+	// Client is what the primitives send their commands to: the user's client, wrapped to
+	// wait for replicas if the Handle has a replica ack (Raw is the user's client as given).
 	Client   rueidis.Client
+	Raw      rueidis.Client
 	Config   Config
 	Notifier *pubsub.Notifier
 	// Pub is the publish command scripts use: SPUBLISH on Cluster (sharded), else PUBLISH.
@@ -112,10 +116,15 @@ func NewHandle(client rueidis.Client, cfg Config) *Handle {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	ctx, cancel := context.WithCancel(context.Background())
+	raw := client
+	if cfg.ReplicaAck.N > 0 {
+		client = WithReplicaAck(client, cfg.ReplicaAck)
+	}
 	h := &Handle{
 		Client:   client,
+		Raw:      raw,
 		Config:   cfg,
-		Notifier: pubsub.New(client, cfg.Logger),
+		Notifier: pubsub.New(raw, cfg.Logger),
 		id:       base64.RawURLEncoding.EncodeToString(b[:]),
 		ctx:      ctx,
 		cancel:   cancel,

@@ -123,5 +123,8 @@ func (s *Settings) check() error {
 			return fmt.Errorf("%s must be at least %v, got %v", d.name, d.min, d.v)
 		}
 	}
+	if a := s.ReplicaAck; a != (ReplicaAck{}) && (a.N < 1 || a.Timeout < time.Millisecond) {
+		return fmt.Errorf("replica ack must ask for at least 1 replica within at least 1ms, got %d within %v", a.N, a.Timeout)
+	}
 	return nil
 }

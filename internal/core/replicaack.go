@@ -1,0 +1,171 @@
+package core
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync/internal/scripts"
+)
+
+// ErrNotReplicated: a claim was taken or renewed on the primary, but fewer replicas than the
+// Handle's replica ack asks for acknowledged it in time. An acquire that gets it has given the
+// claim back; a renewal that gets it is retried, and the lease ends at its deadline if no
+// renewal is acknowledged before.
+var ErrNotReplicated = errors.New("distsync: not acknowledged by enough replicas")
+
+// ReplicaAck is what WithReplicaAck asks for: every script call that takes or extends a claim
+// is followed, on the same connection, by WAIT N Timeout.
+type ReplicaAck struct {
+	N       int
+	Timeout time.Duration
+}
+
+// grantScripts are the scripts whose success gives the caller a claim or extends one: their
+// writes are the ones a failover must not lose. Releases, queue places, inspections and once
+// results are not waited for (a release lost in a failover costs waiters a lease, not
+// exclusion).
+var grantScripts = func() map[string]bool {
+	m := map[string]bool{}
+	for _, s := range []*scripts.Script{
+		scripts.Extend, scripts.MutexAcquire, scripts.MutexConfirm, scripts.MutexRenew,
+		scripts.ReentrantLock, scripts.FairAcquire, scripts.SemaphoreAcquire,
+		scripts.RWMutexLock, scripts.OnceBegin,
+	} {
+		m[s.SHA()] = true
+	}
+	return m
+}()
+
+// ackClient is the rueidis client of a Handle made with a replica ack: it sends each grant
+// script together with WAIT, on one dedicated connection (WAIT counts the writes of its own
+// connection, and a WAIT that blocks must not hold up the commands pipelined on a shared
+// one), and turns a grant that too few replicas acknowledged into ErrNotReplicated.
+// Everything else goes to the wrapped client as it is.
+type ackClient struct {
+	rueidis.Client
+	ack ReplicaAck
+}
+
+// WithReplicaAck wraps c so that every grant script waits for ack (see ackClient).
+func WithReplicaAck(c rueidis.Client, ack ReplicaAck) rueidis.Client {
+	return &ackClient{Client: c, ack: ack}
+}
+
+// isGrant reports whether cmd runs a grant script (EVALSHA by its SHA, or the EVAL that
+// follows a NOSCRIPT).
+func isGrant(cmd rueidis.Completed) bool {
+	args := cmd.Commands()
+	if len(args) < 2 {
+		return false
+	}
+	switch args[0] {
+	case "EVALSHA", "evalsha":
+		return grantScripts[args[1]]
+	case "EVAL", "eval":
+		sum := sha1.Sum([]byte(args[1]))
+		return grantScripts[hex.EncodeToString(sum[:])]
+	}
+	return false
+}
+
+func (a *ackClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if !isGrant(cmd) {
+		return a.Client.Do(ctx, cmd)
+	}
+	return a.waited(ctx, []rueidis.Completed{cmd}, []bool{true})[0]
+}
+
+func (a *ackClient) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	grant := make([]bool, len(multi))
+	some := false
+	for i, cmd := range multi {
+		grant[i] = isGrant(cmd)
+		some = some || grant[i]
+	}
+	if !some {
+		return a.Client.DoMulti(ctx, multi...)
+	}
+	// One group per slot: WAIT goes to the node (and connection) of the writes it counts.
+	// Calls of one primitive share a hash tag, so a group is one primitive's, or a renewal
+	// batch's for one slot.
+	order := []uint16{}
+	groups := map[uint16][]int{}
+	for i, cmd := range multi {
+		s := cmd.Slot()
+		if _, ok := groups[s]; !ok {
+			order = append(order, s)
+		}
+		groups[s] = append(groups[s], i)
+	}
+	out := make([]rueidis.RedisResult, len(multi))
+	var wg sync.WaitGroup
+	for _, s := range order {
+		idx := groups[s]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmds := make([]rueidis.Completed, len(idx))
+			g := make([]bool, len(idx))
+			for j, i := range idx {
+				cmds[j], g[j] = multi[i], grant[i]
+			}
+			res := a.waited(ctx, cmds, g)
+			for j, i := range idx {
+				out[i] = res[j]
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// waited sends cmds (of one slot) and WAIT on one dedicated connection, and returns cmds'
+// results, with ErrNotReplicated for each grant that succeeded in Redis without enough
+// acknowledgements.
+func (a *ackClient) waited(ctx context.Context, cmds []rueidis.Completed, grant []bool) []rueidis.RedisResult {
+	wait := a.Client.B().Wait().Numreplicas(int64(a.ack.N)).Timeout(a.ack.Timeout.Milliseconds()).Build()
+	var res []rueidis.RedisResult
+	err := a.Client.Dedicated(func(dc rueidis.DedicatedClient) error {
+		res = dc.DoMulti(ctx, append(cmds, wait)...)
+		return nil
+	})
+	if err != nil || len(res) != len(cmds)+1 {
+		if err == nil {
+			err = errors.New("distsync: unexpected number of replies")
+		}
+		out := make([]rueidis.RedisResult, len(cmds))
+		for i := range out {
+			out[i] = rueidis.NewErrorResult(err)
+		}
+		return out
+	}
+	acks, werr := res[len(cmds)].AsInt64()
+	if werr == nil && acks >= int64(a.ack.N) {
+		return res[:len(cmds)]
+	}
+	why := strconv.FormatInt(acks, 10)
+	if werr != nil {
+		why = "WAIT failed (" + werr.Error() + ")"
+	}
+	short := Permanent(fmt.Errorf("%w: %s of %d replicas within %v", ErrNotReplicated, why, a.ack.N, a.ack.Timeout))
+	for i := range cmds {
+		if !grant[i] {
+			continue
+		}
+		if _, redisErr := rueidis.IsRedisErr(res[i].Error()); redisErr {
+			continue // the script failed in Redis (NOSCRIPT included): it wrote nothing
+		}
+		if res[i].Error() == nil {
+			res[i] = rueidis.NewErrorResult(short)
+		}
+	}
+	return res[:len(cmds)]
+}

@@ -1,0 +1,253 @@
+package distsync_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/fair"
+	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/mutex"
+	"github.com/distsync/distsync/once"
+	"github.com/distsync/distsync/reentrant"
+	"github.com/distsync/distsync/rwmutex"
+	"github.com/distsync/distsync/semaphore"
+)
+
+// replicated starts a primary and one replica, and returns them once the replica's link is up.
+func replicated(t *testing.T) (primary, replica *redistest.Proc) {
+	t.Helper()
+	primary = redistest.StartRedis(t)
+	host, port, _ := strings.Cut(primary.Addr(), ":")
+	replica = redistest.StartRedis(t, "replicaof "+host+" "+port)
+	linked(t, replica)
+	return primary, replica
+}
+
+// linked waits until replica's link to its primary is up.
+func linked(t *testing.T, replica *redistest.Proc) {
+	t.Helper()
+	if !redistest.Eventually(20*time.Second, func() bool {
+		info, err := redistest.Command(replica.Addr(), time.Second, "INFO", "replication")
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}) {
+		t.Fatal("the replica's link to the primary did not come up")
+	}
+}
+
+// cutReplica freezes the replica and drops its link, so that the primary's writes reach no
+// replica (a frozen replica alone would still get them from its socket buffer when resumed).
+// It returns a func that resumes the replica and waits for its link.
+func cutReplica(t *testing.T, primary, replica *redistest.Proc) (resume func()) {
+	t.Helper()
+	if err := replica.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := primary.ClientKill("replica"); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if err := replica.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		linked(t, replica)
+	}
+}
+
+func clientOn(t *testing.T, addr string) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func handleOn(t *testing.T, c rueidis.Client, opts ...distsync.Option) *distsync.Handle {
+	t.Helper()
+	h, err := distsync.New(c, append([]distsync.Option{distsync.WithKeyPrefix("ack:")}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	return h
+}
+
+// acquirer is one primitive's acquire and release, and who holds it.
+type acquirer struct {
+	name    string
+	acquire func(ctx context.Context) error
+	release func(ctx context.Context) error
+	holders func(ctx context.Context) (int, error) // -1: the primitive has no Holders
+}
+
+func acquirers(t *testing.T, h *distsync.Handle, name string) []acquirer {
+	t.Helper()
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(f func(context.Context) ([]distsync.Holder, error)) func(context.Context) (int, error) {
+		return func(ctx context.Context) (int, error) {
+			hs, err := f(ctx)
+			return len(hs), err
+		}
+	}
+	m, err := mutex.New(h, name+":mutex")
+	must(err)
+	f, err := fair.New(h, name+":fair")
+	must(err)
+	rw, err := rwmutex.New(h, name+":rw")
+	must(err)
+	re, err := reentrant.New(h, name+":re")
+	must(err)
+	owner := reentrant.NewOwner()
+	s, err := semaphore.New(h, name+":sem", 3)
+	must(err)
+	g, err := once.NewGroup[string](h, name+":once")
+	must(err)
+	var ran int
+	return []acquirer{
+		{"mutex", m.Lock, m.Unlock, count(m.Holders)},
+		{"fair", f.Lock, f.Unlock, count(f.Holders)},
+		{"rwmutex write", rw.Lock, rw.Unlock, count(rw.Holders)},
+		{"rwmutex read", rw.RLock, rw.RUnlock, count(rw.Holders)},
+		{"reentrant", func(ctx context.Context) error { return re.Lock(reentrant.WithOwner(ctx, owner)) },
+			func(ctx context.Context) error { return re.Unlock(reentrant.WithOwner(ctx, owner)) }, count(re.Holders)},
+		{"semaphore", func(ctx context.Context) error { return s.Acquire(ctx, 2) },
+			func(ctx context.Context) error { return s.Release(ctx, 2) }, count(s.Holders)},
+		{"once lead", func(ctx context.Context) error {
+			before := ran
+			_, err, _ := g.Do(ctx, "k"+time.Now().String(), func(context.Context) (string, error) { ran++; return "v", nil })
+			if err == nil && ran != before+1 {
+				return errors.New("fn did not run")
+			}
+			if err != nil && ran != before {
+				return errors.New("fn ran although the lead was not acknowledged")
+			}
+			return err
+		}, func(context.Context) error { return nil }, nil},
+	}
+}
+
+// TestReplicaAck: with WithReplicaAck, an acquire the replica acknowledged holds; one no
+// replica could acknowledge fails with ErrNotReplicated and leaves nothing held, where a Handle
+// without the option takes the claim; a holder whose renewals no replica acknowledges loses
+// its lease at its deadline.
+func TestReplicaAck(t *testing.T) {
+	redistest.RequireRedis(t)
+	primary, replica := replicated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	acked := handleOn(t, clientOn(t, primary.Addr()), distsync.WithReplicaAck(1, 100*time.Millisecond))
+	plain := handleOn(t, clientOn(t, primary.Addr()))
+	onReplica := clientOn(t, replica.Addr())
+
+	t.Run("acknowledged", func(t *testing.T) {
+		for _, a := range acquirers(t, acked, "up") {
+			if err := a.acquire(ctx); err != nil {
+				t.Fatalf("%s: %v", a.name, err)
+			}
+			if err := a.release(ctx); err != nil {
+				t.Fatalf("%s: release: %v", a.name, err)
+			}
+		}
+		// What Lock returned for is on the replica already: no wait for replication.
+		m, _ := mutex.New(acked, "up:probe")
+		for range 20 {
+			if err := m.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			n, err := onReplica.Do(ctx, onReplica.B().Keys().Pattern("ack:{up:probe}*").Build()).AsStrSlice()
+			if err != nil || len(n) == 0 {
+				t.Fatalf("the lock was not on the replica when Lock returned: %v %v", n, err)
+			}
+			if err := m.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	t.Run("not acknowledged", func(t *testing.T) {
+		resume := cutReplica(t, primary, replica)
+		defer resume()
+		for _, a := range acquirers(t, acked, "down") {
+			start := time.Now()
+			err := a.acquire(ctx)
+			if !errors.Is(err, distsync.ErrNotReplicated) {
+				t.Fatalf("%s: got %v, want ErrNotReplicated", a.name, err)
+			}
+			if errors.Is(err, distsync.ErrNotAcquired) {
+				t.Errorf("%s: %v also matches ErrNotAcquired, which says ctx ended", a.name, err)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("%s: took %v to report it", a.name, d)
+			}
+			if a.holders != nil {
+				n, err := a.holders(ctx)
+				if err != nil || n != 0 {
+					t.Errorf("%s: %d holders after ErrNotReplicated (%v), want none", a.name, n, err)
+				}
+			}
+		}
+		// The same acquires without the option take the claims: the primary is up.
+		for _, a := range acquirers(t, plain, "down") {
+			if err := a.acquire(ctx); err != nil {
+				t.Fatalf("%s without the option: %v", a.name, err)
+			}
+			if err := a.release(ctx); err != nil {
+				t.Fatalf("%s without the option: release: %v", a.name, err)
+			}
+		}
+	})
+
+	t.Run("renewal not acknowledged", func(t *testing.T) {
+		m, err := mutex.New(acked, "renew", distsync.WithLeaseTTL(1500*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := m.LockLease(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken := time.Now()
+		resume := cutReplica(t, primary, replica)
+		defer resume()
+		select {
+		case <-l.Done():
+		case <-time.After(15 * time.Second):
+			t.Fatal("the lease did not end although no renewal was acknowledged")
+		}
+		if d := time.Since(taken); d < time.Second {
+			t.Errorf("the lease ended after %v, before its deadline", d)
+		}
+		if !errors.Is(l.Err(), distsync.ErrLost) {
+			t.Errorf("lease error %v, want ErrLost", l.Err())
+		}
+		if err := m.Unlock(ctx); !errors.Is(err, distsync.ErrLost) {
+			t.Errorf("Unlock after the loss: %v, want ErrLost", err)
+		}
+	})
+}
+
+func TestReplicaAckOption(t *testing.T) {
+	b := redistest.Open(t, redistest.Mini)
+	c := b.Client(t)
+	for _, o := range []distsync.Option{distsync.WithReplicaAck(0, time.Second), distsync.WithReplicaAck(1, 0)} {
+		if _, err := distsync.New(c, o); !errors.Is(err, distsync.ErrInvalid) {
+			t.Errorf("New with a bad replica ack: %v, want ErrInvalid", err)
+		}
+	}
+	if _, err := mutex.New(b.Handle(t, c), "x", distsync.WithReplicaAck(1, time.Second)); !errors.Is(err, distsync.ErrInvalid) {
+		t.Errorf("mutex.New with WithReplicaAck: %v, want ErrInvalid (a Handle option)", err)
+	}
+}
