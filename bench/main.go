@@ -107,6 +107,7 @@ func run(ctx context.Context, addr string, quick bool, only, prims string, proce
 		}
 		defer srv.stop()
 		addr = srv.addr
+		ownServer = srv
 	}
 	defer func() {
 		if cerr := deleteRunKeys(addr); cerr != nil {

@@ -265,6 +265,12 @@ func primitives(ctx context.Context, addr string, quick bool) error {
 	} else {
 		rows = append(rows, rs...)
 	}
+	fmt.Fprintf(os.Stderr, "primitives: replica ack…\n")
+	if rs, err := replicaAck(ctx, addr, iters); err != nil {
+		fail("replica ack", err)
+	} else {
+		rows = append(rows, rs...)
+	}
 	fmt.Fprintf(os.Stderr, "primitives: reentrant re-entry…\n")
 	if rs, err := reentry(ctx, addr, iters); err != nil {
 		fail("reentrant re-entry", err)
