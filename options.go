@@ -98,7 +98,8 @@ func WithKeyPrefix(prefix string) Option {
 //     locally until a renewal is acknowledged, and ends with [ErrLost] at its deadline if
 //     none is.
 //
-// Releases, waiters' places in queues and once results are not waited for. Every acquire
+// An attempt that only queued, a renewal that found its claim gone, releases, waiters' places
+// in queues and once results are not waited for: they give no claim a failover could take. Every acquire
 // and renewal costs the replication round trip and a dedicated connection from the client's
 // pool (bench/ measures it). n must be at least 1 and timeout at least a millisecond.
 //

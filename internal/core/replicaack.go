@@ -128,15 +128,33 @@ func (a *ackClient) DoMulti(ctx context.Context, multi ...rueidis.Completed) []r
 }
 
 // waited sends cmds (of one slot) and WAIT on one dedicated connection, and returns cmds'
-// results, with ErrNotReplicated for each grant that succeeded in Redis without enough
-// acknowledgements.
+// results, with ErrNotReplicated for each grant script that gave or extended a claim without
+// enough acknowledgements.
+//
+// A dedicated connection does not follow a Cluster's redirections as the client does: a group
+// that every node refused with MOVED or ASK (a failover or a resharding moved the slot; nothing
+// ran) is sent again, a few times, once the client has refreshed its map of the slots.
 func (a *ackClient) waited(ctx context.Context, cmds []rueidis.Completed, grant []bool) []rueidis.RedisResult {
-	wait := a.Client.B().Wait().Numreplicas(int64(a.ack.N)).Timeout(a.ack.Timeout.Milliseconds()).Build()
+	pinned := make([]rueidis.Completed, len(cmds), len(cmds)+1)
+	for i, c := range cmds {
+		pinned[i] = c.Pin() // not recycled by rueidis after a reply: it may be sent again
+	}
 	var res []rueidis.RedisResult
-	err := a.Client.Dedicated(func(dc rueidis.DedicatedClient) error {
-		res = dc.DoMulti(ctx, append(cmds, wait)...)
-		return nil
-	})
+	var err error
+	for attempt, backoff := 0, 10*time.Millisecond; ; attempt, backoff = attempt+1, 2*backoff {
+		wait := a.Client.B().Wait().Numreplicas(int64(a.ack.N)).Timeout(a.ack.Timeout.Milliseconds()).Build()
+		err = a.Client.Dedicated(func(dc rueidis.DedicatedClient) error {
+			res = dc.DoMulti(ctx, append(pinned[:len(cmds):len(cmds)], wait)...)
+			return nil
+		})
+		if err != nil || attempt == 5 || !redirected(res[:len(cmds)]) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+		}
+	}
 	if err != nil || len(res) != len(cmds)+1 {
 		if err == nil {
 			err = errors.New("distsync: unexpected number of replies")
@@ -163,9 +181,46 @@ func (a *ackClient) waited(ctx context.Context, cmds []rueidis.Completed, grant 
 		if _, redisErr := rueidis.IsRedisErr(res[i].Error()); redisErr {
 			continue // the script failed in Redis (NOSCRIPT included): it wrote nothing
 		}
-		if res[i].Error() == nil {
+		if res[i].Error() == nil && granted(res[i]) {
 			res[i] = rueidis.NewErrorResult(short)
 		}
 	}
 	return res[:len(cmds)]
+}
+
+// redirected reports whether every result is a MOVED or ASK redirection.
+func redirected(res []rueidis.RedisResult) bool {
+	for _, r := range res {
+		re, ok := rueidis.IsRedisErr(r.Error())
+		if !ok {
+			return false
+		}
+		if _, moved := re.IsMoved(); moved {
+			continue
+		}
+		if _, ask := re.IsAsk(); ask {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// granted reports whether a grant script's reply gave or extended a claim: 1, or an array
+// that starts with 1 or 2 (taken, adopted) or 'l' (a once lead). Other replies (queued, not
+// renewed, voided) wrote nothing a failover could take from a holder, and are returned as
+// they are whatever the replicas acknowledged.
+func granted(r rueidis.RedisResult) bool {
+	if n, err := r.AsInt64(); err == nil {
+		return n == 1
+	}
+	a, err := r.ToArray()
+	if err != nil || len(a) == 0 {
+		return false
+	}
+	if n, err := a[0].AsInt64(); err == nil {
+		return n == 1 || n == 2
+	}
+	s, err := a[0].ToString()
+	return err == nil && s == "l"
 }
