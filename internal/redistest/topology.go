@@ -681,14 +681,22 @@ func (c *ReplicatedCluster) KillPrimaryOf(tb testing.TB, key string) *Server {
 	tb.Helper()
 	began := time.Now()
 	slot, p, r := c.primaryAndReplica(tb, key)
-	c.mu.Lock()
-	c.down[p] = true
-	delete(c.paused, p)
-	c.mu.Unlock()
-	stopServer(p)
+	c.Kill(tb, p)
 	c.settle(tb, failoverLimit, c.ownedBy(slot, r))
 	tb.Logf("redistest: cluster primary %d killed, replica %d took slot %d over in %v", p.Port, r.Port, slot, time.Since(began).Round(time.Millisecond))
 	return p
+}
+
+// Kill kills node s with SIGKILL and waits until the process is gone, without waiting for a
+// failover ([ReplicatedCluster.WaitSettled] does): a test can act between the two, as
+// resuming a replica it froze. The killed node stays dead.
+func (c *ReplicatedCluster) Kill(tb testing.TB, s *Server) {
+	tb.Helper()
+	c.mu.Lock()
+	c.down[s] = true
+	delete(c.paused, s)
+	c.mu.Unlock()
+	stopServer(s)
 }
 
 // PausePrimaryOf stops key's primary with SIGSTOP and returns it: its connections stay open
