@@ -27,7 +27,10 @@ func Transient(err error) bool {
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok {
 		msg := re.Error()
-		for _, prefix := range []string{"READONLY", "LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "BUSY"} {
+		// MOVED and ASK reach distsync only from a dedicated connection (the replica ack's),
+		// which does not follow them as the client does: the slot moved, nothing ran, and the
+		// client's map of the slots is being refreshed.
+		for _, prefix := range []string{"READONLY", "LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "BUSY", "MOVED", "ASK"} {
 			if strings.HasPrefix(msg, prefix) {
 				return true
 			}
