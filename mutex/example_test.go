@@ -213,3 +213,42 @@ func ExampleMutex_Holders() {
 	// lease left in Redis: true
 	// holders after Unlock: 0
 }
+
+// A mutex on a quorum of three independent Redis primaries (Redlock): it is held once a
+// majority holds it, so it keeps working, and keeps excluding, with one primary lost. Here the
+// three primaries are embedded servers; in production, three Redis servers that are not
+// replicas of one another.
+func ExampleWithQuorum() {
+	var hs []*distsync.Handle
+	for range 3 {
+		srv, err := embedded.Start()
+		if err != nil {
+			panic(err)
+		}
+		defer srv.Close()
+		h, err := srv.NewHandle()
+		if err != nil {
+			panic(err)
+		}
+		defer h.Close(context.Background())
+		hs = append(hs, h)
+	}
+	m, err := mutex.New(hs[0], "orders:42", mutex.WithQuorum(hs[1], hs[2]))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	lease, err := m.LockLease(ctx)
+	if err != nil {
+		panic(err)
+	}
+	holders, _ := m.Holders(ctx)
+	fmt.Println("held:", lease.Err() == nil, "holders:", len(holders))
+	if err := m.Unlock(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println("released:", errors.Is(lease.Err(), distsync.ErrReleased))
+	// Output:
+	// held: true holders: 1
+	// released: true
+}

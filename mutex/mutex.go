@@ -41,6 +41,8 @@ const voidTTL = time.Minute
 // same Redis. Make it with [New]; it is safe for concurrent use and must not be copied.
 type Mutex struct {
 	c     *core.Handle
+	ids   *core.Handle // makes the owner values and the waiter id: c, or a quorum's first Handle
+	ql    *quorumLock  // set for a Mutex made WithQuorum: it locks its members, below
 	name  string
 	ttl   time.Duration
 	renew bool
@@ -73,11 +75,21 @@ func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, erro
 	if err != nil {
 		return nil, err
 	}
-	set, err := c.Settings(core.KindMutex, name, core.Unwrap(opts), nil)
+	o := &options{}
+	set, err := c.Settings(core.KindMutex, name, core.Unwrap(opts), o)
 	if err != nil {
 		return nil, err
 	}
-	m := &Mutex{c: c, name: name, ttl: set.LeaseTTL, renew: !set.Fixed}
+	if o.quorum != nil {
+		return newQuorum(c, name, set, o.quorum)
+	}
+	return newMutex(c, c, name, set)
+}
+
+// newMutex returns the Mutex called name on c's Redis, with settings set; its owner values
+// and waiter id come from ids (c, except for the members of a quorum).
+func newMutex(c, ids *core.Handle, name string, set core.Settings) (*Mutex, error) {
+	m := &Mutex{c: c, ids: ids, name: name, ttl: set.LeaseTTL, renew: !set.Fixed}
 	ks, err := c.Space(core.KindMutex, name, m.ttl)
 	if err != nil {
 		return nil, err
@@ -89,7 +101,7 @@ func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, erro
 	// backstop slack, one for a late timer.
 	m.ttlArg, m.fenceArg, m.slackArg = core.Ms(m.ttl), core.Ms(c.Config.FenceTTL), core.Ms(2*m.ttl/core.RenewDivisor)
 	m.windowArg = core.Ms(set.HandoffWindow)
-	m.waiter = c.NewID()
+	m.waiter = ids.NewID()
 	// Made once, not per hold: the uncontended Lock+Unlock is a hot path.
 	m.unlockWhat = "unlock of mutex " + strconv.Quote(m.name)
 	m.releaseLease = func(ctx context.Context, l *core.Lease) error {
@@ -137,6 +149,9 @@ func (m *Mutex) LockLease(ctx context.Context) (*distsync.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, m.notAcquired(err)
 	}
+	if m.ql != nil {
+		return m.ql.lock(ctx)
+	}
 	if err := m.c.Enter(); err != nil {
 		return nil, fmt.Errorf("mutex %q: %w", m.name, err)
 	}
@@ -169,6 +184,9 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 func (m *Mutex) TryLockLease(ctx context.Context) (*distsync.Lease, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, m.notAcquired(err)
+	}
+	if m.ql != nil {
+		return m.ql.tryLock(ctx)
 	}
 	if err := m.c.Enter(); err != nil {
 		return nil, false, fmt.Errorf("mutex %q: %w", m.name, err)
@@ -230,6 +248,9 @@ func (m *Mutex) taken(sink *core.Sink) *distsync.Lease {
 // in the background until the lease would have run out anyway. Either way m is unlocked
 // locally when Unlock returns.
 func (m *Mutex) Unlock(ctx context.Context) error {
+	if m.ql != nil {
+		return m.ql.unlock(ctx)
+	}
 	m.mu.Lock()
 	l := m.lease
 	if l != nil {
@@ -269,6 +290,9 @@ func (m *Mutex) release(ctx context.Context, l *core.Lease) (bool, error) {
 // [distsync.Holder]). Find the process that holds a name by comparing [distsync.Holder.Handle]
 // with [distsync.Handle.ID].
 func (m *Mutex) Holders(ctx context.Context) ([]distsync.Holder, error) {
+	if m.ql != nil {
+		return m.ql.holders(ctx)
+	}
 	hs, err := m.c.Holders(ctx, "mutex", m.name, core.LayoutString, m.keys[:2])
 	held, _ := hs.([]distsync.Holder)
 	return held, err
@@ -308,7 +332,7 @@ func (m *Mutex) attempt(ctx context.Context, t waitq.Try) (waitq.Result, string,
 
 // try runs the acquire script once. waiter "" is TryLock: no queueing, no grants.
 func (m *Mutex) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Result, string, error) {
-	owner := m.c.NewID()
+	owner := m.ids.NewID()
 	slack := m.ttl / core.RenewDivisor
 	backup := ""
 	if t.Grant != nil {

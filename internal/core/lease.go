@@ -82,6 +82,10 @@ type Lease struct {
 	// Public is the distsync.Lease that wraps this lease.
 	Public any
 
+	// quorum, if set, makes this a lease over other leases (see Handle.Quorum): held while
+	// enough of them are, never on the renewal loop itself.
+	quorum *quorum
+
 	// Guarded by the renewer's mutex.
 	deadline time.Time     // local validity: past it, the claim may be gone from Redis
 	next     time.Time     // next renewal
@@ -155,6 +159,9 @@ func (l *Lease) Token() int64 { return l.spec.Token }
 // Deadline returns the lease's local deadline: until then the claim is surely in Redis (it is
 // counted from when the last renewal that succeeded was sent).
 func (l *Lease) Deadline() time.Time {
+	if l.quorum != nil {
+		return l.quorum.deadline()
+	}
 	r := l.h.ren
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -254,6 +261,10 @@ func (l *Lease) expire() {
 	if l.ctx.Err() != nil {
 		return
 	}
+	if l.quorum != nil {
+		l.quorum.check(l)
+		return
+	}
 	r := l.h.ren
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -273,6 +284,9 @@ func (l *Lease) End(err error) { l.end(err) }
 // lease's error if the lease had already ended (lost, its deadline passed, or the handle
 // closed), else nil.
 func (l *Lease) Stop() error {
+	if l.quorum != nil {
+		return l.Err() // its members are stopped by their own releases
+	}
 	l.expire()
 	l.h.ren.remove(l)
 	return l.Err()
@@ -282,6 +296,9 @@ func (l *Lease) Stop() error {
 // it after Stop), else nil. A release must send it first: it may do more than extend the claim
 // (a confirm also queues the holder's other waiters again).
 func (l *Lease) Unsent() *scripts.Call {
+	if l.quorum != nil {
+		return nil
+	}
 	r := l.h.ren
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -302,6 +319,9 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	if ttl == 0 {
 		ttl = l.spec.TTL
+	}
+	if l.quorum != nil {
+		return l.quorum.refresh(ctx, l, ttl)
 	}
 	r := l.h.ren
 	r.mu.Lock()

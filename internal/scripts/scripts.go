@@ -53,6 +53,7 @@ var (
 	RWMutexUnlock = load("rwmutex_unlock.lua")
 	RWMutexLeave  = load("rwmutex_leave.lua")
 
+	FenceRaise   = load("fence_raise.lua")
 	FencedSet    = load("fenced_set.lua")
 	FencedDelete = load("fenced_delete.lua")
 )

@@ -1,0 +1,102 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// quorum is the state of a lease over other leases: one claim on each of several independent
+// Redis primaries, held together (Redlock).
+type quorum struct {
+	members []*Lease
+	need    int
+}
+
+// Quorum returns a lease that is held while at least need of members are, with the fencing
+// token token: the lease of a claim taken on a quorum of independent primaries. It ends, as
+// lost, as soon as fewer than need members are held: each member is renewed by its own
+// Handle's loop, and ends at its own deadline if its renewals fail. Its deadline is the
+// need-th latest of the members' deadlines; Refresh refreshes every member still held and
+// succeeds if need of them were refreshed. Releasing it is its holder's business: release each
+// member, then End the quorum lease with ErrReleased. members are h's or other Handles'.
+func (h *Handle) Quorum(members []*Lease, need int, token int64, ttl time.Duration) *Lease {
+	l := &Lease{h: h, spec: LeaseSpec{TTL: ttl, Token: token, Renew: true}, quorum: &quorum{members: members, need: need}}
+	l.ctx, l.end = context.WithCancelCause(context.Background())
+	if wrapLease != nil {
+		l.Public = wrapLease(l)
+	}
+	for _, m := range members {
+		stop := context.AfterFunc(m.ctx, func() { l.quorum.check(l) })
+		context.AfterFunc(l.ctx, func() { stop() })
+	}
+	l.quorum.check(l)
+	return l
+}
+
+// held returns the members still held (each checked against its own deadline).
+func (q *quorum) held() []*Lease {
+	var out []*Lease
+	for _, m := range q.members {
+		if m.Err() == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// check ends l as lost if fewer than need members are held.
+func (q *quorum) check(l *Lease) {
+	if l.ctx.Err() != nil {
+		return
+	}
+	if n := len(q.held()); n < q.need {
+		l.End(lost(fmt.Sprintf("held on %d of %d primaries, fewer than the quorum of %d", n, len(q.members), q.need)))
+	}
+}
+
+func (q *quorum) deadline() time.Time {
+	ds := make([]time.Time, 0, len(q.members))
+	for _, m := range q.members {
+		if m.Err() == nil {
+			ds = append(ds, m.Deadline())
+		}
+	}
+	if len(ds) < q.need {
+		return time.Time{}
+	}
+	slices.SortFunc(ds, func(a, b time.Time) int { return b.Compare(a) })
+	return ds[q.need-1]
+}
+
+// refresh refreshes every member still held, at once; it succeeds if need of them were.
+func (q *quorum) refresh(ctx context.Context, l *Lease, ttl time.Duration) error {
+	held := q.held()
+	errs := make([]error, len(held))
+	var wg sync.WaitGroup
+	for i, m := range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = m.Refresh(ctx, ttl)
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+		}
+	}
+	q.check(l)
+	if err := l.Err(); err != nil {
+		return err
+	}
+	if ok < q.need {
+		return fmt.Errorf("refreshed on %d of %d primaries, fewer than the quorum of %d: %w", ok, len(q.members), q.need, errors.Join(errs...))
+	}
+	return nil
+}

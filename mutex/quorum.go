@@ -1,0 +1,456 @@
+package mutex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/scripts"
+)
+
+// options are the mutex package's own settings.
+type options struct {
+	quorum []*distsync.Handle
+}
+
+// WithQuorum makes the Mutex a lock on a quorum of independent Redis primaries (Redlock): the
+// New call's Handle and others, each wrapping a client of its own primary (not replicas of
+// one another, and not nodes of one Cluster). A Lock holds the mutex once it holds it on a
+// majority of them (2 of 3, 3 of 5), so that losing a minority of the primaries (a crash, a
+// failover that loses writes, a partition) neither blocks the lock nor lets two processes hold
+// it. Give the same primaries, in any order, to every process that shares the name.
+//
+// How it works, and what it costs and promises:
+//   - Lock takes the mutex on every primary at once, each as a plain Mutex would (waiting in
+//     that primary's queue, woken by its pub/sub, never polling). Once it holds a majority it
+//     gives up the rest. If it holds some but not a majority within [QuorumWait] of the first
+//     (two processes split the primaries between them), it releases what it holds, waits a
+//     random time up to QuorumWait, and tries again, until ctx ends.
+//   - The hold is a [distsync.Lease] over the majority: each primary's claim is renewed by its
+//     own Handle; the lease ends, with [distsync.ErrLost], as soon as fewer than a majority of
+//     the claims are held (each claim's validity is counted on the client's monotonic clock from
+//     when its acquire was sent, less the drift allowance, so the lease's validity is the TTL
+//     less the time the acquisition took). Its Deadline is the majority's earliest.
+//   - Its fencing token is the largest of the majority's tokens; before Lock returns, each
+//     primary of the majority raises its fencing counter to it. Two holders in turn share at
+//     least one primary, which hands the later one a larger token: tokens increase from one
+//     holder to the next as long as each holder's Lock returned (a holder whose raise did not
+//     complete never held the lock).
+//   - Unlock releases every primary at once; a primary that is down is left to its lease.
+//   - A Lock that cannot reach a majority (two of three primaries down) ends when ctx does, with
+//     an error matching [distsync.ErrNotAcquired] that says how many primaries it held, and
+//     gives back what it held on the others.
+//
+// The quorum is that of the primaries the Mutex was made with; at least 3 (others: at least 2),
+// each Handle once. Holders reports the holders that a majority of the primaries report.
+// Options given with WithQuorum apply to every primary's claim.
+//
+// Applies to: mutex.
+func WithQuorum(others ...*distsync.Handle) distsync.Option {
+	return core.WrapOption(core.Opt{Name: "WithQuorum", Kinds: []string{core.KindMutex},
+		Set: func(s *core.Settings) { s.Ext.(*options).quorum = append([]*distsync.Handle{}, others...) }}).(distsync.Option)
+}
+
+// QuorumWait is how long a Lock on a quorum (see [WithQuorum]) that holds some primaries waits
+// for the others before it gives them all back and tries again, and the bound of the random
+// wait before it does.
+const QuorumWait = 50 * time.Millisecond
+
+// quorumLock is the lock of a Mutex made WithQuorum.
+type quorumLock struct {
+	name string
+	c    *core.Handle // the Handle the Mutex was made with: the quorum's lease lives on it
+	ms   []*Mutex     // one plain Mutex per primary; ms[0] on c
+	need int
+	ttl  time.Duration
+
+	turn chan struct{} // capacity 1: held by the goroutine that holds the lock or is taking it
+
+	mu    sync.Mutex
+	lease *core.Lease // the current hold, nil when not held
+	held  []int       // the primaries (indexes of ms) of the current hold
+}
+
+func newQuorum(c *core.Handle, name string, set core.Settings, others []*distsync.Handle) (*Mutex, error) {
+	hs := []*core.Handle{c}
+	for _, h := range others {
+		oc, err := core.Open(h, core.KindMutex)
+		if err != nil {
+			return nil, fmt.Errorf("mutex %q: WithQuorum: %w", name, err)
+		}
+		if slices.Contains(hs, oc) {
+			return nil, fmt.Errorf("mutex %q: %w: WithQuorum: a Handle is given twice", name, distsync.ErrInvalid)
+		}
+		hs = append(hs, oc)
+	}
+	if len(hs) < 3 {
+		return nil, fmt.Errorf("mutex %q: %w: WithQuorum needs at least 3 primaries (2 other Handles), got %d", name, distsync.ErrInvalid, len(hs))
+	}
+	q := &quorumLock{name: name, c: c, need: len(hs)/2 + 1, ttl: set.LeaseTTL, turn: make(chan struct{}, 1)}
+	for _, h := range hs {
+		m, err := newMutex(h, c, name, set)
+		if err != nil {
+			return nil, err
+		}
+		q.ms = append(q.ms, m)
+	}
+	m := &Mutex{c: c, ids: c, ql: q, name: name, ttl: set.LeaseTTL, renew: !set.Fixed}
+	return m, nil
+}
+
+func (q *quorumLock) notAcquired(err error, why string) error {
+	if why != "" {
+		return fmt.Errorf("mutex %q: %w: %w (%s)", q.name, distsync.ErrNotAcquired, err, why)
+	}
+	return fmt.Errorf("mutex %q: %w: %w", q.name, distsync.ErrNotAcquired, err)
+}
+
+// lock is Lock of a quorum Mutex.
+func (q *quorumLock) lock(ctx context.Context) (*distsync.Lease, error) {
+	select {
+	case q.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, q.notAcquired(ctx.Err(), "")
+	case <-q.c.Done():
+		return nil, fmt.Errorf("mutex %q: %w", q.name, distsync.ErrClosed)
+	}
+	for {
+		l, why, err := q.round(ctx, false)
+		switch {
+		case l != nil:
+			return l.Public.(*distsync.Lease), nil
+		case err != nil:
+			<-q.turn
+			return nil, fmt.Errorf("mutex %q: lock: %w", q.name, err)
+		case ctx.Err() != nil:
+			<-q.turn
+			return nil, q.notAcquired(ctx.Err(), why)
+		}
+		select {
+		case <-time.After(time.Duration(rand.Int64N(int64(QuorumWait)))):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// tryLock is TryLock of a quorum Mutex: one attempt on every primary, none waiting.
+func (q *quorumLock) tryLock(ctx context.Context) (*distsync.Lease, bool, error) {
+	select {
+	case q.turn <- struct{}{}:
+	default:
+		return nil, false, nil // held, or being taken, by a goroutine of this process
+	}
+	l, _, err := q.round(ctx, true)
+	switch {
+	case l != nil:
+		return l.Public.(*distsync.Lease), true, nil
+	case err != nil:
+		<-q.turn
+		return nil, false, fmt.Errorf("mutex %q: trylock: %w", q.name, err)
+	case ctx.Err() != nil:
+		<-q.turn
+		return nil, false, q.notAcquired(ctx.Err(), "")
+	}
+	<-q.turn
+	return nil, false, nil
+}
+
+// round is one attempt to hold a majority. It returns the quorum's lease if it holds one, and
+// otherwise nil, having given back every primary it took, with why (for an error message) and
+// an error that ends the Lock (a Redis error other than those of a failover, a closed Handle).
+func (q *quorumLock) round(ctx context.Context, try bool) (*core.Lease, string, error) {
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		i   int
+		ok  bool
+		err error
+	}
+	// Each primary's attempt reports to results, unless the round has been decided without it:
+	// then it gives back what it took by itself (a primary that is paused or slow must not hold
+	// up the Lock, nor keep a claim the round does not know of).
+	var mu sync.Mutex
+	decided := false
+	results := make(chan result, len(q.ms))
+	for i, m := range q.ms {
+		go func() {
+			var err error
+			ok := true
+			if try {
+				_, ok, err = m.TryLockLease(rctx)
+			} else {
+				_, err = m.LockLease(rctx)
+			}
+			mu.Lock()
+			late := decided
+			if !late {
+				results <- result{i, ok && err == nil, err}
+			}
+			mu.Unlock()
+			if late && ok && err == nil {
+				q.giveBack([]int{i})
+			}
+		}()
+	}
+	var got []int
+	var fatal error
+	// Once the round is decided, the attempts still out get a little more time to return: with
+	// a majority taken, as long again as the majority took (at most QuorumWait), since the
+	// others are likely on their way back with their claims (cancelling them in flight would
+	// cost each a clean-up), and they are cancelled only when that is up;
+	// without one (QuorumWait past the first claim, or ctx ended), they are cancelled at once,
+	// and a cancelled attempt returns within a round trip unless its primary is down. An
+	// attempt that returns after that gives back what it took by itself.
+	var timer, grace <-chan time.Time
+	began := time.Now()
+	decide := func(now bool) {
+		g := QuorumWait
+		if now {
+			cancel()
+		} else {
+			g = min(max(time.Since(began), time.Millisecond), QuorumWait) // as long again as the majority took
+		}
+		if grace == nil {
+			grace = time.After(g)
+		}
+	}
+	done := ctx.Done()
+wait:
+	for pending := len(q.ms); pending > 0; {
+		select {
+		case r := <-results:
+			pending--
+			switch {
+			case r.ok:
+				got = append(got, r.i)
+				if len(got) >= q.need {
+					decide(false)
+				} else if timer == nil {
+					timer = time.After(QuorumWait)
+				}
+			case r.err != nil && rctx.Err() == nil && !errors.Is(r.err, distsync.ErrNotAcquired):
+				// Not a wait that was cancelled: an error that ended that primary's Lock.
+				if fatal == nil && errors.Is(r.err, distsync.ErrClosed) {
+					fatal = r.err
+				}
+			}
+		case <-timer:
+			timer = nil
+			decide(true)
+		case <-done:
+			done = nil
+			decide(true)
+		case <-grace:
+			cancel()
+			break wait
+		}
+	}
+	mu.Lock()
+	decided = true
+	for drained := false; !drained; {
+		select {
+		case r := <-results:
+			if r.ok {
+				got = append(got, r.i)
+			}
+		default:
+			drained = true
+		}
+	}
+	mu.Unlock()
+	why := fmt.Sprintf("held on %d of %d primaries, fewer than the quorum of %d", len(got), len(q.ms), q.need)
+	if fatal == nil && len(got) >= q.need {
+		if l := q.hold(ctx, got); l != nil {
+			return l, "", nil
+		}
+		why = "the quorum's claims lapsed or their fencing counters could not be raised before Lock could return"
+	} else {
+		q.giveBack(got)
+	}
+	return nil, why, fatal
+}
+
+// hold makes the quorum lease of the primaries in got, after raising each one's fencing
+// counter to the largest of their tokens; nil, with everything given back, if fewer than a
+// majority are still held afterwards.
+func (q *quorumLock) hold(ctx context.Context, got []int) *core.Lease {
+	var token int64
+	for _, i := range got {
+		if l := q.ms[i].current(); l != nil {
+			token = max(token, l.Token())
+		}
+	}
+	arg := strconv.FormatInt(token, 10)
+	raised := make([]bool, len(q.ms))
+	var wg sync.WaitGroup
+	for _, i := range got {
+		m := q.ms[i]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := scripts.FenceRaise.Exec(ctx, m.c.Client, []string{m.fence}, []string{arg, m.fenceArg}).Error()
+			raised[i] = err == nil
+		}()
+	}
+	wg.Wait()
+	var members []*core.Lease
+	var held, drop []int
+	for _, i := range got {
+		if l := q.ms[i].current(); l != nil && raised[i] && l.Err() == nil {
+			members = append(members, l)
+			held = append(held, i)
+		} else {
+			drop = append(drop, i)
+		}
+	}
+	if len(members) < q.need {
+		q.giveBack(got)
+		return nil
+	}
+	q.giveBack(drop)
+	l := q.c.Quorum(members, q.need, token, q.ttl)
+	if l.Err() != nil {
+		q.giveBack(held)
+		return nil
+	}
+	q.mu.Lock()
+	q.lease, q.held = l, held
+	q.mu.Unlock()
+	return l
+}
+
+// giveBack unlocks the primaries in idx, at once, and returns when each is done (or has been
+// handed to the Handle's background clean-up).
+func (q *quorumLock) giveBack(idx []int) []error {
+	errs := make([]error, len(idx))
+	var wg sync.WaitGroup
+	for j, i := range idx {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			errs[j] = q.ms[i].Unlock(ctx)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// unlock is Unlock of a quorum Mutex.
+func (q *quorumLock) unlock(ctx context.Context) error {
+	q.mu.Lock()
+	l, held := q.lease, q.held
+	q.lease, q.held = nil, nil
+	q.mu.Unlock()
+	if l == nil {
+		return fmt.Errorf("mutex %q: unlock of unlocked mutex: %w", q.name, distsync.ErrNotHeld)
+	}
+	lost := l.Err()
+	l.End(distsync.ErrReleased) // first: the members' releases below must not read as a loss
+	// Unlock waits for the primaries where the hold was still held. Where it was lost already
+	// (the primary is down or paused, most likely), nothing is held to give back: the clean-up
+	// is sent in the background, bounded by a lease, rather than hold up Unlock.
+	var live []int
+	for _, i := range held {
+		if m := q.ms[i].current(); m != nil && m.Err() == nil {
+			live = append(live, i)
+			continue
+		}
+		go func() {
+			bctx, cancel := context.WithTimeout(context.Background(), q.ttl)
+			defer cancel()
+			_ = q.ms[i].Unlock(bctx)
+		}()
+	}
+	held = live
+	errs := make([]error, len(held))
+	var wg sync.WaitGroup
+	for j, i := range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[j] = q.ms[i].Unlock(ctx)
+		}()
+	}
+	wg.Wait()
+	<-q.turn
+	if lost != nil {
+		return fmt.Errorf("mutex %q: unlock: %w: %w", q.name, distsync.ErrNotHeld, lost)
+	}
+	var failed []error
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, distsync.ErrLost) {
+			failed = append(failed, err)
+		}
+	}
+	if len(held)-len(failed) < q.need && len(failed) > 0 {
+		// Fewer than a majority confirmed the release; the rest is retried in the
+		// background, or lapses with its lease.
+		return fmt.Errorf("mutex %q: unlock: %w", q.name, errors.Join(failed...))
+	}
+	return nil
+}
+
+// holders is Holders of a quorum Mutex: the holds that a majority of the primaries report,
+// matched by the Handle that took them (every primary's claim of one hold carries the id of
+// the Handle its Mutex was made with). Token is the largest of the primaries' and Remaining
+// the majority's shortest.
+func (q *quorumLock) holders(ctx context.Context) ([]distsync.Holder, error) {
+	type seen struct {
+		h    distsync.Holder
+		n    int
+		left []time.Duration
+	}
+	by := map[string]*seen{}
+	var order []string
+	answered := 0
+	var errs []error
+	for _, m := range q.ms {
+		hs, err := m.Holders(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		answered++
+		for _, h := range hs {
+			s := by[h.Handle]
+			if s == nil {
+				s = &seen{h: h}
+				by[h.Handle] = s
+				order = append(order, h.Handle)
+			}
+			s.n++
+			s.h.Token = max(s.h.Token, h.Token)
+			s.left = append(s.left, h.Remaining)
+		}
+	}
+	if answered < q.need {
+		return nil, fmt.Errorf("mutex %q: holders: %d of %d primaries answered, fewer than the quorum of %d: %w", q.name, answered, len(q.ms), q.need, errors.Join(errs...))
+	}
+	var out []distsync.Holder
+	for _, k := range order {
+		s := by[k]
+		if s.n < q.need {
+			continue
+		}
+		slices.SortFunc(s.left, func(a, b time.Duration) int { return int(b - a) })
+		s.h.Remaining = s.left[q.need-1]
+		out = append(out, s.h)
+	}
+	return out, nil
+}
+
+// current returns m's hold, nil if m is not held.
+func (m *Mutex) current() *core.Lease {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lease
+}

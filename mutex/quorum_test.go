@@ -1,0 +1,258 @@
+package mutex_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/fair"
+	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/mutex"
+)
+
+// primaries starts n independent redis-servers.
+func primaries(t *testing.T, n int) []*redistest.Proc {
+	var ps []*redistest.Proc
+	for range n {
+		ps = append(ps, redistest.StartRedis(t))
+	}
+	return ps
+}
+
+// quorumPod is one process's Handles, one per primary, and its quorum Mutex called name.
+func quorumPod(t *testing.T, ps []*redistest.Proc, name string, opts ...distsync.Option) (*mutex.Mutex, []*distsync.Handle) {
+	t.Helper()
+	var hs []*distsync.Handle
+	for _, p := range ps {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := distsync.New(c, distsync.WithKeyPrefix("quorum:"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = h.Close(ctx)
+			c.Close()
+		})
+		hs = append(hs, h)
+	}
+	m, err := mutex.New(hs[0], name, append([]distsync.Option{mutex.WithQuorum(hs[1:]...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, hs
+}
+
+// hold is one hold of a quorum mutex, as its holder saw it.
+type hold struct {
+	from, to time.Time
+	token    int64
+	who      string
+}
+
+// contend has pods × goroutines lock ms (one quorum Mutex per pod) rounds times each, holding
+// each time for a moment, and returns the holds in the order they began.
+func contend(t *testing.T, ms []*mutex.Mutex, goroutines, rounds int) []hold {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var holds []hold
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ms)*goroutines)
+	for p, m := range ms {
+		for g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range rounds {
+					l, err := m.LockLease(ctx)
+					if err != nil {
+						errs <- err
+						return
+					}
+					from := time.Now()
+					time.Sleep(time.Millisecond)
+					to := time.Now()
+					if l.Err() != nil {
+						errs <- fmt.Errorf("lease ended while held: %w", l.Err())
+						return
+					}
+					if err := m.Unlock(ctx); err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					holds = append(holds, hold{from, to, l.Token(), fmt.Sprintf("pod %d goroutine %d", p, g)})
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	slices.SortFunc(holds, func(a, b hold) int { return a.from.Compare(b.from) })
+	return holds
+}
+
+// exclusive fails t if two holds overlap or a token is not larger than the one before.
+func exclusive(t *testing.T, holds []hold) {
+	t.Helper()
+	for i := 1; i < len(holds); i++ {
+		a, b := holds[i-1], holds[i]
+		if b.from.Before(a.to) {
+			t.Errorf("holds overlap: %s %v–%v and %s from %v", a.who, a.from.Format("15:04:05.000000"), a.to.Format("15:04:05.000000"), b.who, b.from.Format("15:04:05.000000"))
+		}
+		if b.token <= a.token {
+			t.Errorf("token %d of %s not larger than %d of %s before it", b.token, b.who, a.token, a.who)
+		}
+	}
+}
+
+// TestQuorum: a Mutex on a quorum of three primaries excludes and hands out increasing tokens
+// with all three up and with one down (frozen); with two down, Lock fails with a clear error
+// when its context ends and leaves nothing held on the one that is up; a holder whose quorum
+// goes away is told, and its Unlock reports the loss.
+func TestQuorum(t *testing.T) {
+	ps := primaries(t, 3)
+	ttl := 2 * time.Second
+	a, ha := quorumPod(t, ps, "q", distsync.WithLeaseTTL(ttl))
+	b, _ := quorumPod(t, ps, "q", distsync.WithLeaseTTL(ttl))
+	paused := map[int]bool{}
+	pause := func(i int) {
+		if err := ps[i].Pause(); err != nil {
+			t.Fatal(err)
+		}
+		paused[i] = true
+	}
+	resume := func() {
+		for i := range paused {
+			if err := ps[i].Resume(); err != nil {
+				t.Error(err)
+			}
+			delete(paused, i)
+		}
+	}
+	defer resume()
+
+	t.Run("all up", func(t *testing.T) {
+		holds := contend(t, []*mutex.Mutex{a, b}, 2, 10)
+		if len(holds) != 40 {
+			t.Fatalf("%d holds, want 40", len(holds))
+		}
+		exclusive(t, holds)
+	})
+	t.Run("one down", func(t *testing.T) {
+		pause(2)
+		defer resume()
+		holds := contend(t, []*mutex.Mutex{a, b}, 2, 5)
+		if len(holds) != 20 {
+			t.Fatalf("%d holds, want 20", len(holds))
+		}
+		exclusive(t, holds)
+	})
+	t.Run("two down", func(t *testing.T) {
+		pause(1)
+		pause(2)
+		defer resume()
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		defer cancel()
+		err := a.Lock(ctx)
+		if !errors.Is(err, distsync.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock with two of three primaries down: %v, want ErrNotAcquired and DeadlineExceeded", err)
+		}
+		if !strings.Contains(err.Error(), "1 of 3 primaries") {
+			t.Errorf("the error does not say how many primaries were held: %v", err)
+		}
+		// Nothing held on the primary that is up: a plain mutex of the same name there is free.
+		plain, err := mutex.New(ha[0], "q")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer hcancel()
+		if hs, err := plain.Holders(hctx); err != nil || len(hs) != 0 {
+			t.Errorf("holders on the live primary after the failed Lock: %v %v, want none", hs, err)
+		}
+		if ok, err := plain.TryLock(hctx); !ok || err != nil {
+			t.Errorf("TryLock on the live primary: %v %v, want it free", ok, err)
+		} else if err := plain.Unlock(hctx); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("quorum lost", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		l, err := a.LockLease(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs, err := a.Holders(ctx)
+		if err != nil || len(hs) != 1 || hs[0].Handle != ha[0].ID() || hs[0].Token != l.Token() {
+			t.Errorf("Holders while held: %+v %v, want one hold of %s with token %d", hs, err, ha[0].ID(), l.Token())
+		}
+		pause(0)
+		pause(1)
+		defer resume()
+		t0 := time.Now()
+		defer func() { t.Logf("quorum lost: lease ended after %v", time.Since(t0)) }()
+		select {
+		case <-l.Done():
+		case <-time.After(2 * ttl):
+			t.Fatalf("the lease did not end %v after two of three primaries stopped answering", 2*ttl)
+		}
+		if !errors.Is(l.Err(), distsync.ErrLost) {
+			t.Errorf("lease error %v, want ErrLost", l.Err())
+		}
+		t1 := time.Now()
+		err = a.Unlock(ctx)
+		t.Logf("Unlock after the loss returned in %v", time.Since(t1))
+		if !errors.Is(err, distsync.ErrLost) || !errors.Is(err, distsync.ErrNotHeld) {
+			t.Errorf("Unlock after the loss: %v, want ErrNotHeld and ErrLost", err)
+		}
+	})
+	t.Run("after", func(t *testing.T) {
+		// Every primary back: the lock works again, in both pods.
+		exclusive(t, contend(t, []*mutex.Mutex{a, b}, 1, 3))
+	})
+}
+
+func TestQuorumOptions(t *testing.T) {
+	b := redistest.Open(t, redistest.Mini)
+	h1, h2, h3 := b.Handle(t, b.Client(t)), b.Handle(t, b.Client(t)), b.Handle(t, b.Client(t))
+	for _, c := range []struct {
+		what string
+		opt  distsync.Option
+	}{
+		{"no other Handle", mutex.WithQuorum()},
+		{"one other Handle", mutex.WithQuorum(h2)},
+		{"a Handle twice", mutex.WithQuorum(h2, h2)},
+		{"its own Handle again", mutex.WithQuorum(h1, h2)},
+		{"a nil Handle", mutex.WithQuorum(h2, nil)},
+	} {
+		if _, err := mutex.New(h1, "x", c.opt); !errors.Is(err, distsync.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", c.what, err)
+		}
+	}
+	if _, err := fair.New(h1, "x", mutex.WithQuorum(h2, h3)); !errors.Is(err, distsync.ErrInvalid) {
+		t.Errorf("fair.New with WithQuorum: %v, want ErrInvalid", err)
+	}
+	if _, err := mutex.New(h1, "x", mutex.WithQuorum(h2, h3)); err != nil {
+		t.Errorf("three Handles: %v", err)
+	}
+}
