@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/redistest"
 	"github.com/distsync/distsync/mutex"
@@ -167,6 +169,64 @@ func clusterLagged() lagged {
 		}}
 }
 
+// redlockRound is the failover-loss scenario for a mutex on a quorum of three independent
+// primaries (mutex.WithQuorum), where a failover that loses writes is a primary that comes back
+// empty: client A takes the lock, one primary of its quorum is killed and restarted empty (no
+// persistence), and client B tries to take the lock for two seconds.
+func redlockRound(t *testing.T) round {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := round{Topology: "3 independent primaries", Option: "mutex.WithQuorum"}
+	var ps []*redistest.Proc
+	for range 3 {
+		ps = append(ps, redistest.StartRedis(t))
+	}
+	pod := func() *mutex.Mutex {
+		var hs []*distsync.Handle
+		for _, p := range ps {
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			hs = append(hs, handle(t, c))
+		}
+		m, err := mutex.New(hs[0], name, mutex.WithQuorum(hs[1:]...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	a, b := pod(), pod()
+	la, err := a.LockLease(ctx)
+	if err != nil {
+		t.Fatalf("A's Lock: %v", err)
+	}
+	if err := ps[0].Restart(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.Lost = true // A's claim on the restarted primary is gone; its quorum has two left
+	bctx, bcancel := context.WithTimeout(ctx, 2*time.Second)
+	lb, err := b.LockLease(bctx)
+	bcancel()
+	if err == nil {
+		select {
+		case <-la.Done():
+		default:
+			r.Double = true
+		}
+		r.Rollback = lb.Token() <= la.Token()
+		_ = b.Unlock(ctx)
+	} else if !errors.Is(err, distsync.ErrNotAcquired) {
+		t.Fatalf("B's Lock: %v", err)
+	}
+	if la.Err() != nil && !r.Double {
+		t.Errorf("A's lease ended (%v) with two of three primaries still holding its claims", la.Err())
+	}
+	_ = a.Unlock(ctx)
+	return r
+}
+
 // TestFailoverLoss runs the failover-loss scenario (see runRound) on Sentinel and on Cluster,
 // with the defaults and with WithReplicaAck(1, 200ms). With the replica ack, no round may end
 // with two holders or a smaller token: A's acquire, which no replica could acknowledge, must
@@ -219,4 +279,26 @@ func TestFailoverLoss(t *testing.T) {
 			})
 		}
 	}
+	// Redlock: a primary of the quorum restarted empty loses A's claim there, not the lock.
+	t.Run("redlock", func(t *testing.T) {
+		double, rollback := 0, 0
+		for i := range n {
+			var r round
+			t.Run(strconv.Itoa(i), func(t *testing.T) { r = redlockRound(t) })
+			if out != nil {
+				b, _ := json.Marshal(r)
+				fmt.Fprintln(out, string(b))
+			}
+			if r.Double {
+				double++
+			}
+			if r.Rollback {
+				rollback++
+			}
+			if r.Double || r.Rollback {
+				t.Errorf("round %d with a quorum of three: %+v; want no second holder and no rollback", i, r)
+			}
+		}
+		t.Logf("3 independent primaries, mutex.WithQuorum, one restarted empty: %d rounds: claims lost %d, two holders %d, token rollbacks %d", n, n, double, rollback)
+	})
 }
