@@ -271,6 +271,12 @@ func primitives(ctx context.Context, addr string, quick bool) error {
 	} else {
 		rows = append(rows, rs...)
 	}
+	fmt.Fprintf(os.Stderr, "primitives: redlock…\n")
+	if rs, err := redlock(ctx, addr, iters); err != nil {
+		fail("redlock", err)
+	} else {
+		rows = append(rows, rs...)
+	}
 	fmt.Fprintf(os.Stderr, "primitives: reentrant re-entry…\n")
 	if rs, err := reentry(ctx, addr, iters); err != nil {
 		fail("reentrant re-entry", err)

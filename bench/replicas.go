@@ -156,3 +156,93 @@ func replicaAck(ctx context.Context, addr string, iters int) ([]primRow, error) 
 	}
 	return []primRow{row("defaults", plains), row("WithReplicaAck(1, 1s)", ackeds)}, nil
 }
+
+// redlock measures an uncontended Lock+Unlock of a mutex on a quorum of three primaries (the
+// run's own redis-server and two more started for it, all on this machine) against the plain
+// mutex on one, interleaved with a PING (the unit).
+func redlock(ctx context.Context, addr string, iters int) ([]primRow, error) {
+	if ownServer == nil || ownServer.addr != addr {
+		return nil, errors.New("skipped: needs the run's own redis-server (no -redis)")
+	}
+	addrs := []string{addr}
+	for range 2 {
+		s, err := startRedis()
+		if err != nil {
+			return nil, err
+		}
+		defer s.stop()
+		addrs = append(addrs, s.addr)
+	}
+	var hs []*distsync.Handle
+	for _, a := range addrs {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{a}})
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		h, err := distsync.New(c, distsync.WithKeyPrefix(keyPrefix), distsync.WithLeaseTTL(leaseTTL))
+		if err != nil {
+			return nil, err
+		}
+		defer h.Close(context.Background())
+		hs = append(hs, h)
+	}
+	plain, err := mutex.New(hs[0], "redlock:plain")
+	if err != nil {
+		return nil, err
+	}
+	quorum, err := mutex.New(hs[0], "redlock:quorum", mutex.WithQuorum(hs[1], hs[2]))
+	if err != nil {
+		return nil, err
+	}
+	pinger, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		return nil, err
+	}
+	defer pinger.Close()
+	pair := func(m *mutex.Mutex) (time.Duration, error) {
+		t0 := time.Now()
+		if err := m.Lock(ctx); err != nil {
+			return 0, err
+		}
+		if err := m.Unlock(ctx); err != nil {
+			return 0, err
+		}
+		return time.Since(t0), nil
+	}
+	var pings, plains, quorums []time.Duration
+	for i := range iters + iters/10 {
+		t0 := time.Now()
+		if err := pinger.Do(ctx, pinger.B().Ping().Build()).Error(); err != nil {
+			return nil, err
+		}
+		p := time.Since(t0)
+		first, second := plain, quorum
+		if i%2 == 1 {
+			first, second = quorum, plain
+		}
+		d1, err := pair(first)
+		if err != nil {
+			return nil, err
+		}
+		d2, err := pair(second)
+		if err != nil {
+			return nil, err
+		}
+		if i < iters/10 {
+			continue
+		}
+		if first == quorum {
+			d1, d2 = d2, d1
+		}
+		pings, plains, quorums = append(pings, p), append(plains, d1), append(quorums, d2)
+	}
+	rtt := pct(pings, 50)
+	row := func(what string, d []time.Duration) primRow {
+		return primRow{scenario: "uncontended, one goroutine: mutex: Lock + Unlock, " + what,
+			result:     fmt.Sprintf("%v p50 (%v p99)", pct(d, 50).Round(time.Microsecond), pct(d, 99).Round(time.Microsecond)),
+			rtt:        fmt.Sprintf("%.1f", float64(pct(d, 50))/float64(rtt)),
+			clientCmds: -1, redisCmds: -1, redisCPU: -1}
+	}
+	return []primRow{row("one primary", plains), row("WithQuorum over 3 primaries on this machine", quorums)}, nil
+}
