@@ -121,8 +121,12 @@ func (q *quorumLock) lock(ctx context.Context) (*distsync.Lease, error) {
 	case <-q.c.Done():
 		return nil, fmt.Errorf("mutex %q: %w", q.name, distsync.ErrClosed)
 	}
+	best, most := "", -1 // the reason of the round that held the most primaries, for the error
 	for {
-		l, why, err := q.round(ctx, false)
+		l, n, why, err := q.round(ctx, false)
+		if n > most {
+			best, most = why, n
+		}
 		switch {
 		case l != nil:
 			return l.Public.(*distsync.Lease), nil
@@ -131,7 +135,7 @@ func (q *quorumLock) lock(ctx context.Context) (*distsync.Lease, error) {
 			return nil, fmt.Errorf("mutex %q: lock: %w", q.name, err)
 		case ctx.Err() != nil:
 			<-q.turn
-			return nil, q.notAcquired(ctx.Err(), why)
+			return nil, q.notAcquired(ctx.Err(), best)
 		}
 		select {
 		case <-time.After(time.Duration(rand.Int64N(int64(QuorumWait)))):
@@ -147,7 +151,7 @@ func (q *quorumLock) tryLock(ctx context.Context) (*distsync.Lease, bool, error)
 	default:
 		return nil, false, nil // held, or being taken, by a goroutine of this process
 	}
-	l, _, err := q.round(ctx, true)
+	l, _, _, err := q.round(ctx, true)
 	switch {
 	case l != nil:
 		return l.Public.(*distsync.Lease), true, nil
@@ -163,9 +167,9 @@ func (q *quorumLock) tryLock(ctx context.Context) (*distsync.Lease, bool, error)
 }
 
 // round is one attempt to hold a majority. It returns the quorum's lease if it holds one, and
-// otherwise nil, having given back every primary it took, with why (for an error message) and
-// an error that ends the Lock (a Redis error other than those of a failover, a closed Handle).
-func (q *quorumLock) round(ctx context.Context, try bool) (*core.Lease, string, error) {
+// otherwise nil, having given back every primary it took, with how many it took and why (for an
+// error message) and an error that ends the Lock (a closed Handle).
+func (q *quorumLock) round(ctx context.Context, try bool) (*core.Lease, int, string, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -265,16 +269,16 @@ wait:
 		}
 	}
 	mu.Unlock()
-	why := fmt.Sprintf("held on %d of %d primaries, fewer than the quorum of %d", len(got), len(q.ms), q.need)
+	why := fmt.Sprintf("held on %d of %d primaries at most, fewer than the quorum of %d", len(got), len(q.ms), q.need)
 	if fatal == nil && len(got) >= q.need {
 		if l := q.hold(ctx, got); l != nil {
-			return l, "", nil
+			return l, len(got), "", nil
 		}
 		why = "the quorum's claims lapsed or their fencing counters could not be raised before Lock could return"
 	} else {
 		q.giveBack(got)
 	}
-	return nil, why, fatal
+	return nil, len(got), why, fatal
 }
 
 // hold makes the quorum lease of the primaries in got, after raising each one's fencing

@@ -176,7 +176,9 @@ func TestQuorum(t *testing.T) {
 		if !errors.Is(err, distsync.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Lock with two of three primaries down: %v, want ErrNotAcquired and DeadlineExceeded", err)
 		}
-		if !strings.Contains(err.Error(), "1 of 3 primaries") {
+		// At most the one that is up (how many a round got by the time ctx ended depends on
+		// the machine's load).
+		if msg := err.Error(); !strings.Contains(msg, "of 3 primaries at most, fewer than the quorum of 2") || strings.Contains(msg, "held on 2") {
 			t.Errorf("the error does not say how many primaries were held: %v", err)
 		}
 		// Nothing held on the primary that is up: a plain mutex of the same name there is free.
