@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,6 +178,53 @@ func TestReplicaAck(t *testing.T) {
 		}
 	})
 
+	// Hand-offs under the option: a claim granted inside Redis is adopted through the acquire
+	// script, which waits for the replica, and every contender gets its turns.
+	t.Run("hand-offs acknowledged", func(t *testing.T) {
+		other := handleOn(t, clientOn(t, primary.Addr()), distsync.WithReplicaAck(1, time.Second))
+		for _, kind := range []string{"mutex", "fair", "semaphore"} {
+			var wg sync.WaitGroup
+			errs := make(chan error, 4)
+			for _, h := range []*distsync.Handle{acked, other} {
+				var lock, unlock func(context.Context) error
+				switch kind {
+				case "mutex":
+					m, _ := mutex.New(h, "handoff:mutex")
+					lock, unlock = m.Lock, m.Unlock
+				case "fair":
+					m, _ := fair.New(h, "handoff:fair")
+					lock, unlock = m.Lock, m.Unlock
+				case "semaphore":
+					s, _ := semaphore.New(h, "handoff:sem", 1)
+					lock = func(ctx context.Context) error { return s.Acquire(ctx, 1) }
+					unlock = func(ctx context.Context) error { return s.Release(ctx, 1) }
+				}
+				for range 2 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range 5 {
+							if err := lock(ctx); err != nil {
+								errs <- err
+								return
+							}
+							time.Sleep(time.Millisecond)
+							if err := unlock(ctx); err != nil {
+								errs <- err
+								return
+							}
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Errorf("%s: %v", kind, err)
+			}
+		}
+	})
+
 	t.Run("not acknowledged", func(t *testing.T) {
 		resume := cutReplica(t, primary, replica)
 		defer resume()
@@ -207,6 +255,48 @@ func TestReplicaAck(t *testing.T) {
 			if err := a.release(ctx); err != nil {
 				t.Fatalf("%s without the option: release: %v", a.name, err)
 			}
+		}
+	})
+
+	// A hand-off made while no replica can acknowledge: the waiter it is granted to must not
+	// hold it on the strength of the grant's message.
+	t.Run("hand-off not acknowledged", func(t *testing.T) {
+		other := handleOn(t, clientOn(t, primary.Addr()), distsync.WithReplicaAck(1, 100*time.Millisecond))
+		type lk interface {
+			Lock(context.Context) error
+			Unlock(context.Context) error
+		}
+		for _, kind := range []string{"mutex", "fair"} {
+			var a, b lk
+			if kind == "mutex" {
+				a, _ = mutex.New(acked, "cut:mutex")
+				b, _ = mutex.New(other, "cut:mutex")
+			} else {
+				a, _ = fair.New(acked, "cut:fair")
+				b, _ = fair.New(other, "cut:fair")
+			}
+			if err := a.Lock(ctx); err != nil {
+				t.Fatalf("%s: %v", kind, err)
+			}
+			got := make(chan error, 1)
+			go func() { got <- b.Lock(ctx) }()
+			time.Sleep(200 * time.Millisecond) // b is queued
+			resume := cutReplica(t, primary, replica)
+			if err := a.Unlock(ctx); err != nil {
+				t.Fatalf("%s: %v", kind, err)
+			}
+			select {
+			case err := <-got:
+				if !errors.Is(err, distsync.ErrNotReplicated) {
+					t.Errorf("%s: the waiter's Lock after a hand-off no replica acknowledged: %v, want ErrNotReplicated", kind, err)
+					if err == nil {
+						_ = b.Unlock(ctx)
+					}
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("%s: the waiter's Lock did not return", kind)
+			}
+			resume()
 		}
 	})
 

@@ -305,7 +305,7 @@ func (m *Mutex) Locker() sync.Locker { return core.Locker("mutex: Locker", m.Loc
 
 // attempt is the waitq.Attempt of Lock: it queues this Mutex's waiter id on failure.
 func (m *Mutex) attempt(ctx context.Context, t waitq.Try) (waitq.Result, string, error) {
-	if g := t.Grant; g != nil && !t.QueuedAt.IsZero() && g.Token > t.Floor {
+	if g := t.Grant; g != nil && !t.QueuedAt.IsZero() && g.Token > t.Floor && !m.c.WaitsForReplicas() {
 		// The release granted the lock to this process (see lib/queue.lua). Redis expires the
 		// grant one hand-off window after the release ran, and the release ran after this
 		// process's last queueing command was sent (its token is above the last token handed

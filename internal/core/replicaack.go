@@ -54,7 +54,16 @@ type ackClient struct {
 	ack ReplicaAck
 }
 
+// WaitsForReplicas reports whether h has a replica ack: then a claim granted inside Redis
+// (a hand-off) must be adopted through its grant script, which waits for the replicas, never
+// held on the strength of the grant's message alone.
+func (h *Handle) WaitsForReplicas() bool { return h.Config.ReplicaAck.N > 0 }
+
 // WithReplicaAck wraps c so that every grant script waits for ack (see ackClient).
+//
+// Every reply of a grant script that reports a claim must come from a call that wrote (a retry
+// that finds its take done extends the lease): WAIT counts the writes of its own connection,
+// and a reply that wrote nothing would be acknowledged at once, whatever the replicas have.
 func WithReplicaAck(c rueidis.Client, ack ReplicaAck) rueidis.Client {
 	return &ackClient{Client: c, ack: ack}
 }

@@ -42,7 +42,10 @@ end
 
 local cur = redis.call('GET', lock)
 if cur == w then
-  return {1, tonumber(redis.call('GET', fence) or 0)} -- a retry of a take that went through
+  -- A retry of a take that went through. It writes (the lease from now), as every reply that
+  -- reports a claim does: a WAIT after it (distsync.WithReplicaAck) then waits for the take.
+  redis.call('PEXPIRE', lock, ttl)
+  return {1, tonumber(redis.call('GET', fence) or 0)}
 end
 if cur and granted_to(cur, w) then
   -- A grant whose message the waiter missed, or could not use in time: adopt it.

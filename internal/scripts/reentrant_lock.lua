@@ -46,6 +46,9 @@ if state == 'void' then
 elseif state == 'applied' then
   local n = redis.call('HGET', lock, field)
   if n then
+    -- A retry of a lock that went through. It writes (the lease from now), as every reply that
+    -- reports a claim does: a WAIT after it (distsync.WithReplicaAck) then waits for the lock.
+    redis.call('PEXPIRE', lock, ttl)
     return {1, tonumber(n), tonumber(redis.call('HGET', lock, 't'))}
   end
   return held()

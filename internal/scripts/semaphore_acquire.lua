@@ -28,7 +28,12 @@ local now_ms, now_us = now()
 local used = prune(now_ms)
 local mine = redis.call('HMGET', K.n, A.id, '~' .. A.id)
 if mine[1] then
-  return {1} -- a retry of a take that went through
+  -- A retry of a take that went through. It writes (the lease from now), as every reply that
+  -- reports a claim does: a WAIT after it (distsync.WithReplicaAck) then waits for the take.
+  redis.call('ZADD', K.h, now_ms + A.ttl, A.id)
+  live_for(K.h, A.ttl)
+  live_for(K.n, A.ttl)
+  return {1}
 end
 if mine[2] then
   -- Granted while the caller could not take the grant from its message: adopt it.

@@ -136,7 +136,7 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 					// grant's window, the grant is surely this waiter's, without asking Redis.
 					w := sig.Grant.Window
 					deadline := place.Deadline().Add(-waiterLease + core.Drift(waiterLease) - core.Drift(w) + w)
-					if time.Until(deadline) > w/4 {
+					if time.Until(deadline) > w/4 && !h.WaitsForReplicas() {
 						return t.Take(sig.Grant, deadline)
 					}
 					backup = sig.Grant.Backup
