@@ -65,11 +65,12 @@ const QuorumWait = 50 * time.Millisecond
 
 // quorumLock is the lock of a Mutex made WithQuorum.
 type quorumLock struct {
-	name string
-	c    *core.Handle // the Handle the Mutex was made with: the quorum's lease lives on it
-	ms   []*Mutex     // one plain Mutex per primary; ms[0] on c
-	need int
-	ttl  time.Duration
+	name  string
+	c     *core.Handle // the Handle the Mutex was made with: the quorum's lease lives on it
+	ms    []*Mutex     // one plain Mutex per primary; ms[0] on c
+	need  int
+	ttl   time.Duration
+	renew bool
 
 	turn chan struct{} // capacity 1: held by the goroutine that holds the lock or is taking it
 
@@ -93,7 +94,7 @@ func newQuorum(c *core.Handle, name string, set core.Settings, others []*distsyn
 	if len(hs) < 3 {
 		return nil, fmt.Errorf("mutex %q: %w: WithQuorum needs at least 3 primaries (2 other Handles), got %d", name, distsync.ErrInvalid, len(hs))
 	}
-	q := &quorumLock{name: name, c: c, need: len(hs)/2 + 1, ttl: set.LeaseTTL, turn: make(chan struct{}, 1)}
+	q := &quorumLock{name: name, c: c, need: len(hs)/2 + 1, ttl: set.LeaseTTL, renew: !set.Fixed, turn: make(chan struct{}, 1)}
 	for _, h := range hs {
 		m, err := newMutex(h, c, name, set)
 		if err != nil {
@@ -121,26 +122,16 @@ func (q *quorumLock) lock(ctx context.Context) (*distsync.Lease, error) {
 	case <-q.c.Done():
 		return nil, fmt.Errorf("mutex %q: %w", q.name, distsync.ErrClosed)
 	}
-	best, most := "", -1 // the reason of the round that held the most primaries, for the error
-	for {
-		l, n, why, err := q.round(ctx, false)
-		if n > most {
-			best, most = why, n
-		}
-		switch {
-		case l != nil:
-			return l.Public.(*distsync.Lease), nil
-		case err != nil:
-			<-q.turn
-			return nil, fmt.Errorf("mutex %q: lock: %w", q.name, err)
-		case ctx.Err() != nil:
-			<-q.turn
-			return nil, q.notAcquired(ctx.Err(), best)
-		}
-		select {
-		case <-time.After(time.Duration(rand.Int64N(int64(QuorumWait)))):
-		case <-ctx.Done():
-		}
+	l, why, err := q.gather(ctx, false)
+	switch {
+	case l != nil:
+		return l.Public.(*distsync.Lease), nil
+	case err != nil:
+		<-q.turn
+		return nil, fmt.Errorf("mutex %q: lock: %w", q.name, err)
+	default:
+		<-q.turn
+		return nil, q.notAcquired(ctx.Err(), why)
 	}
 }
 
@@ -151,7 +142,7 @@ func (q *quorumLock) tryLock(ctx context.Context) (*distsync.Lease, bool, error)
 	default:
 		return nil, false, nil // held, or being taken, by a goroutine of this process
 	}
-	l, _, _, err := q.round(ctx, true)
+	l, _, err := q.gather(ctx, true)
 	switch {
 	case l != nil:
 		return l.Public.(*distsync.Lease), true, nil
@@ -166,10 +157,20 @@ func (q *quorumLock) tryLock(ctx context.Context) (*distsync.Lease, bool, error)
 	return nil, false, nil
 }
 
-// round is one attempt to hold a majority. It returns the quorum's lease if it holds one, and
-// otherwise nil, having given back every primary it took, with how many it took and why (for an
-// error message) and an error that ends the Lock (a closed Handle).
-func (q *quorumLock) round(ctx context.Context, try bool) (*core.Lease, int, string, error) {
+// gather takes a majority of the primaries and returns the quorum's lease; or nil, having given
+// back whatever it took, with why (for an error message) when ctx ends or (try) the one
+// attempt on each primary is over, and an error when the majority cannot be had (a closed
+// Handle, or errors other than waiting on more primaries than a majority allows).
+//
+// It attempts every primary at once, each a plain Lock that waits in that primary's queue and is
+// woken by its pub/sub. Holding some primaries but not a majority for a while (QuorumWait, plus
+// a random part so that contenders do not act in step) means the rest are held elsewhere: by a
+// holder of a majority, or by contenders that split the primaries with this one. It then gives
+// back what it holds (each is handed to the next waiter in that primary's queue, which may
+// complete another contender's majority) and parks those primaries: it attempts them again
+// only once it gains a primary it waits for, so a free primary is not taken and given back
+// again and again while a holder keeps the others (no polling).
+func (q *quorumLock) gather(ctx context.Context, try bool) (*core.Lease, string, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -177,13 +178,12 @@ func (q *quorumLock) round(ctx context.Context, try bool) (*core.Lease, int, str
 		ok  bool
 		err error
 	}
-	// Each primary's attempt reports to results, unless the round has been decided without it:
-	// then it gives back what it took by itself (a primary that is paused or slow must not hold
-	// up the Lock, nor keep a claim the round does not know of).
+	// An attempt that returns after gather has decided gives back what it took by itself.
 	var mu sync.Mutex
 	decided := false
 	results := make(chan result, len(q.ms))
-	for i, m := range q.ms {
+	attempt := func(i int) {
+		m := q.ms[i]
 		go func() {
 			var err error
 			ok := true
@@ -203,83 +203,138 @@ func (q *quorumLock) round(ctx context.Context, try bool) (*core.Lease, int, str
 			}
 		}()
 	}
-	var got []int
-	var fatal error
-	// Once the round is decided, the attempts still out get a little more time to return: with
-	// a majority taken, as long again as the majority took (at most QuorumWait), since the
-	// others are likely on their way back with their claims (cancelling them in flight would
-	// cost each a clean-up), and they are cancelled only when that is up;
-	// without one (QuorumWait past the first claim, or ctx ended), they are cancelled at once,
-	// and a cancelled attempt returns within a round trip unless its primary is down. An
-	// attempt that returns after that gives back what it took by itself.
-	var timer, grace <-chan time.Time
-	began := time.Now()
-	decide := func(now bool) {
-		g := QuorumWait
-		if now {
-			cancel()
-		} else {
-			g = min(max(time.Since(began), time.Millisecond), QuorumWait) // as long again as the majority took
+	const (
+		pending = iota
+		held
+		parked
+		out // returned without the claim: an error, or (try) held elsewhere
+	)
+	state := make([]int, len(q.ms))
+	for i := range q.ms {
+		attempt(i)
+	}
+	count := func(st int) (n int) {
+		for _, x := range state {
+			if x == st {
+				n++
+			}
 		}
-		if grace == nil {
-			grace = time.After(g)
+		return n
+	}
+	var errs []error
+	most := 0
+	var split, grace <-chan time.Time
+	began := time.Now()
+	done := ctx.Done()
+	if try {
+		split = time.After(QuorumWait) // a primary that does not answer must not hold up a TryLock
+	}
+	armSplit := func() {
+		if !try {
+			split = time.After(QuorumWait + time.Duration(rand.Int64N(int64(QuorumWait))))
 		}
 	}
-	done := ctx.Done()
 wait:
-	for pending := len(q.ms); pending > 0; {
+	for count(pending) > 0 {
 		select {
 		case r := <-results:
-			pending--
 			switch {
 			case r.ok:
-				got = append(got, r.i)
-				if len(got) >= q.need {
-					decide(false)
-				} else if timer == nil {
-					timer = time.After(QuorumWait)
+				state[r.i] = held
+				most = max(most, count(held))
+				if count(held) >= q.need {
+					if grace == nil {
+						// The others are likely on their way back with their claims: give them as
+						// long again as the majority took (cancelling them in flight would cost each
+						// a clean-up), then cancel them.
+						grace = time.After(min(max(time.Since(began), time.Millisecond), QuorumWait))
+					}
+					split = nil
+					continue
 				}
-			case r.err != nil && rctx.Err() == nil && !errors.Is(r.err, distsync.ErrNotAcquired):
-				// Not a wait that was cancelled: an error that ended that primary's Lock.
-				if fatal == nil && errors.Is(r.err, distsync.ErrClosed) {
-					fatal = r.err
+				if !try {
+					for i, st := range state {
+						if st == parked {
+							state[i] = pending
+							attempt(i) // progress: the parked primaries are worth attempting again
+						}
+					}
+				}
+				armSplit()
+			default:
+				state[r.i] = out
+				if r.err != nil && rctx.Err() == nil && !errors.Is(r.err, distsync.ErrNotAcquired) {
+					errs = append(errs, fmt.Errorf("primary %d: %w", r.i, r.err))
+				}
+				if count(out) > len(q.ms)-q.need {
+					break wait // a majority cannot be had any more
 				}
 			}
-		case <-timer:
-			timer = nil
-			decide(true)
-		case <-done:
-			done = nil
-			decide(true)
+		case <-split:
+			split = nil
+			if try {
+				break wait
+			}
+			var back []int
+			for i, st := range state {
+				if st == held {
+					back = append(back, i)
+					state[i] = parked
+				}
+			}
+			q.giveBack(back)
+			if count(pending) == 0 {
+				for i := range state {
+					if state[i] == parked {
+						state[i] = pending
+						attempt(i)
+					}
+				}
+			}
 		case <-grace:
-			cancel()
+			break wait
+		case <-done:
 			break wait
 		}
 	}
+	cancel()
 	mu.Lock()
 	decided = true
 	for drained := false; !drained; {
 		select {
 		case r := <-results:
 			if r.ok {
-				got = append(got, r.i)
+				state[r.i] = held
 			}
 		default:
 			drained = true
 		}
 	}
 	mu.Unlock()
-	why := fmt.Sprintf("held on %d of %d primaries at most, fewer than the quorum of %d", len(got), len(q.ms), q.need)
-	if fatal == nil && len(got) >= q.need {
-		if l := q.hold(ctx, got); l != nil {
-			return l, len(got), "", nil
+	var got []int
+	for i, st := range state {
+		if st == held {
+			got = append(got, i)
 		}
-		why = "the quorum's claims lapsed or their fencing counters could not be raised before Lock could return"
-	} else {
-		q.giveBack(got)
 	}
-	return nil, len(got), why, fatal
+	most = max(most, len(got))
+	why := fmt.Sprintf("held on %d of %d primaries at most, fewer than the quorum of %d", most, len(q.ms), q.need)
+	if len(got) >= q.need && ctx.Err() == nil {
+		if l := q.hold(ctx, got); l != nil {
+			return l, "", nil
+		}
+		return nil, "the quorum's claims lapsed or their fencing counters could not be raised in time", nil
+	}
+	q.giveBack(got)
+	if ctx.Err() == nil && count(out) > len(q.ms)-q.need && len(errs) > 0 {
+		return nil, why, fmt.Errorf("a quorum of %d of %d primaries cannot be had: %w", q.need, len(q.ms), errors.Join(errs...))
+	}
+	return nil, why, nil
 }
+
+// raiseTimeout bounds the raise of the fencing counters: a primary that does not answer in time
+// is left out of the quorum (and given back), rather than hold up the Lock.
+const raiseTimeout = 4 * QuorumWait
 
 // hold makes the quorum lease of the primaries in got, after raising each one's fencing
 // counter to the largest of their tokens; nil, with everything given back, if fewer than a
@@ -293,17 +348,19 @@ func (q *quorumLock) hold(ctx context.Context, got []int) *core.Lease {
 	}
 	arg := strconv.FormatInt(token, 10)
 	raised := make([]bool, len(q.ms))
+	rctx, cancel := context.WithTimeout(ctx, raiseTimeout)
 	var wg sync.WaitGroup
 	for _, i := range got {
 		m := q.ms[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := scripts.FenceRaise.Exec(ctx, m.c.Client, []string{m.fence}, []string{arg, m.fenceArg}).Error()
+			err := scripts.FenceRaise.Exec(rctx, m.c.Client, []string{m.fence}, []string{arg, m.fenceArg}).Error()
 			raised[i] = err == nil
 		}()
 	}
 	wg.Wait()
+	cancel()
 	var members []*core.Lease
 	var held, drop []int
 	for _, i := range got {
@@ -318,8 +375,8 @@ func (q *quorumLock) hold(ctx context.Context, got []int) *core.Lease {
 		q.giveBack(got)
 		return nil
 	}
-	q.giveBack(drop)
-	l := q.c.Quorum(members, q.need, token, q.ttl)
+	go q.giveBack(drop) // a primary that did not answer the raise may not answer its release either
+	l := q.c.Quorum(members, q.need, token, q.ttl, q.renew)
 	if l.Err() != nil {
 		q.giveBack(held)
 		return nil
@@ -327,6 +384,22 @@ func (q *quorumLock) hold(ctx context.Context, got []int) *core.Lease {
 	q.mu.Lock()
 	q.lease, q.held = l, held
 	q.mu.Unlock()
+	// A quorum lease that ends other than by Unlock (lost, or its Handle closed) gives back the
+	// claims it still has at once: left renewed, they would keep others from a majority.
+	context.AfterFunc(l.Context(), func() {
+		if errors.Is(l.Err(), distsync.ErrReleased) {
+			return
+		}
+		q.mu.Lock()
+		if q.lease != l {
+			q.mu.Unlock()
+			return
+		}
+		back := q.held
+		q.held = nil
+		q.mu.Unlock()
+		q.giveBack(back)
+	})
 	return l
 }
 
@@ -374,10 +447,9 @@ func (q *quorumLock) unlock(ctx context.Context) error {
 			_ = q.ms[i].Unlock(bctx)
 		}()
 	}
-	held = live
-	errs := make([]error, len(held))
+	errs := make([]error, len(live))
 	var wg sync.WaitGroup
-	for j, i := range held {
+	for j, i := range live {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -389,15 +461,26 @@ func (q *quorumLock) unlock(ctx context.Context) error {
 	if lost != nil {
 		return fmt.Errorf("mutex %q: unlock: %w: %w", q.name, distsync.ErrNotHeld, lost)
 	}
+	released, gone := 0, 0
 	var failed []error
 	for _, err := range errs {
-		if err != nil && !errors.Is(err, distsync.ErrLost) {
+		switch {
+		case err == nil:
+			released++
+		case errors.Is(err, distsync.ErrLost):
+			gone++ // the release found the claim gone or taken
+		default:
 			failed = append(failed, err)
 		}
 	}
-	if len(held)-len(failed) < q.need && len(failed) > 0 {
-		// Fewer than a majority confirmed the release; the rest is retried in the
-		// background, or lapses with its lease.
+	if len(held)-len(live)+gone > len(held)-q.need {
+		// Fewer than a majority still had the claim when it was released: another process may
+		// have held a majority meanwhile.
+		return fmt.Errorf("mutex %q: unlock: %w: %w: released on %d of %d primaries, fewer than the quorum of %d",
+			q.name, distsync.ErrNotHeld, distsync.ErrLost, released, len(q.ms), q.need)
+	}
+	if released < q.need && len(failed) > 0 {
+		// The rest is retried in the background, or lapses with its lease.
 		return fmt.Errorf("mutex %q: unlock: %w", q.name, errors.Join(failed...))
 	}
 	return nil

@@ -258,3 +258,96 @@ func TestQuorumOptions(t *testing.T) {
 		t.Errorf("three Handles: %v", err)
 	}
 }
+
+// evalshas returns how many scripts addr has run.
+func evalshas(t *testing.T, addr string) int {
+	t.Helper()
+	info, err := redistest.Command(addr, 2*time.Second, "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+			var n int
+			fmt.Sscanf(rest, "%d", &n)
+			return n
+		}
+	}
+	return 0
+}
+
+// TestQuorumWaiterDoesNotPoll: a holder has a bare majority (two of three primaries, the third
+// was down when it locked); a waiter takes the free third at once, gives it back when the
+// others do not come, and then waits for them without taking and giving back the free one
+// again and again; it gets the lock when the holder unlocks.
+func TestQuorumWaiterDoesNotPoll(t *testing.T) {
+	ps := primaries(t, 3)
+	holder, _ := quorumPod(t, ps, "p")
+	waiter, _ := quorumPod(t, ps, "p")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := ps[0].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ps[0].Resume(); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- waiter.Lock(ctx) }()
+	time.Sleep(500 * time.Millisecond) // the waiter has taken the free primary and given it back
+	before := evalshas(t, ps[0].Addr())
+	time.Sleep(2 * time.Second)
+	if n := evalshas(t, ps[0].Addr()) - before; n > 4 {
+		t.Errorf("the waiter ran %d scripts on the free primary in 2 s while the holder kept the others: it polls", n)
+	}
+	select {
+	case err := <-got:
+		t.Fatalf("the waiter's Lock returned while the holder held a majority: %v", err)
+	default:
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the lock after the holder's Unlock")
+	}
+	if err := waiter.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestQuorumUnlockReportsLoss: two of three primaries restart empty while the lock is held, and
+// the holder unlocks before a renewal tells it: the releases find the claims gone, and Unlock
+// reports the loss (another process could have held a majority meanwhile).
+func TestQuorumUnlockReportsLoss(t *testing.T) {
+	ps := primaries(t, 3)
+	a, _ := quorumPod(t, ps, "r")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps[1:] {
+		if err := p.Restart(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Unlock(ctx); !errors.Is(err, distsync.ErrLost) || !errors.Is(err, distsync.ErrNotHeld) {
+		t.Fatalf("Unlock after two of three primaries lost the claims: %v, want ErrNotHeld and ErrLost", err)
+	}
+	// The lock is usable again.
+	if err := a.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -23,12 +23,16 @@ type quorum struct {
 // need-th latest of the members' deadlines; Refresh refreshes every member still held and
 // succeeds if need of them were refreshed. Releasing it is its holder's business: release each
 // member, then End the quorum lease with ErrReleased. members are h's or other Handles'.
-func (h *Handle) Quorum(members []*Lease, need int, token int64, ttl time.Duration) *Lease {
-	l := &Lease{h: h, spec: LeaseSpec{TTL: ttl, Token: token, Renew: true}, quorum: &quorum{members: members, need: need}}
+//
+// It ends with ErrClosed when h closes (its members on other Handles are not h's to release).
+func (h *Handle) Quorum(members []*Lease, need int, token int64, ttl time.Duration, renew bool) *Lease {
+	l := &Lease{h: h, spec: LeaseSpec{TTL: ttl, Token: token, Renew: renew}, quorum: &quorum{members: members, need: need}}
 	l.ctx, l.end = context.WithCancelCause(context.Background())
 	if wrapLease != nil {
 		l.Public = wrapLease(l)
 	}
+	stop := context.AfterFunc(h.ctx, func() { l.End(ErrClosed) })
+	context.AfterFunc(l.ctx, func() { stop() })
 	for _, m := range members {
 		stop := context.AfterFunc(m.ctx, func() { l.quorum.check(l) })
 		context.AfterFunc(l.ctx, func() { stop() })
