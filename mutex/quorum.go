@@ -29,24 +29,36 @@ type options struct {
 //
 // How it works, and what it costs and promises:
 //   - Lock takes the mutex on every primary at once, each as a plain Mutex would (waiting in
-//     that primary's queue, woken by its pub/sub, never polling). Once it holds a majority it
-//     gives up the rest. If it holds some but not a majority within [QuorumWait] of the first
-//     (two processes split the primaries between them), it releases what it holds, waits a
-//     random time up to QuorumWait, and tries again, until ctx ends.
+//     that primary's queue, woken by its pub/sub). Once it holds a majority it gives up the
+//     rest. Holding some but not a majority for [QuorumWait] plus a random part of it means the
+//     others are held elsewhere (by a holder of a majority, or by contenders that split the
+//     primaries with it): it gives back what it holds, so that the next waiter there may
+//     complete its majority, and attempts those primaries again only once it gains one it still
+//     waits for. A waiter therefore does not take and give back a free primary again and again
+//     while a holder keeps the others; the cost of a split is one such exchange per contender.
 //   - The hold is a [distsync.Lease] over the majority: each primary's claim is renewed by its
 //     own Handle; the lease ends, with [distsync.ErrLost], as soon as fewer than a majority of
 //     the claims are held (each claim's validity is counted on the client's monotonic clock from
 //     when its acquire was sent, less the drift allowance, so the lease's validity is the TTL
-//     less the time the acquisition took). Its Deadline is the majority's earliest.
+//     less the time the acquisition took), and then gives back the claims it still has. Its
+//     Deadline is the majority's earliest. It ends with [distsync.ErrClosed] when the Mutex's
+//     Handle closes.
 //   - Its fencing token is the largest of the majority's tokens; before Lock returns, each
-//     primary of the majority raises its fencing counter to it. Two holders in turn share at
-//     least one primary, which hands the later one a larger token: tokens increase from one
-//     holder to the next as long as each holder's Lock returned (a holder whose raise did not
-//     complete never held the lock).
-//   - Unlock releases every primary at once; a primary that is down is left to its lease.
-//   - A Lock that cannot reach a majority (two of three primaries down) ends when ctx does, with
-//     an error matching [distsync.ErrNotAcquired] that says how many primaries it held, and
-//     gives back what it held on the others.
+//     primary of the majority raises its fencing counter to it (a primary that does not answer
+//     the raise in time is left out). Two holders in turn share at least one primary; while that
+//     primary keeps its fence key, it hands the later holder a larger token. If it lost the key
+//     (restarted empty, or failed over before the raise replicated), its next token is its
+//     server time in µs, larger than the earlier holder's unless the primaries' clocks disagree
+//     by more than the time between the two holds.
+//   - Unlock releases every primary that still had the claim at once and waits for them; a
+//     primary where the claim was already lost (down, paused) is cleaned up in the background.
+//     If fewer than a majority still had the claim when it was released, Unlock returns an error
+//     matching [distsync.ErrNotHeld] and [distsync.ErrLost], as a plain Mutex's does.
+//   - A Lock that cannot reach a majority (two of three primaries down) waits, and ends when ctx
+//     does with an error matching [distsync.ErrNotAcquired] that says how many primaries it held
+//     at most; it gives back what it held (a claim whose reply comes after Lock returned is given
+//     back by itself). Errors other than waiting (a Redis error on more primaries than a majority
+//     allows) end it at once.
 //
 // The quorum is that of the primaries the Mutex was made with; at least 3 (others: at least 2),
 // each Handle once. Holders reports the holders that a majority of the primaries report.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -105,10 +106,16 @@ func (a *ackClient) DoMulti(ctx context.Context, multi ...rueidis.Completed) []r
 	// One group per slot: WAIT goes to the node (and connection) of the writes it counts.
 	// Calls of one primitive share a hash tag, so a group is one primitive's, or a renewal
 	// batch's for one slot.
+	// Elsewhere (one primary) the whole batch is one group. A group without a grant goes out
+	// as it would without the option.
+	cluster := a.Client.Mode() == rueidis.ClientModeCluster
 	order := []uint16{}
 	groups := map[uint16][]int{}
 	for i, cmd := range multi {
-		s := cmd.Slot()
+		s := uint16(0)
+		if cluster {
+			s = cmd.Slot()
+		}
 		if _, ok := groups[s]; !ok {
 			order = append(order, s)
 		}
@@ -126,7 +133,12 @@ func (a *ackClient) DoMulti(ctx context.Context, multi ...rueidis.Completed) []r
 			for j, i := range idx {
 				cmds[j], g[j] = multi[i], grant[i]
 			}
-			res := a.waited(ctx, cmds, g)
+			var res []rueidis.RedisResult
+			if slices.Contains(g, true) {
+				res = a.waited(ctx, cmds, g)
+			} else {
+				res = a.Client.DoMulti(ctx, cmds...)
+			}
 			for j, i := range idx {
 				out[i] = res[j]
 			}
