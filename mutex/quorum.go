@@ -501,7 +501,8 @@ func (q *quorumLock) unlock(ctx context.Context) error {
 // holders is Holders of a quorum Mutex: the holds that a majority of the primaries report,
 // matched by the Handle that took them (every primary's claim of one hold carries the id of
 // the Handle its Mutex was made with). Token is the largest of the primaries' and Remaining
-// the majority's shortest.
+// the majority's shortest. The primaries are asked at once; a primary that does not answer
+// holds it up until ctx ends.
 func (q *quorumLock) holders(ctx context.Context) ([]distsync.Holder, error) {
 	type seen struct {
 		h    distsync.Holder
@@ -512,8 +513,19 @@ func (q *quorumLock) holders(ctx context.Context) ([]distsync.Holder, error) {
 	var order []string
 	answered := 0
 	var errs []error
-	for _, m := range q.ms {
-		hs, err := m.Holders(ctx)
+	all := make([][]distsync.Holder, len(q.ms))
+	errOf := make([]error, len(q.ms))
+	var wg sync.WaitGroup
+	for i, m := range q.ms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			all[i], errOf[i] = m.Holders(ctx)
+		}()
+	}
+	wg.Wait()
+	for i := range q.ms {
+		hs, err := all[i], errOf[i]
 		if err != nil {
 			errs = append(errs, err)
 			continue
