@@ -61,24 +61,9 @@ func cutReplica(t *testing.T, primary, replica *redistest.Proc) (resume func()) 
 	}
 }
 
-func clientOn(t *testing.T, addr string) rueidis.Client {
-	t.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
 func handleOn(t *testing.T, c rueidis.Client, opts ...distsync.Option) *distsync.Handle {
 	t.Helper()
-	h, err := distsync.New(c, append([]distsync.Option{distsync.WithKeyPrefix("ack:")}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.Close(context.Background()) })
-	return h
+	return redistest.Handle(t, c, append([]distsync.Option{distsync.WithKeyPrefix("ack:")}, opts...)...)
 }
 
 // acquirer is one primitive's acquire and release, and who holds it.
@@ -149,9 +134,9 @@ func TestReplicaAck(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	acked := handleOn(t, clientOn(t, primary.Addr()), distsync.WithReplicaAck(1, 100*time.Millisecond))
-	plain := handleOn(t, clientOn(t, primary.Addr()))
-	onReplica := clientOn(t, replica.Addr())
+	acked := handleOn(t, primary.Client(t), distsync.WithReplicaAck(1, 100*time.Millisecond))
+	plain := handleOn(t, primary.Client(t))
+	onReplica := replica.Client(t)
 
 	t.Run("acknowledged", func(t *testing.T) {
 		for _, a := range acquirers(t, acked, "up") {
@@ -181,7 +166,7 @@ func TestReplicaAck(t *testing.T) {
 	// Hand-offs under the option: a claim granted inside Redis is adopted through the acquire
 	// script, which waits for the replica, and every contender gets its turns.
 	t.Run("hand-offs acknowledged", func(t *testing.T) {
-		other := handleOn(t, clientOn(t, primary.Addr()), distsync.WithReplicaAck(1, time.Second))
+		other := handleOn(t, primary.Client(t), distsync.WithReplicaAck(1, time.Second))
 		for _, kind := range []string{"mutex", "fair", "semaphore"} {
 			var wg sync.WaitGroup
 			errs := make(chan error, 4)
@@ -261,7 +246,7 @@ func TestReplicaAck(t *testing.T) {
 	// A hand-off made while no replica can acknowledge: the waiter it is granted to must not
 	// hold it on the strength of the grant's message.
 	t.Run("hand-off not acknowledged", func(t *testing.T) {
-		other := handleOn(t, clientOn(t, primary.Addr()), distsync.WithReplicaAck(1, 100*time.Millisecond))
+		other := handleOn(t, primary.Client(t), distsync.WithReplicaAck(1, 100*time.Millisecond))
 		type lk interface {
 			Lock(context.Context) error
 			Unlock(context.Context) error

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/fair"
 	"github.com/distsync/distsync/internal/redistest"
@@ -32,21 +30,7 @@ func quorumPod(t *testing.T, ps []*redistest.Proc, name string, opts ...distsync
 	t.Helper()
 	var hs []*distsync.Handle
 	for _, p := range ps {
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := distsync.New(c, distsync.WithKeyPrefix("quorum:"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = h.Close(ctx)
-			c.Close()
-		})
-		hs = append(hs, h)
+		hs = append(hs, redistest.Handle(t, p.Client(t), distsync.WithKeyPrefix("quorum:")))
 	}
 	m, err := mutex.New(hs[0], name, append([]distsync.Option{mutex.WithQuorum(hs[1:]...)}, opts...)...)
 	if err != nil {

@@ -36,16 +36,7 @@ const name, slotKey = "orders", "{orders}"
 
 func handle(t *testing.T, c rueidis.Client, opts ...distsync.Option) *distsync.Handle {
 	t.Helper()
-	h, err := distsync.New(c, append([]distsync.Option{distsync.WithKeyPrefix("failover:")}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = h.Close(ctx)
-	})
-	return h
+	return redistest.Handle(t, c, append([]distsync.Option{distsync.WithKeyPrefix("failover:")}, opts...)...)
 }
 
 // locker is a mutex or a fair lock.

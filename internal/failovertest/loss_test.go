@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/redistest"
 	"github.com/distsync/distsync/mutex"
@@ -184,12 +182,7 @@ func redlockRound(t *testing.T) round {
 	pod := func() *mutex.Mutex {
 		var hs []*distsync.Handle
 		for _, p := range ps {
-			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(c.Close)
-			hs = append(hs, handle(t, c))
+			hs = append(hs, handle(t, p.Client(t)))
 		}
 		m, err := mutex.New(hs[0], name, mutex.WithQuorum(hs[1:]...))
 		if err != nil {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // Proc is a redis-server that belongs to one test, for faults that would disturb every other
@@ -57,6 +59,18 @@ func RequireRedis(tb testing.TB) {
 
 // Addr returns the server's address (the same across Restart).
 func (p *Proc) Addr() string { return p.s.Addr() }
+
+// Client returns a new rueidis client of the server, without client-side caching, closed
+// when tb ends.
+func (p *Proc) Client(tb testing.TB) rueidis.Client {
+	tb.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true})
+	if err != nil {
+		tb.Fatalf("rueidis.NewClient(%s): %v", p.Addr(), err)
+	}
+	tb.Cleanup(c.Close)
+	return c
+}
 
 // PID returns the PID of the running redis-server.
 func (p *Proc) PID() int {

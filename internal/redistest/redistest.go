@@ -171,6 +171,13 @@ func (b *Backend) Prefix(tb testing.TB) string {
 // Handle returns a distsync handle on client, closed when the test ends (before the client).
 func (b *Backend) Handle(tb testing.TB, client rueidis.Client, opts ...distsync.Option) *distsync.Handle {
 	tb.Helper()
+	return Handle(tb, client, opts...)
+}
+
+// Handle returns a distsync handle on client, closed when tb ends (before the client, if the
+// client was made for tb too).
+func Handle(tb testing.TB, client rueidis.Client, opts ...distsync.Option) *distsync.Handle {
+	tb.Helper()
 	h, err := distsync.New(client, opts...)
 	if err != nil {
 		tb.Fatalf("distsync.New: %v", err)
