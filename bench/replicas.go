@@ -105,6 +105,14 @@ func replicaAck(ctx context.Context, addr string, iters int) ([]primRow, error) 
 		return nil, err
 	}
 	defer closeAcked()
+	return comparePairs(ctx, addr, iters, "uncontended, one goroutine, one replica attached: mutex: Lock + Unlock, ",
+		plain, "defaults", acked, "WithReplicaAck(1, 1s)")
+}
+
+// comparePairs measures the uncontended Lock+Unlock of a and b, iters times each after a
+// tenth as many to warm up (dedicated connections, subscriptions), the two interleaved in
+// alternating order with a PING to addr (the unit), and returns a row for each.
+func comparePairs(ctx context.Context, addr string, iters int, scenario string, a *mutex.Mutex, aName string, b *mutex.Mutex, bName string) ([]primRow, error) {
 	pinger, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
 	if err != nil {
 		return nil, err
@@ -120,16 +128,16 @@ func replicaAck(ctx context.Context, addr string, iters int) ([]primRow, error) 
 		}
 		return time.Since(t0), nil
 	}
-	var pings, plains, ackeds []time.Duration
+	var pings, as, bs []time.Duration
 	for i := range iters + iters/10 {
 		t0 := time.Now()
 		if err := pinger.Do(ctx, pinger.B().Ping().Build()).Error(); err != nil {
 			return nil, err
 		}
 		p := time.Since(t0)
-		first, second := plain, acked
+		first, second := a, b
 		if i%2 == 1 {
-			first, second = acked, plain
+			first, second = b, a
 		}
 		d1, err := pair(first)
 		if err != nil {
@@ -140,21 +148,21 @@ func replicaAck(ctx context.Context, addr string, iters int) ([]primRow, error) 
 			return nil, err
 		}
 		if i < iters/10 {
-			continue // warm-up: the dedicated connections are made here
+			continue
 		}
-		if first == acked {
+		if first == b {
 			d1, d2 = d2, d1
 		}
-		pings, plains, ackeds = append(pings, p), append(plains, d1), append(ackeds, d2)
+		pings, as, bs = append(pings, p), append(as, d1), append(bs, d2)
 	}
 	rtt := pct(pings, 50)
 	row := func(what string, d []time.Duration) primRow {
-		return primRow{scenario: "uncontended, one goroutine, one replica attached: mutex: Lock + Unlock, " + what,
+		return primRow{scenario: scenario + what,
 			result:     fmt.Sprintf("%v p50 (%v p99)", pct(d, 50).Round(time.Microsecond), pct(d, 99).Round(time.Microsecond)),
 			rtt:        fmt.Sprintf("%.1f", float64(pct(d, 50))/float64(rtt)),
 			clientCmds: -1, redisCmds: -1, redisCPU: -1}
 	}
-	return []primRow{row("defaults", plains), row("WithReplicaAck(1, 1s)", ackeds)}, nil
+	return []primRow{row(aName, as), row(bName, bs)}, nil
 }
 
 // redlock measures an uncontended Lock+Unlock of a mutex on a quorum of three primaries (the
@@ -195,54 +203,6 @@ func redlock(ctx context.Context, addr string, iters int) ([]primRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	pinger, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
-	if err != nil {
-		return nil, err
-	}
-	defer pinger.Close()
-	pair := func(m *mutex.Mutex) (time.Duration, error) {
-		t0 := time.Now()
-		if err := m.Lock(ctx); err != nil {
-			return 0, err
-		}
-		if err := m.Unlock(ctx); err != nil {
-			return 0, err
-		}
-		return time.Since(t0), nil
-	}
-	var pings, plains, quorums []time.Duration
-	for i := range iters + iters/10 {
-		t0 := time.Now()
-		if err := pinger.Do(ctx, pinger.B().Ping().Build()).Error(); err != nil {
-			return nil, err
-		}
-		p := time.Since(t0)
-		first, second := plain, quorum
-		if i%2 == 1 {
-			first, second = quorum, plain
-		}
-		d1, err := pair(first)
-		if err != nil {
-			return nil, err
-		}
-		d2, err := pair(second)
-		if err != nil {
-			return nil, err
-		}
-		if i < iters/10 {
-			continue
-		}
-		if first == quorum {
-			d1, d2 = d2, d1
-		}
-		pings, plains, quorums = append(pings, p), append(plains, d1), append(quorums, d2)
-	}
-	rtt := pct(pings, 50)
-	row := func(what string, d []time.Duration) primRow {
-		return primRow{scenario: "uncontended, one goroutine: mutex: Lock + Unlock, " + what,
-			result:     fmt.Sprintf("%v p50 (%v p99)", pct(d, 50).Round(time.Microsecond), pct(d, 99).Round(time.Microsecond)),
-			rtt:        fmt.Sprintf("%.1f", float64(pct(d, 50))/float64(rtt)),
-			clientCmds: -1, redisCmds: -1, redisCPU: -1}
-	}
-	return []primRow{row("one primary", plains), row("WithQuorum over 3 primaries on this machine", quorums)}, nil
+	return comparePairs(ctx, addr, iters, "uncontended, one goroutine: mutex: Lock + Unlock, ",
+		plain, "one primary", quorum, "WithQuorum over 3 primaries on this machine")
 }
