@@ -417,15 +417,20 @@ func (q *quorumLock) hold(ctx context.Context, got []int) *core.Lease {
 
 // giveBack unlocks the primaries in idx, at once, and returns when each is done (or has been
 // handed to the Handle's background clean-up).
-func (q *quorumLock) giveBack(idx []int) []error {
+func (q *quorumLock) giveBack(idx []int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	q.unlockAll(ctx, idx)
+}
+
+// unlockAll unlocks the primaries in idx at once, under ctx, and returns each one's error.
+func (q *quorumLock) unlockAll(ctx context.Context, idx []int) []error {
 	errs := make([]error, len(idx))
 	var wg sync.WaitGroup
 	for j, i := range idx {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
 			errs[j] = q.ms[i].Unlock(ctx)
 		}()
 	}
@@ -459,16 +464,7 @@ func (q *quorumLock) unlock(ctx context.Context) error {
 			_ = q.ms[i].Unlock(bctx)
 		}()
 	}
-	errs := make([]error, len(live))
-	var wg sync.WaitGroup
-	for j, i := range live {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[j] = q.ms[i].Unlock(ctx)
-		}()
-	}
-	wg.Wait()
+	errs := q.unlockAll(ctx, live)
 	<-q.turn
 	if lost != nil {
 		return fmt.Errorf("mutex %q: unlock: %w: %w", q.name, distsync.ErrNotHeld, lost)

@@ -103,19 +103,19 @@ func (a *ackClient) DoMulti(ctx context.Context, multi ...rueidis.Completed) []r
 	if !some {
 		return a.Client.DoMulti(ctx, multi...)
 	}
-	// One group per slot: WAIT goes to the node (and connection) of the writes it counts.
-	// Calls of one primitive share a hash tag, so a group is one primitive's, or a renewal
-	// batch's for one slot.
-	// Elsewhere (one primary) the whole batch is one group. A group without a grant goes out
-	// as it would without the option.
+	// On one primary the whole batch is one group.
 	cluster := a.Client.Mode() == rueidis.ClientModeCluster
+	if !cluster {
+		return a.waited(ctx, multi, grant)
+	}
+	// On a Cluster, one group per slot: WAIT goes to the node (and connection) of the writes it
+	// counts. Calls of one primitive share a hash tag, so a group is one primitive's, or a
+	// renewal batch's for one slot. A group without a grant goes out as it would without the
+	// option.
 	order := []uint16{}
 	groups := map[uint16][]int{}
 	for i, cmd := range multi {
-		s := uint16(0)
-		if cluster {
-			s = cmd.Slot()
-		}
+		s := cmd.Slot()
 		if _, ok := groups[s]; !ok {
 			order = append(order, s)
 		}
