@@ -41,8 +41,8 @@ type options struct {
 //     the claims are held (each claim's validity is counted on the client's monotonic clock from
 //     when its acquire was sent, less the drift allowance, so the lease's validity is the TTL
 //     less the time the acquisition took), and then gives back the claims it still has. Its
-//     Deadline is the majority's earliest. It ends with [distsync.ErrClosed] when the Mutex's
-//     Handle closes.
+//     Deadline is the majority's earliest. It ends with [distsync.ErrClosed] when a Handle of the
+//     quorum closes and takes the majority with it, or when the Mutex's own Handle closes.
 //   - Its fencing token is the largest of the majority's tokens; before Lock returns, each
 //     primary of the majority raises its fencing counter to it (a primary that does not answer
 //     the raise in time is left out). Two holders in turn share at least one primary; while that

@@ -58,6 +58,12 @@ func (q *quorum) check(l *Lease) {
 		return
 	}
 	if n := len(q.held()); n < q.need {
+		for _, m := range q.members {
+			if errors.Is(m.Err(), ErrClosed) {
+				l.End(ErrClosed) // a Handle's Close released its claim: not a loss
+				return
+			}
+		}
 		l.End(lost(fmt.Sprintf("held on %d of %d primaries, fewer than the quorum of %d", n, len(q.members), q.need)))
 	}
 }
