@@ -134,7 +134,10 @@ func TestReplicaAck(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	acked := handleOn(t, primary.Client(t), distsync.WithReplicaAck(1, 100*time.Millisecond))
+	// With the replica up, a generous timeout: a loaded machine must not fail what should work.
+	// With it cut off, a short one: the refusal comes at the timeout.
+	acked := handleOn(t, primary.Client(t), distsync.WithReplicaAck(1, 5*time.Second))
+	short := handleOn(t, primary.Client(t), distsync.WithReplicaAck(1, 100*time.Millisecond))
 	plain := handleOn(t, primary.Client(t))
 	onReplica := replica.Client(t)
 
@@ -166,7 +169,7 @@ func TestReplicaAck(t *testing.T) {
 	// Hand-offs under the option: a claim granted inside Redis is adopted through the acquire
 	// script, which waits for the replica, and every contender gets its turns.
 	t.Run("hand-offs acknowledged", func(t *testing.T) {
-		other := handleOn(t, primary.Client(t), distsync.WithReplicaAck(1, time.Second))
+		other := handleOn(t, primary.Client(t), distsync.WithReplicaAck(1, 5*time.Second))
 		for _, kind := range []string{"mutex", "fair", "semaphore"} {
 			var wg sync.WaitGroup
 			errs := make(chan error, 4)
@@ -213,7 +216,7 @@ func TestReplicaAck(t *testing.T) {
 	t.Run("not acknowledged", func(t *testing.T) {
 		resume := cutReplica(t, primary, replica)
 		defer resume()
-		for _, a := range acquirers(t, acked, "down") {
+		for _, a := range acquirers(t, short, "down") {
 			start := time.Now()
 			err := a.acquire(ctx)
 			if !errors.Is(err, distsync.ErrNotReplicated) {

@@ -186,14 +186,20 @@ func TestClusterFailover(t *testing.T) {
 	t.Run("replica ack refused", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		m, err := mutex.New(handle(t, c.Client(t), distsync.WithReplicaAck(1, 200*time.Millisecond)), name)
+		// A generous timeout while the replica is up (load must not fail it), a short one once
+		// it is cut off (the refusal comes at the timeout).
+		up, err := mutex.New(handle(t, c.Client(t), distsync.WithReplicaAck(1, 5*time.Second)), name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := m.Lock(ctx); err != nil {
+		if err := up.Lock(ctx); err != nil {
 			t.Fatalf("Lock with the replica up: %v", err)
 		}
-		if err := m.Unlock(ctx); err != nil {
+		if err := up.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		m, err := mutex.New(handle(t, c.Client(t), distsync.WithReplicaAck(1, 200*time.Millisecond)), name)
+		if err != nil {
 			t.Fatal(err)
 		}
 		p := c.PrimaryOf(slotKey)
