@@ -167,7 +167,7 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	t.Run("mutex with replica ack", func(t *testing.T) {
 		heldAcrossFailover(t, top, func(h *distsync.Handle) (locker, error) { return mutex.New(h, name) },
-			distsync.WithReplicaAck(1, time.Second))
+			distsync.WithReplicaAck(1, 5*time.Second))
 	})
 }
 
@@ -181,7 +181,7 @@ func TestClusterFailover(t *testing.T) {
 	// connection of the script.
 	t.Run("mutex with replica ack", func(t *testing.T) {
 		heldAcrossFailover(t, top, func(h *distsync.Handle) (locker, error) { return mutex.New(h, name) },
-			distsync.WithReplicaAck(1, time.Second))
+			distsync.WithReplicaAck(1, 5*time.Second))
 	})
 	t.Run("replica ack refused", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
