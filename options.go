@@ -50,7 +50,7 @@ func WithFixedLease(ttl time.Duration) Option {
 //
 // Applies to: New, fair, semaphore.
 func WithWaiterLease(d time.Duration) Option {
-	return Option{core.Opt{Name: "WithWaiterLease", Handle: true, Kinds: []string{core.KindFair, core.KindSemaphore},
+	return Option{core.Opt{Name: "WithWaiterLease", Handle: true, Kinds: []string{core.KindFair, core.KindSemaphore, core.KindElection},
 		Set: func(s *core.Settings) { s.WaiterLease = d }}}
 }
 

@@ -34,6 +34,8 @@ const (
 	KindGroup     = "once.Group"
 	KindOnce      = "once.Once"
 	KindOnceValue = "once.OnceValue"
+	KindElection  = "election"
+	KindWaitGroup = "waitgroup"
 )
 
 func (o Opt) appliesTo(kind string) bool {
