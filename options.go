@@ -48,7 +48,7 @@ func WithFixedLease(ttl time.Duration) Option {
 // the others (a claim handed to it comes back after at most d). It must be at least
 // [MinLeaseTTL]. The default is [DefaultWaiterLease].
 //
-// Applies to: New, fair, semaphore.
+// Applies to: New, fair, semaphore, election.
 func WithWaiterLease(d time.Duration) Option {
 	return Option{core.Opt{Name: "WithWaiterLease", Handle: true, Kinds: []string{core.KindFair, core.KindSemaphore, core.KindElection},
 		Set: func(s *core.Settings) { s.WaiterLease = d }}}

@@ -13,6 +13,11 @@
 -- ARGV[7] pub        'PUBLISH' or 'SPUBLISH'
 -- ARGV[8] backup     waiter watching a grant to this waiter ('' if none), told when it is taken
 -- ARGV[9] slack      ms the queue outlives the lease it waits behind
+-- With a record of the holder (election, see lib/queue.lua), also:
+-- KEYS[5] values     the record's values hash
+-- ARGV[10] observers the observers' channel
+-- ARGV[11] ttl       the lease in ms (ARGV[2])
+-- ARGV[12] value     this waiter's value, published when it takes the lock
 -- Reply: {1, token}            held
 --        {0, pttl, granted}    queued (or, for a try, not taken): the lock ends in pttl ms
 --                              unless renewed; granted = 1 if it is an unconfirmed grant
@@ -34,12 +39,17 @@ end
 -- comes before lib/queue.lua is included, so that it does not pay for making the queue's
 -- functions (a Lua closure each, every run). A lock that is not free, a retry of a take or a
 -- grant to adopt, goes on below.
-if redis.call('EXISTS', q) == 0 and redis.call('SET', lock, w, 'NX', 'PX', ttl) then
+if not KEYS[5] and redis.call('EXISTS', q) == 0 and redis.call('SET', lock, w, 'NX', 'PX', ttl) then
   return taken(lock, fence, ARGV[3])
 end
 
 -- #include lib/queue.lua
 
+local rec = record(5, 10)
+if rec then
+  redis.call('HSET', rec.values, w, ARGV[12])
+  live_for(rec.values, rec.live)
+end
 local cur = redis.call('GET', lock)
 if cur == w then
   -- A retry of a take that went through. It writes (the lease from now), as every reply that
@@ -67,6 +77,7 @@ if not cur then
     end
     redis.call('ZREM', q, head)
     redis.call('ZREM', qx, head)
+    forget(rec, head)
   end
   if not head or head == w then
     local token = next_token(fence, ARGV[3], now_us)
@@ -76,9 +87,12 @@ if not cur then
     redis.call('SET', lock, w, 'PX', ttl)
     redis.call('ZREM', q, w)
     redis.call('ZREM', qx, w)
+    if rec then
+      announce(rec, ARGV[7], lock, w, token)
+    end
     return {1, token}
   end
-  pass_on(lock, fence, q, qx, ARGV[4], ARGV[3], ARGV[6], ARGV[7])
+  pass_on(lock, fence, q, qx, ARGV[4], ARGV[3], ARGV[6], ARGV[7], rec)
   cur = redis.call('GET', lock)
 end
 local pttl = redis.call('PTTL', lock)
@@ -94,5 +108,10 @@ if ARGV[5] ~= '1' then
   redis.call('ZADD', qx, now_ms + wlease, w)
   live_for(q, pttl + tonumber(ARGV[9]) + wlease)
   live_for(qx, pttl + tonumber(ARGV[9]) + wlease)
+  if rec then
+    live_for(rec.values, pttl + tonumber(ARGV[9]) + wlease)
+  end
+elseif rec then
+  forget(rec, w)
 end
 return {0, pttl, g}

@@ -7,6 +7,10 @@
 -- ARGV[4] prefix     channel prefix (lib/queue.lua)
 -- ARGV[5] pub        'PUBLISH' or 'SPUBLISH'
 -- ARGV[6] void_ttl   ms to remember the waiter as void, longer than a command stays in flight
+-- With a record of the holder (election, see lib/queue.lua), also:
+-- KEYS[5] values     the record's values hash
+-- ARGV[7] observers  the observers' channel
+-- ARGV[8] ttl        the lease in ms
 -- Reply: 1 if the lock was the waiter's (taken or granted) and was passed on, else 0
 --
 -- If the hand-off raced with the leaving (the lock was granted to the waiter, or its attempt
@@ -19,14 +23,16 @@
 
 local lock, fence, q, qx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local w = ARGV[1]
+local rec = record(5, 7)
 redis.call('ZREM', q, w)
 redis.call('ZREM', qx, w)
+forget(rec, w)
 local void_ttl = tonumber(ARGV[6])
 redis.call('ZADD', qx, now() + void_ttl, '!' .. w)
 live_for(qx, void_ttl)
 local cur = redis.call('GET', lock)
 if cur == w or (cur and granted_to(cur, w)) then
-  pass_on(lock, fence, q, qx, ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+  pass_on(lock, fence, q, qx, ARGV[2], ARGV[3], ARGV[4], ARGV[5], rec)
   return 1
 end
 return 0

@@ -8,6 +8,10 @@
 -- ARGV[3] fence_ttl  ms the fence key outlives the last acquisition
 -- ARGV[4] prefix     channel prefix (lib/queue.lua)
 -- ARGV[5] pub        'PUBLISH' or 'SPUBLISH'
+-- With a record of the holder (election, see lib/queue.lua), also:
+-- KEYS[5] values     the record's values hash
+-- ARGV[6] observers  the observers' channel
+-- ARGV[7] ttl        the lease in ms
 -- Reply: 1 the place was there and is renewed; 0 it was gone (lapsed, or pruned)
 --
 -- A free lock with live waiters is a stall: a grant to a waiter that died lapsed, and the
@@ -30,7 +34,11 @@ end
 redis.call('ZADD', qx, now_ms + wlease, w)
 live_for(qx, wlease)
 live_for(q, wlease)
+local rec = record(5, 6)
+if rec then
+  live_for(rec.values, wlease)
+end
 if redis.call('EXISTS', lock) == 0 then
-  pass_on(lock, fence, q, qx, ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+  pass_on(lock, fence, q, qx, ARGV[2], ARGV[3], ARGV[4], ARGV[5], rec)
 end
 return 1

@@ -8,6 +8,11 @@
 -- ARGV[4] prefix     channel prefix; waiter w listens on prefix..':'..w
 -- ARGV[5] pub        'PUBLISH' or 'SPUBLISH'
 -- ARGV[6] ttl        the lease in ms: how long rel remembers this release
+-- With a record of the holder (election, see lib/queue.lua), also:
+-- KEYS[6] values     the record's values hash
+-- ARGV[7] observers  the observers' channel
+-- ARGV[8] ttl        the lease in ms
+-- ARGV[9] waiter     the holder's waiter id, whose value is forgotten
 -- Reply: 1 released (now, or by an earlier attempt of the same release whose reply was lost);
 --        0 not held by owner (expired, deleted or taken: the lease was lost)
 --
@@ -26,7 +31,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 -- Nobody waits: free the lock without making the queue's functions (a Lua closure each).
-if redis.call('EXISTS', KEYS[3]) == 0 then
+if not KEYS[6] and redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('DEL', KEYS[1])
   redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[6])
   return 1
@@ -36,6 +41,8 @@ end
 -- #include lib/fence.lua
 -- #include lib/queue.lua
 
-pass_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+local rec = record(6, 7)
+forget(rec, ARGV[9])
+pass_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5], rec)
 redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[6])
 return 1

@@ -17,6 +17,13 @@
 -- within <ms>); 'c <waiter>' to the backup (confirmed); 'x <ms> <waiter>' to the head of a
 -- mutex's queue when the holder renews (mutex_renew.lua: the lease now ends in <ms>).
 --
+-- A queue may keep a record of who holds the lock (election: the leader): rec, a table
+-- {values = <hash>, channel = <observers' channel>, live = <the lease in ms>}, or nil for a
+-- plain lock (record() makes it from a script's optional KEYS and ARGV). The values hash
+-- holds each waiter's value (waiter id -> value), the holder's waiter id under '@' and the
+-- number of announcements under '#'; every change of holder, and of the holder's value, is
+-- announced on the channel (announce()).
+--
 -- Requires lib/clock.lua and lib/fence.lua.
 
 -- enqueue() registers waiter, keeping its place if it is queued already, with an entry that
@@ -50,6 +57,43 @@ local function granted_to(cur, waiter)
   return waiter ~= '' and cur and string.sub(cur, 1, #mine) == mine
 end
 
+-- announce() records waiter, which was just given the lock with token, as the holder in rec,
+-- forgets the value of the holder it replaces, and tells the observers:
+-- '<token> <seq> <pttl> <waiter> <value>', seq counting announcements (it orders the value
+-- changes of one term) and pttl the lock's remaining lease in ms.
+local function announce(rec, pub, lock, waiter, token)
+  local prev = redis.call('HGET', rec.values, '@')
+  if prev and prev ~= waiter then
+    redis.call('HDEL', rec.values, prev)
+  end
+  redis.call('HSET', rec.values, '@', waiter)
+  local seq = redis.call('HINCRBY', rec.values, '#', 1)
+  local pttl = redis.call('PTTL', lock)
+  live_for(rec.values, math.max(pttl, rec.live))
+  local value = redis.call('HGET', rec.values, waiter) or ''
+  redis.call(pub, rec.channel, int(token) .. ' ' .. seq .. ' ' .. pttl .. ' ' .. waiter .. ' ' .. value)
+end
+
+-- record() returns the record of a script whose KEYS[key] is the values hash and whose
+-- ARGV[arg], ARGV[arg + 1] are the observers' channel and the lease in ms; nil if the script
+-- was given no values hash (a plain lock).
+local function record(key, arg)
+  if not KEYS[key] then
+    return nil
+  end
+  return {values = KEYS[key], channel = ARGV[arg], live = tonumber(ARGV[arg + 1])}
+end
+
+-- forget() drops waiter's value from rec (nil: no record), and its holder mark if it held.
+local function forget(rec, waiter)
+  if rec then
+    redis.call('HDEL', rec.values, waiter)
+    if redis.call('HGET', rec.values, '@') == waiter then
+      redis.call('HDEL', rec.values, '@')
+    end
+  end
+end
+
 -- pass_on() hands a free lock to the oldest live waiter, or frees it when nobody waits.
 --
 -- The lock is granted outright: its value becomes '~<waiter>:<token>', the owner value of the
@@ -59,8 +103,9 @@ end
 -- is asked to watch the grant, so that a dead or stalled waiter costs at most `window`.
 -- Waiters whose entries lapsed are dropped. If the fence key holds no token (lib/fence.lua),
 -- nobody can be granted the lock: it is freed, and the head is told to re-check (its attempt
--- then reports the fence's error).
-local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub)
+-- then reports the fence's error). With a record (rec), the grant is announced, and the
+-- values of dead waiters dropped.
+local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub, rec)
   local now_ms, now_us
   for _ = 1, 1000 do
     local ids = redis.call('ZRANGE', q, 0, 9)
@@ -90,6 +135,9 @@ local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub)
         end
       end
       redis.call('ZREM', qx, head)
+      if rec then
+        announce(rec, pub, lock, head, token)
+      end
       tell(pub, prefix, head, 'g ' .. token .. ' ' .. backup .. ' ' .. window)
       if backup ~= '' then
         tell(pub, prefix, backup, 'w ' .. window)
@@ -97,6 +145,7 @@ local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub)
       return head
     end
     redis.call('ZREM', qx, head) -- dead: its process stopped re-checking
+    forget(rec, head)
   end
   redis.call('DEL', lock)
   return ''
