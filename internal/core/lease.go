@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -579,8 +580,9 @@ func (r *renewer) closeAll(ctx context.Context) error {
 // Release stops l and gives back its claim with release, which reports whether the claim was
 // still l's (see GiveBack). It returns nil once released; an error matching ErrNotHeld and
 // ErrLost if the claim was not l's any more, or l had already ended (lost, or the handle
-// closed); and otherwise the error while the handle goes on trying in the background. l ends
-// either way.
+// closed); and otherwise the error, while the handle goes on trying in the background for up
+// to the lease's TTL. l ends either way: at once, or when those tries are over (as released if
+// one went through, else as lost).
 //
 // A lease that was lost is still given back if Redis has it under l's owner (release is a
 // compare-and-delete): a holder whose deadline passed while a renewal's reply was late, or
@@ -593,7 +595,22 @@ func (h *Handle) Release(ctx context.Context, what string, l *Lease, release fun
 		}
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
-	held, err := h.GiveBack(ctx, what, l.TTL(), func() { l.End(ErrReleased) }, release)
+	// If no attempt is confirmed now, the lease ends when the background ones are done: as
+	// released if one went through, else as lost (the claim lapsed in Redis by then).
+	var confirmed atomic.Bool
+	held, err := h.GiveBack(ctx, what, l.TTL(), func() {
+		if confirmed.Load() {
+			l.End(ErrReleased)
+		} else {
+			l.End(lost("its release could not be confirmed before its lease ran out"))
+		}
+	}, func(ctx context.Context) (bool, error) {
+		held, err := release(ctx)
+		if err == nil && held {
+			confirmed.Store(true)
+		}
+		return held, err
+	})
 	switch {
 	case err != nil:
 		return err

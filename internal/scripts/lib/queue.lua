@@ -71,7 +71,7 @@ local function announce(rec, pub, lock, waiter, token)
   local pttl = redis.call('PTTL', lock)
   live_for(rec.values, math.max(pttl, rec.live))
   local value = redis.call('HGET', rec.values, waiter) or ''
-  redis.call(pub, rec.channel, int(token) .. ' ' .. seq .. ' ' .. pttl .. ' ' .. waiter .. ' ' .. value)
+  redis.call(pub, rec.channel, int(tonumber(token)) .. ' ' .. seq .. ' ' .. pttl .. ' ' .. waiter .. ' ' .. value)
 end
 
 -- record() returns the record of a script whose KEYS[key] is the values hash and whose

@@ -1,0 +1,252 @@
+// Package election is leader election across processes, on Redis, in the shape of etcd's
+// concurrency.Election: candidates [Election.Campaign] and the first to arrive leads; the
+// others wait, in the order they arrived, and the next one leads the moment the leader
+// resigns or its term ends. Anyone can ask who leads ([Election.Leader]) or follow every
+// change ([Election.Observe]).
+//
+// A leader's [Term] is a lease, renewed by the Handle while the leader's process runs. Its
+// [Term.Token] is a fencing token: strictly larger for every new term, so that whatever the
+// leader writes can refuse a deposed leader's late writes. Its [Term.Done] is closed when the
+// term ends: resigned, or lost because its lease lapsed (the process was frozen, or cut off
+// from Redis, for longer than the lease) — a leader that was paused learns that it was
+// deposed from its first look at the term, and its successor's token is larger than its own.
+//
+// The queue of candidates is the one of package fair: one entry per Campaign call, strict
+// arrival order, the hand-off done inside Redis (the next leader's Campaign returns without
+// another round trip), and every candidate keeping a short lease on its place
+// ([distsync.DefaultWaiterLease]), so that a candidate whose process died is skipped within
+// that lease. A candidate whose context ends leaves the queue before Campaign returns, and
+// leaves nothing in Redis. Nobody polls: candidates and observers are woken by pub/sub.
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/fifo"
+	"github.com/distsync/distsync/internal/scripts"
+)
+
+// ErrNoLeader is returned (wrapped with the election's name) by [Election.Leader] when nobody
+// leads.
+var ErrNoLeader = errors.New("no leader")
+
+// Election is one election, shared by every process that uses the same name on the same
+// Redis. Make it with [New]; it is safe for concurrent use and must not be copied.
+type Election struct {
+	c *core.Handle
+	l *fifo.Lock
+}
+
+// New returns the election called name. It sends nothing to Redis. Its options are
+// [distsync.WithLeaseTTL] (the term's lease), [distsync.WithFixedLease] and
+// [distsync.WithWaiterLease] (a candidate's place). It returns an error matching
+// [distsync.ErrInvalid] for an empty name, a bad option value, or an option that does not
+// apply to an election.
+func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Election, error) {
+	c, err := core.Open(h, core.KindElection)
+	if err != nil {
+		return nil, err
+	}
+	set, err := c.Settings(core.KindElection, name, core.Unwrap(opts), nil)
+	if err != nil {
+		return nil, err
+	}
+	l, err := fifo.New(c, core.KindElection, name, set, true)
+	if err != nil {
+		return nil, err
+	}
+	return &Election{c: c, l: l}, nil
+}
+
+// Name returns the name the election was made with.
+func (e *Election) Name() string { return e.l.Name() }
+
+// Campaign makes the caller a candidate with value (what [Election.Leader] and observers see
+// while it leads) and waits, without polling, until it leads or ctx ends: candidates lead in
+// the order their Campaign reached Redis. On success it returns the [Term]; the caller leads
+// until it resigns or the term is lost. If ctx ends first it returns an error matching both
+// [distsync.ErrNotAcquired] and ctx.Err(), having left the queue (passing leadership on if it
+// was just handed to it). Connection errors are retried while waiting; other Redis errors end
+// the wait and are returned.
+func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
+	l, err := e.l.Acquire(ctx, value)
+	if err != nil {
+		return nil, err
+	}
+	return e.term(l, value), nil
+}
+
+// TryCampaign leads if nobody leads or waits to, without waiting. It returns the [Term] and
+// true if the caller now leads, and nil and false, with a nil error, if someone else leads or
+// waits. ctx bounds the one round trip; if it ends first TryCampaign returns its error
+// (matching [distsync.ErrNotAcquired]) and makes sure the attempt takes nothing.
+func (e *Election) TryCampaign(ctx context.Context, value string) (*Term, bool, error) {
+	l, ok, err := e.l.TryAcquire(ctx, value)
+	if !ok {
+		return nil, false, err
+	}
+	return e.term(l, value), true, nil
+}
+
+func (e *Election) term(l *core.Lease, value string) *Term {
+	return &Term{e: e, l: l, value: value}
+}
+
+// Info describes a leader.
+type Info struct {
+	// Value is the leader's value: its Campaign's, or its last Proclaim's.
+	Value string
+	// Term is the leader's term: its fencing token, larger for every new leader.
+	Term int64
+	// Rev counts the announcements of the election (new leaders and new values) while its
+	// record lives: within one Term, a larger Rev is a later Value. Order Infos by Term, then
+	// Rev.
+	Rev int64
+	// TTL is what was left of the leader's lease when the Info was read or announced. The
+	// leader renews it while its process runs.
+	TTL time.Duration
+	// Handle is the [distsync.Handle.ID] of the leader's Handle.
+	Handle string
+}
+
+// newer reports whether i is a later state of the election than j.
+func (i Info) newer(j Info) bool {
+	return i.Term > j.Term || i.Term == j.Term && i.Rev > j.Rev
+}
+
+// Leader returns who leads, as Redis has it at one moment, in one round trip that changes
+// nothing. It returns an error matching [ErrNoLeader] if nobody leads (the last leader
+// resigned, or its term lapsed, with no candidate waiting). Like any snapshot, it may be
+// stale when it returns; a leader's own [Term] is what tells it that it still leads.
+func (e *Election) Leader(ctx context.Context) (Info, error) {
+	info, ok, err := e.read(ctx)
+	switch {
+	case err != nil:
+		return Info{}, fmt.Errorf("election %q: leader: %w", e.Name(), err)
+	case !ok:
+		return Info{}, fmt.Errorf("election %q: %w", e.Name(), ErrNoLeader)
+	}
+	return info, nil
+}
+
+// read runs election_leader.lua.
+func (e *Election) read(ctx context.Context) (Info, bool, error) {
+	ks := e.l.Keys()
+	vals, err := scripts.ElectionLeader.Exec(ctx, e.c.Client, []string{ks[0], ks[1], ks[4]}, nil).ToArray()
+	if err != nil {
+		return Info{}, false, err
+	}
+	if n, _ := vals[0].AsInt64(); n == 0 || len(vals) != 6 {
+		return Info{}, false, nil
+	}
+	var info Info
+	var pttl int64
+	var waiter string
+	info.Term, _ = vals[1].AsInt64()
+	info.Rev, _ = vals[2].AsInt64()
+	pttl, _ = vals[3].AsInt64()
+	waiter, _ = vals[4].ToString()
+	info.Value, err = vals[5].ToString()
+	info.TTL, info.Handle = time.Duration(max(pttl, 0))*time.Millisecond, core.HandleOf(waiter)
+	return info, err == nil, err
+}
+
+// parse reads an announcement: '<term> <rev> <pttl> <waiter> <value>' (lib/queue.lua).
+func parse(p string) (Info, bool) {
+	f := strings.SplitN(p, " ", 5)
+	if len(f) != 5 {
+		return Info{}, false
+	}
+	term, err1 := strconv.ParseInt(f[0], 10, 64)
+	rev, err2 := strconv.ParseInt(f[1], 10, 64)
+	pttl, err3 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return Info{}, false
+	}
+	return Info{Value: f[4], Term: term, Rev: rev, TTL: time.Duration(max(pttl, 0)) * time.Millisecond, Handle: core.HandleOf(f[3])}, true
+}
+
+// Term is one leader's term: a lease on the leadership, renewed by the Handle. It is safe for
+// concurrent use.
+type Term struct {
+	e *Election
+	l *core.Lease
+
+	mu    sync.Mutex
+	value string
+}
+
+// Token returns the term's fencing token: larger than the token of every earlier term of the
+// election. Hand it to the storage the leader writes, so that it can refuse a deposed
+// leader's writes.
+func (t *Term) Token() int64 { return t.l.Token() }
+
+// Value returns the leader's value, as this term last set it.
+func (t *Term) Value() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.value
+}
+
+// Done returns a channel that is closed when the term ends: resigned, or lost (its lease
+// expired, was deleted, or could not be renewed before its local deadline), or the Handle
+// closed. The leader's work should stop when it closes.
+func (t *Term) Done() <-chan struct{} { return t.l.Done() }
+
+// Err returns nil while the term lasts, then why it ended: an error matching
+// [distsync.ErrReleased] (resigned), [distsync.ErrLost] (with the reason) or
+// [distsync.ErrClosed].
+func (t *Term) Err() error { return t.l.Err() }
+
+// Context returns a context that is cancelled, with [context.Cause] set to Err, when the term
+// ends: run the leader's work under it.
+func (t *Term) Context() context.Context { return t.l.Context() }
+
+// Lease returns the term's [distsync.Lease]: its token, deadline and loss signal, and the
+// means to refresh or extend it.
+func (t *Term) Lease() *distsync.Lease { return t.l.Public.(*distsync.Lease) }
+
+// Resign ends the term and hands leadership to the next candidate, inside Redis, at once
+// (observers are told of the new leader in the same step). It returns nil once leadership
+// has been given up. It returns an error matching [distsync.ErrNotHeld] and
+// [distsync.ErrLost] if the term had been lost before, and matching ErrNotHeld if it was
+// resigned already. If Redis cannot be reached it returns the error, having stopped renewing
+// the term: the leader must not count on still leading, and must not count on having
+// resigned; the Handle goes on trying to resign in the background until the lease would have
+// expired anyway, and Done is closed then, with Err matching [distsync.ErrReleased] if a try
+// went through and [distsync.ErrLost] if none did.
+func (t *Term) Resign(ctx context.Context) error {
+	return t.e.l.Release(ctx, "resign", t.l)
+}
+
+// Proclaim changes the leader's value to value without giving up leadership; observers are
+// told. It returns an error matching [distsync.ErrNotHeld] and [distsync.ErrLost] if the term
+// is over (it then ends the term, if its lease had not noticed yet), or the error of Redis.
+func (t *Term) Proclaim(ctx context.Context, value string) error {
+	if err := t.l.Err(); err != nil {
+		return fmt.Errorf("election %q: proclaim: %w: %w", t.e.Name(), distsync.ErrNotHeld, err)
+	}
+	ks, owner := t.e.l.Keys(), t.l.Owner()
+	n, err := scripts.ElectionProclaim.Exec(ctx, t.e.c.Client, []string{ks[0], ks[4]}, []string{owner, fifo.Waiter(owner),
+		strconv.FormatInt(t.l.Token(), 10), value, t.e.l.Observers(), core.Ms(t.e.l.TTL()), t.e.c.Pub}).AsInt64()
+	switch {
+	case err != nil:
+		return fmt.Errorf("election %q: proclaim: %w", t.e.Name(), err)
+	case n == 0:
+		t.l.Stop()
+		t.l.End(fmt.Errorf("%w: the term was over when the leader proclaimed", distsync.ErrLost))
+		return fmt.Errorf("election %q: proclaim: %w: %w", t.e.Name(), distsync.ErrNotHeld, t.l.Err())
+	}
+	t.mu.Lock()
+	t.value = value
+	t.mu.Unlock()
+	return nil
+}

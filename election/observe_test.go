@@ -1,0 +1,205 @@
+package election_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/election"
+	"github.com/distsync/distsync/internal/redistest"
+)
+
+// collector gathers what an observer sends.
+type collector struct {
+	mu    sync.Mutex
+	infos []election.Info
+}
+
+func observe(t *testing.T, e *election.Election) *collector {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := e.Observe(ctx)
+	c := &collector{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for info := range ch {
+			c.mu.Lock()
+			c.infos = append(c.infos, info)
+			c.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("Observe's channel was not closed after its ctx ended")
+		}
+	})
+	return c
+}
+
+func (c *collector) values() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var vs []string
+	for _, i := range c.infos {
+		vs = append(vs, i.Value)
+	}
+	return vs
+}
+
+// waitFor waits until the observer's last value is v.
+func (c *collector) waitFor(t *testing.T, v string) {
+	t.Helper()
+	if !redistest.Eventually(15*time.Second, func() bool {
+		vs := c.values()
+		return len(vs) > 0 && vs[len(vs)-1] == v
+	}) {
+		t.Fatalf("the observer did not converge on %q: it saw %q", v, c.values())
+	}
+}
+
+// checkOrder fails if the Infos are not strictly increasing in (Term, Rev).
+func (c *collector) checkOrder(t *testing.T) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := 1; i < len(c.infos); i++ {
+		a, b := c.infos[i-1], c.infos[i]
+		if b.Term < a.Term || b.Term == a.Term && b.Rev <= a.Rev {
+			t.Errorf("observer sent %+v after %+v", b, a)
+		}
+	}
+}
+
+// chain queues candidates behind term's leader, each of which proclaims a second value and
+// resigns as soon as it leads, then resigns term: leadership passes down the chain as fast as
+// Redis hands it on. It returns the values in the order they are announced.
+func chain(t *testing.T, b *redistest.Backend, prefix, name string, e *election.Election, term *election.Term, tag string, n int) []string {
+	t.Helper()
+	want := []string{}
+	errs := make(chan error, n)
+	for i := range n {
+		v := fmt.Sprintf("%s%d", tag, i)
+		want = append(want, v, v+"!")
+		go func() {
+			tm, err := e.Campaign(context.Background(), v)
+			if err == nil {
+				err = tm.Proclaim(context.Background(), v+"!")
+			}
+			if err == nil {
+				err = tm.Resign(context.Background())
+			}
+			errs <- err
+		}()
+		waitQueued(t, b, prefix, name, i+1) // strictly in this order
+	}
+	resign(t, term)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	return want
+}
+
+// An observer sees every leader and every value, in order, while its subscription holds;
+// across a forced re-subscription (CLIENT KILL TYPE pubsub) it converges on the current
+// leader, and goes on seeing every change after it.
+func TestObserverSeesEveryLeaderInOrder(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		opts := []distsync.Option{distsync.WithLeaseTTL(5 * time.Second)}
+		obs := newElection(t, b.Pod(t, prefix, opts...), "obs")
+		cand := newElection(t, b.Pod(t, prefix, opts...), "obs")
+
+		first := campaign(t, cand, "first")
+		c := observe(t, obs)
+		c.waitFor(t, "first") // the current leader comes first
+
+		want := append([]string{"first"}, chain(t, b, prefix, "obs", cand, first, "a", 4)...)
+		if !redistest.Eventually(10*time.Second, func() bool { return len(c.values()) >= len(want) }) {
+			t.Fatalf("the observer saw %q, want %q", c.values(), want)
+		}
+		if got := c.values(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("the observer saw %q, want %q", got, want)
+		}
+
+		// Changes made while the subscription is down may be skipped; the observer must
+		// converge on the leader that came after them.
+		gap := campaign(t, cand, "during")
+		b.KillPubSub(t)
+		if err := gap.Proclaim(context.Background(), "during!"); err != nil {
+			t.Fatal(err)
+		}
+		resign(t, gap)
+		last := campaign(t, cand, "after")
+		c.waitFor(t, "after")
+		// And every change once it is back.
+		seen := len(c.values())
+		more := chain(t, b, prefix, "obs", cand, last, "b", 3)
+		if !redistest.Eventually(10*time.Second, func() bool { return len(c.values()) >= seen+len(more) }) {
+			t.Fatalf("after the re-subscription the observer saw %q, want %q at the end", c.values(), more)
+		}
+		if got := c.values()[seen:]; fmt.Sprint(got) != fmt.Sprint(more) {
+			t.Fatalf("after the re-subscription the observer saw %q, want %q", got, more)
+		}
+		c.checkOrder(t)
+	})
+}
+
+// Idle candidates renew their places and nothing else; an idle observer sends one read per
+// lease at most.
+func TestIdleCandidatesAndObserversDoNotPoll(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl, wlease, waiters = 3 * time.Second, 900 * time.Millisecond, 2
+		prefix := b.Prefix(t)
+		opts := []distsync.Option{distsync.WithLeaseTTL(ttl), distsync.WithWaiterLease(wlease)}
+		leader := campaign(t, newElection(t, b.Pod(t, prefix, opts...), "idle"), "leader")
+		cp := b.Pod(t, prefix, opts...)
+		cand := newElection(t, cp, "idle")
+		op := b.Pod(t, prefix, opts...)
+		c := observe(t, newElection(t, op, "idle"))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		res := make(chan error, waiters)
+		for i := range waiters {
+			go func() {
+				tm, err := cand.Campaign(ctx, fmt.Sprint("c", i))
+				if err == nil {
+					err = tm.Resign(ctx)
+				}
+				res <- err
+			}()
+		}
+		waitQueued(t, b, prefix, "idle", waiters)
+		c.waitFor(t, "leader")
+		time.Sleep(200 * time.Millisecond)
+		const window = 3 * time.Second
+		cp.Client.Reset()
+		op.Client.Reset()
+		time.Sleep(window)
+		// Each candidate: one place renewal per renewal period, plus a backstop re-check per
+		// holder lease (a late timer only sends fewer). The observer: a read per lease.
+		periods := int(window/(wlease/3)) + 1
+		backstops := waiters * (int(window/ttl) + 1)
+		if total, limit := cp.Client.Total(), (periods+1)*waiters+backstops; total > limit {
+			t.Errorf("idle candidates sent %d commands in %v, want at most %d", total, window, limit)
+		}
+		if total, limit := op.Client.Total(), int(window/ttl)+1; total > limit {
+			t.Errorf("an idle observer sent %d commands in %v, want at most %d", total, window, limit)
+		}
+		t.Logf("candidates %d, observer %d commands in %v", cp.Client.Total(), op.Client.Total(), window)
+		resign(t, leader)
+		for range waiters {
+			if err := <-res; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,24 @@
+-- election_leader.lua: read who leads an election (a fair lock with a record, lib/queue.lua).
+--
+-- KEYS[1] lock    the leader's owner value: its waiter id, or '~<waiter>:<token>' for a grant
+-- KEYS[2] fence   the last fencing token: the term of a leader that took the lock itself
+-- KEYS[3] values  the record's values hash (waiter id -> value; '@' leader; '#' announcements)
+-- Reply: {0}                                         nobody leads
+--        {1, term, seq, pttl, waiter, value}         the leader: its term (fencing token), the
+--                                                    number of announcements so far, its
+--                                                    remaining lease in ms, its waiter id and
+--                                                    value
+--
+-- It changes nothing.
+
+local cur = redis.call('GET', KEYS[1])
+if not cur then
+  return {0}
+end
+local waiter, term = string.match(cur, '^~(.*):(%d+)$')
+if not waiter then
+  waiter, term = cur, redis.call('GET', KEYS[2])
+end
+local seq = redis.call('HGET', KEYS[3], '#') or '0'
+local value = redis.call('HGET', KEYS[3], waiter) or ''
+return {1, tonumber(term or '0'), tonumber(seq), redis.call('PTTL', KEYS[1]), waiter, value}
