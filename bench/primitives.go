@@ -305,6 +305,21 @@ func primitives(ctx context.Context, addr string, quick bool) error {
 			rows = append(rows, r)
 		}
 	}
+	fmt.Fprintf(os.Stderr, "primitives: election…\n")
+	rounds := 20
+	if quick {
+		rounds = 5
+	}
+	if r, err := electionResign(ctx, addr, rounds, 100*time.Millisecond); err != nil {
+		fail("election resign", err)
+	} else {
+		rows = append(rows, r)
+	}
+	if r, err := electionFailover(ctx, addr, rounds/2, time.Second); err != nil {
+		fail("election failover", err)
+	} else {
+		rows = append(rows, r)
+	}
 	for _, size := range []int64{8, 0} {
 		if ctx.Err() != nil {
 			return ctx.Err()
