@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/election"
 	"github.com/distsync/distsync/fair"
 	"github.com/distsync/distsync/internal/redistest"
 	"github.com/distsync/distsync/mutex"
@@ -22,6 +23,7 @@ import (
 	"github.com/distsync/distsync/reentrant"
 	"github.com/distsync/distsync/rwmutex"
 	"github.com/distsync/distsync/semaphore"
+	"github.com/distsync/distsync/waitgroup"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -139,7 +141,7 @@ func TestEveryPrimitiveHasTheAgreedShape(t *testing.T) {
 func TestNoPackageCopiesTheSharedOptions(t *testing.T) {
 	shared := map[string]bool{"WithTTL": true, "WithLeaseTTL": true, "WithFixedLease": true,
 		"WithWaiterLease": true, "WithHandoffWindow": true}
-	dirs := []string{".", "mutex", "fair", "reentrant", "rwmutex", "semaphore", "once", "fenced"}
+	dirs := []string{".", "mutex", "fair", "reentrant", "rwmutex", "semaphore", "once", "fenced", "election", "waitgroup"}
 	for _, dir := range dirs {
 		fset := token.NewFileSet()
 		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
@@ -295,6 +297,14 @@ func TestErrorsDoNotStutter(t *testing.T) {
 		add(second(distsync.New(nil)))
 		add(second(distsync.New(b.Client(t), distsync.WithKeyPrefix("{"))))
 		add(second(mutex.New(h, "")))
+		add(second(election.New(h, "")))
+		el, _ := election.New(h, "e")
+		add(second(el.Campaign(cancelled, "v")))
+		add(second(el.Leader(ctx)))
+		add(second(waitgroup.New(h, "")))
+		wg, _ := waitgroup.New(h, "w")
+		add(wg.Add(ctx, -1))
+		add(wg.Wait(cancelled))
 		m, _ := mutex.New(h, "m")
 		add(m.Unlock(ctx))
 		add(m.Lock(cancelled))
@@ -321,7 +331,7 @@ func TestErrorsDoNotStutter(t *testing.T) {
 			// A package name as a later segment ("semaphore \"s\": acquire: semaphore: ...").
 			for _, seg := range strings.Split(msg, ": ")[1:] {
 				switch seg {
-				case "distsync", "mutex", "semaphore", "once", "fair", "rwmutex", "reentrant":
+				case "distsync", "mutex", "semaphore", "once", "fair", "rwmutex", "reentrant", "election", "waitgroup":
 					t.Errorf("stutter: %q", msg)
 				}
 			}

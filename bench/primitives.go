@@ -320,6 +320,12 @@ func primitives(ctx context.Context, addr string, quick bool) error {
 	} else {
 		rows = append(rows, r)
 	}
+	fmt.Fprintf(os.Stderr, "primitives: waitgroup…\n")
+	if r, err := waitgroupWake(ctx, addr, 4, 8, rounds); err != nil {
+		fail("waitgroup", err)
+	} else {
+		rows = append(rows, r)
+	}
 	for _, size := range []int64{8, 0} {
 		if ctx.Err() != nil {
 			return ctx.Err()

@@ -1,0 +1,116 @@
+package waitgroup
+
+// How a WaitGroup talks to Redis: requests that Redis applies once, and the listener of the
+// group's channel.
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/scripts"
+)
+
+// run runs one waitgroup script once.
+func (wg *WaitGroup) run(ctx context.Context, s *scripts.Script, id string, delta int64, extra string) rueidis.RedisResult {
+	return s.Exec(ctx, wg.c.Client, wg.keys, []string{id, strconv.FormatInt(delta, 10), core.Ms(wg.ttl),
+		core.Ms(wg.expiry), strconv.Itoa(keepRounds), wg.channel, wg.c.Pub, core.Ms(min(opsTTL, wg.expiry)), extra})
+}
+
+// apply runs s, a request that adds to the group (waitgroup_add.lua with delta > 0, or
+// waitgroup_join.lua), under request id, retrying a connection error a few times: Redis
+// applies an id once. If no attempt is answered (ctx ended, or Redis is unreachable), an
+// attempt may still reach Redis: waitgroup_void.lua then settles it, so that apply returns
+// its true outcome: applied (reply {1}), or not and never to be. Only if that cannot reach
+// Redis either does apply return with the outcome unknown, the Handle voiding the request in
+// the background.
+func (wg *WaitGroup) apply(ctx context.Context, s *scripts.Script, id string, delta int64, extra string) ([]int64, error) {
+	v, err := wg.run(ctx, s, id, delta, extra).AsIntSlice()
+	for i, backoff := 0, 10*time.Millisecond; err != nil && core.Transient(err) && ctx.Err() == nil && i < 3; i, backoff = i+1, 2*backoff {
+		select {
+		case <-time.After(backoff):
+			v, err = wg.run(ctx, s, id, delta, extra).AsIntSlice()
+		case <-ctx.Done():
+		}
+	}
+	if _, redisErr := rueidis.IsRedisErr(err); err == nil || redisErr && !core.Transient(err) {
+		return v, err // answered: applied or refused
+	}
+	state := atomic.Int64{}
+	state.Store(-1)
+	wg.c.Undo(fmt.Sprintf("waitgroup %q: voiding an unanswered request", wg.name), opsTTL, func(ctx context.Context) error {
+		applied, err := wg.run(ctx, scripts.WaitGroupVoid, id, delta, extra).AsInt64()
+		if err == nil {
+			state.CompareAndSwap(-1, applied)
+		}
+		return err
+	})
+	switch state.Load() {
+	case 1:
+		return []int64{1, 0}, nil
+	case 0:
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("not applied: %w", err)
+	}
+	return nil, fmt.Errorf("outcome unknown (if it was not applied, it will not be): %w", err)
+}
+
+// listener receives the group's channel: it keeps the latest round's message.
+type listener struct {
+	signal chan struct{}
+	mu     sync.Mutex
+	round  string // of the latest message
+	msg    string // its outcome
+	resub  chan struct{}
+}
+
+func (l *listener) Message(p string) {
+	round, o, ok := strings.Cut(p, "\n")
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	if l.round == "" || newer(round, l.round) {
+		l.round, l.msg = round, o
+	}
+	l.mu.Unlock()
+	select {
+	case l.signal <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
+
+func (l *listener) last() (round, outcome string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.round, l.msg
+}
+
+func (l *listener) Resubscribed() {
+	l.mu.Lock()
+	if l.resub == nil {
+		l.resub = make(chan struct{})
+	}
+	close(l.resub)
+	l.resub = make(chan struct{})
+	l.mu.Unlock()
+}
+
+// resubscribed returns a channel closed at the next re-subscription.
+func (l *listener) resubscribed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.resub == nil {
+		l.resub = make(chan struct{})
+	}
+	return l.resub
+}
