@@ -582,7 +582,7 @@ func (r *renewer) closeAll(ctx context.Context) error {
 // ErrLost if the claim was not l's any more, or l had already ended (lost, or the handle
 // closed); and otherwise the error, while the handle goes on trying in the background for up
 // to the lease's TTL. l ends either way: at once, or when those tries are over (as released if
-// one went through, else as lost).
+// one reached Redis, else as lost).
 //
 // A lease that was lost is still given back if Redis has it under l's owner (release is a
 // compare-and-delete): a holder whose deadline passed while a renewal's reply was late, or
@@ -596,7 +596,7 @@ func (h *Handle) Release(ctx context.Context, what string, l *Lease, release fun
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	// If no attempt is confirmed now, the lease ends when the background ones are done: as
-	// released if one went through, else as lost (the claim lapsed in Redis by then).
+	// released if one reached Redis, else as lost (the claim lapsed in Redis by then).
 	var confirmed atomic.Bool
 	held, err := h.GiveBack(ctx, what, l.TTL(), func() {
 		if confirmed.Load() {
@@ -606,7 +606,9 @@ func (h *Handle) Release(ctx context.Context, what string, l *Lease, release fun
 		}
 	}, func(ctx context.Context) (bool, error) {
 		held, err := release(ctx)
-		if err == nil && held {
+		if err == nil {
+			// An answer, whichever: the claim is not the holder's any more. (A retry of a
+			// release that went through may find it taken already, and say so.)
 			confirmed.Store(true)
 		}
 		return held, err
