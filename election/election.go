@@ -220,16 +220,19 @@ func (t *Term) Lease() *distsync.Lease { return t.l.Public.(*distsync.Lease) }
 // [distsync.ErrLost] if the term had been lost before, and matching ErrNotHeld if it was
 // resigned already. If Redis cannot be reached it returns the error, having stopped renewing
 // the term: the leader must not count on still leading, and must not count on having
-// resigned; the Handle goes on trying to resign in the background until the lease would have
-// expired anyway, and Done is closed then, with Err matching [distsync.ErrReleased] if a try
-// went through and [distsync.ErrLost] if none did.
+// resigned. The Handle goes on trying to resign in the background; Done is closed when a try
+// reaches Redis (Err matches [distsync.ErrReleased]), or at the term's local deadline, the
+// moment Redis may let another candidate lead, if none has by then (Err matches
+// [distsync.ErrLost]).
 func (t *Term) Resign(ctx context.Context) error {
 	return t.e.l.Release(ctx, "resign", t.l)
 }
 
 // Proclaim changes the leader's value to value without giving up leadership; observers are
-// told. It returns an error matching [distsync.ErrNotHeld] and [distsync.ErrLost] if the term
-// is over (it then ends the term, if its lease had not noticed yet), or the error of Redis.
+// told. If the term is over it returns an error matching [distsync.ErrNotHeld] and why the
+// term ended ([distsync.ErrReleased], or [distsync.ErrLost] if Redis no longer has it as the
+// leader's, which the term's Done then reports within a renewal period); otherwise the error
+// of Redis, if any.
 func (t *Term) Proclaim(ctx context.Context, value string) error {
 	if err := t.l.Err(); err != nil {
 		return fmt.Errorf("election %q: proclaim: %w: %w", t.e.Name(), distsync.ErrNotHeld, err)
@@ -241,9 +244,12 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 	case err != nil:
 		return fmt.Errorf("election %q: proclaim: %w", t.e.Name(), err)
 	case n == 0:
-		t.l.Stop()
-		t.l.End(fmt.Errorf("%w: the term was over when the leader proclaimed", distsync.ErrLost))
-		return fmt.Errorf("election %q: proclaim: %w: %w", t.e.Name(), distsync.ErrNotHeld, t.l.Err())
+		if err := t.l.Err(); err != nil { // a Resign, or the renewal loop, came first
+			return fmt.Errorf("election %q: proclaim: %w: %w", t.e.Name(), distsync.ErrNotHeld, err)
+		}
+		// The term is over in Redis. The lease is left to the renewal loop, which ends it
+		// as lost at its next renewal: ending it here could mislabel a Resign in flight.
+		return fmt.Errorf("election %q: proclaim: %w: %w: the term was over in Redis", t.e.Name(), distsync.ErrNotHeld, distsync.ErrLost)
 	}
 	t.mu.Lock()
 	t.value = value

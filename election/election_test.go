@@ -269,14 +269,21 @@ func TestCutOffLeaderIsReplaced(t *testing.T) {
 }
 
 // A leader whose Redis cannot be reached learns that Resign failed: it is not told it
-// resigned, and the term ends (it no longer renews), so that it stops acting as the leader.
+// resigned, and the term ends as lost at its local deadline (it no longer renews, and the
+// background retries do not keep it), so that it stops acting as the leader no later than
+// Redis may let another candidate lead.
 func TestResignThatFailsIsReported(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 3 * time.Second
 		prefix := b.Prefix(t)
 		net := redistest.NewNetwork()
-		a := newElection(t, b.PodVia(t, prefix, net, distsync.WithLeaseTTL(time.Second)), "fail")
+		a := newElection(t, b.PodVia(t, prefix, net, distsync.WithLeaseTTL(ttl)), "fail")
 		ta := campaign(t, a, "a")
 		net.Cut()
+		deadline := ta.Lease().Deadline() // no renewal gets through from now on
+		// Resign a second before the deadline: the background retries go on for a whole lease
+		// after it, two seconds past the deadline.
+		time.Sleep(time.Until(deadline.Add(-time.Second)))
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		err := ta.Resign(ctx)
@@ -289,10 +296,46 @@ func TestResignThatFailsIsReported(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the term did not end after a failed Resign")
 		}
+		if late := time.Since(deadline); late > time.Second {
+			t.Errorf("the term ended %v after its local deadline", late)
+		}
 		if !errors.Is(ta.Err(), distsync.ErrLost) {
 			t.Errorf("a term whose Resign never reached Redis ended with %v, want ErrLost", ta.Err())
 		}
 		net.Restore()
+	})
+}
+
+// A leader's term is read from the record, not from the fence key, which may expire during a
+// long term (its retention counts from the last acquisition).
+func TestLeaderTermOutlivesTheFenceKey(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		p := b.Pod(t, prefix, distsync.WithFenceRetention(100*time.Millisecond))
+		e := newElection(t, p, "fence")
+		term, ok, err := e.TryCampaign(context.Background(), "v")
+		if err != nil || !ok {
+			t.Fatalf("TryCampaign = %v, %v", ok, err)
+		}
+		if !redistest.Eventually(5*time.Second, func() bool {
+			n, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Exists().Key(key(prefix, "fence", "fence")).Build() }).AsInt64()
+			return n == 0
+		}) {
+			t.Fatal("the fence key did not expire")
+		}
+		info, err := e.Leader(context.Background())
+		if err != nil || info.Term != term.Token() {
+			t.Fatalf("Leader = %+v, %v; want term %d", info, err, term.Token())
+		}
+		c := observe(t, e)
+		c.waitFor(t, "v")
+		c.mu.Lock()
+		first := c.infos[0]
+		c.mu.Unlock()
+		if first.Term != term.Token() {
+			t.Errorf("the observer's first Info has term %d, want %d", first.Term, term.Token())
+		}
+		resign(t, term)
 	})
 }
 

@@ -103,7 +103,8 @@ func (o *observer) run(ctx context.Context, out chan<- Info) {
 	}
 	defer sub.Close()
 
-	var last Info // the last Info sent (Term 0: none)
+	var last Info // the last Info sent
+	sent := false
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	read, backoff := true, minBackoff
@@ -150,12 +151,15 @@ func (o *observer) run(ctx context.Context, out chan<- Info) {
 			return 0
 		})
 		for _, info := range batch {
-			if last.Term != 0 && !info.newer(last) {
+			if sent && !info.newer(last) {
 				continue
+			}
+			if ctx.Err() != nil {
+				return // select would pick a ready send at random
 			}
 			select {
 			case out <- info:
-				last = info
+				last, sent = info, true
 			case <-ctx.Done():
 				return
 			}

@@ -581,8 +581,8 @@ func (r *renewer) closeAll(ctx context.Context) error {
 // still l's (see GiveBack). It returns nil once released; an error matching ErrNotHeld and
 // ErrLost if the claim was not l's any more, or l had already ended (lost, or the handle
 // closed); and otherwise the error, while the handle goes on trying in the background for up
-// to the lease's TTL. l ends either way: at once, or when those tries are over (as released if
-// one reached Redis, else as lost).
+// to the lease's TTL. l ends either way: at once; or, after an error, as released when a
+// background try reaches Redis before l's local deadline, else as lost at that deadline.
 //
 // A lease that was lost is still given back if Redis has it under l's owner (release is a
 // compare-and-delete): a holder whose deadline passed while a renewal's reply was late, or
@@ -595,24 +595,35 @@ func (h *Handle) Release(ctx context.Context, what string, l *Lease, release fun
 		}
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
-	// If no attempt is confirmed now, the lease ends when the background ones are done: as
-	// released if one reached Redis, else as lost (the claim lapsed in Redis by then).
+	// If no attempt is confirmed now, the background goes on trying, and the lease ends as
+	// released once one reaches Redis before the lease's local deadline (a retry of a release
+	// that went through may then find the claim gone, and say so: it was not lost, it was
+	// released). If none has by the deadline, the lease ends there, as lost: the holder must
+	// not believe in it past the moment Redis may have expired it, whatever the background
+	// does later.
+	deadline := l.Deadline()
 	var confirmed atomic.Bool
-	held, err := h.GiveBack(ctx, what, l.TTL(), func() {
+	ended := func() {
 		if confirmed.Load() {
 			l.End(ErrReleased)
 		} else {
 			l.End(lost("its release could not be confirmed before its lease ran out"))
 		}
-	}, func(ctx context.Context) (bool, error) {
+	}
+	held, err := h.GiveBack(ctx, what, l.TTL(), ended, func(ctx context.Context) (bool, error) {
 		held, err := release(ctx)
-		if err == nil {
-			// An answer, whichever: the claim is not the holder's any more. (A retry of a
-			// release that went through may find it taken already, and say so.)
+		if err == nil && time.Now().Before(deadline) {
 			confirmed.Store(true)
 		}
 		return held, err
 	})
+	if err != nil && l.Err() == nil {
+		time.AfterFunc(time.Until(deadline), func() {
+			if !confirmed.Load() {
+				ended()
+			}
+		})
+	}
 	switch {
 	case err != nil:
 		return err

@@ -109,6 +109,9 @@ if ARGV[5] ~= '1' then
   live_for(q, pttl + tonumber(ARGV[9]) + wlease)
   live_for(qx, pttl + tonumber(ARGV[9]) + wlease)
   if rec then
+    -- Again: a pass_on() above may have announced another holder, and dropped this waiter's
+    -- value as the holder it replaced (a grant to this waiter that lapsed).
+    redis.call('HSET', rec.values, w, ARGV[12])
     live_for(rec.values, pttl + tonumber(ARGV[9]) + wlease)
   end
 elseif rec then

@@ -13,6 +13,8 @@
 -- ARGV[8] backup     waiter watching the grant ('' if none)
 -- ARGV[9] window     ms a grant lasts unless confirmed
 -- ARGV[10] fence_ttl ms the fence key outlives the last acquisition
+-- KEYS[5] values     optional: a record of the holder (election, lib/queue.lua), made to live
+--                    as long as the confirmed lease
 -- Reply: 1 confirmed; 0 the grant is gone (it expired, or was released already)
 
 -- #include lib/clock.lua
@@ -36,6 +38,9 @@ if cur ~= ARGV[1] then
   return 0
 end
 redis.call('PEXPIRE', lock, ARGV[2])
+if KEYS[5] then
+  live_for(KEYS[5], tonumber(ARGV[2]))
+end
 if ARGV[8] ~= '' then
   tell(ARGV[7], ARGV[6], ARGV[8], 'c')
 end

@@ -20,8 +20,9 @@
 -- A queue may keep a record of who holds the lock (election: the leader): rec, a table
 -- {values = <hash>, channel = <observers' channel>, live = <the lease in ms>}, or nil for a
 -- plain lock (record() makes it from a script's optional KEYS and ARGV). The values hash
--- holds each waiter's value (waiter id -> value), the holder's waiter id under '@' and the
--- number of announcements under '#'; every change of holder, and of the holder's value, is
+-- holds each waiter's value (waiter id -> value), the holder's waiter id under '@' and its
+-- token under '@t' (the fence key may expire while it holds), and the number of
+-- announcements under '#'; every change of holder, and of the holder's value, is
 -- announced on the channel (announce()).
 --
 -- Requires lib/clock.lua and lib/fence.lua.
@@ -66,7 +67,7 @@ local function announce(rec, pub, lock, waiter, token)
   if prev and prev ~= waiter then
     redis.call('HDEL', rec.values, prev)
   end
-  redis.call('HSET', rec.values, '@', waiter)
+  redis.call('HSET', rec.values, '@', waiter, '@t', int(tonumber(token)))
   local seq = redis.call('HINCRBY', rec.values, '#', 1)
   local pttl = redis.call('PTTL', lock)
   live_for(rec.values, math.max(pttl, rec.live))
@@ -89,7 +90,7 @@ local function forget(rec, waiter)
   if rec then
     redis.call('HDEL', rec.values, waiter)
     if redis.call('HGET', rec.values, '@') == waiter then
-      redis.call('HDEL', rec.values, '@')
+      redis.call('HDEL', rec.values, '@', '@t')
     end
   end
 end
