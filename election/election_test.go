@@ -318,7 +318,9 @@ func TestLeaderTermOutlivesTheFenceKey(t *testing.T) {
 			t.Fatalf("TryCampaign = %v, %v", ok, err)
 		}
 		if !redistest.Eventually(5*time.Second, func() bool {
-			n, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Exists().Key(key(prefix, "fence", "fence")).Build() }).AsInt64()
+			n, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+				return c.B().Exists().Key(key(prefix, "fence", "fence")).Build()
+			}).AsInt64()
 			return n == 0
 		}) {
 			t.Fatal("the fence key did not expire")
