@@ -229,7 +229,7 @@ func (t *Term) Resign(ctx context.Context) error {
 }
 
 // Proclaim changes the leader's value to value without giving up leadership; observers are
-// told. If the term is over it returns an error matching [distsync.ErrNotHeld] and why the
+// told. Connection errors are retried a few times. If the term is over it returns an error matching [distsync.ErrNotHeld] and why the
 // term ended ([distsync.ErrReleased], or [distsync.ErrLost] if Redis no longer has it as the
 // leader's, which the term's Done then reports within a renewal period); otherwise the error
 // of Redis, if any.
@@ -238,8 +238,15 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 		return fmt.Errorf("election %q: proclaim: %w: %w", t.e.Name(), distsync.ErrNotHeld, err)
 	}
 	ks, owner := t.e.l.Keys(), t.l.Owner()
-	n, err := scripts.ElectionProclaim.Exec(ctx, t.e.c.Client, []string{ks[0], ks[4]}, []string{owner, fifo.Waiter(owner),
-		strconv.FormatInt(t.l.Token(), 10), value, t.e.l.Observers(), core.Ms(t.e.l.TTL()), t.e.c.Pub}).AsInt64()
+	keys := []string{ks[0], ks[4]}
+	args := []string{owner, fifo.Waiter(owner), strconv.FormatInt(t.l.Token(), 10), value,
+		t.e.l.Observers(), core.Ms(t.e.l.TTL()), t.e.c.Pub}
+	n, err := scripts.ElectionProclaim.Exec(ctx, t.e.c.Client, keys, args).AsInt64()
+	// A connection error is retried a few times at once: a proclaim that went through and is
+	// sent again only announces the same value again.
+	for i, backoff := 0, 10*time.Millisecond; err != nil && core.Transient(err) && i < 3 && sleep(ctx, backoff); i, backoff = i+1, 2*backoff {
+		n, err = scripts.ElectionProclaim.Exec(ctx, t.e.c.Client, keys, args).AsInt64()
+	}
 	switch {
 	case err != nil:
 		return fmt.Errorf("election %q: proclaim: %w", t.e.Name(), err)
