@@ -241,12 +241,12 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 	keys := []string{ks[0], ks[4]}
 	args := []string{owner, fifo.Waiter(owner), strconv.FormatInt(t.l.Token(), 10), value,
 		t.e.l.Observers(), core.Ms(t.e.l.TTL()), t.e.c.Pub}
-	n, err := scripts.ElectionProclaim.Exec(ctx, t.e.c.Client, keys, args).AsInt64()
-	// A connection error is retried a few times at once: a proclaim that went through and is
-	// sent again only announces the same value again.
-	for i, backoff := 0, 10*time.Millisecond; err != nil && core.Transient(err) && i < 3 && sleep(ctx, backoff); i, backoff = i+1, 2*backoff {
+	// A proclaim that went through and is sent again only announces the same value again.
+	var n int64
+	err := core.RetryNow(ctx, func() (err error) {
 		n, err = scripts.ElectionProclaim.Exec(ctx, t.e.c.Client, keys, args).AsInt64()
-	}
+		return err
+	})
 	switch {
 	case err != nil:
 		return fmt.Errorf("election %q: proclaim: %w", t.e.Name(), err)

@@ -362,7 +362,7 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for backoff := 10 * time.Millisecond; ; {
-		resub := l.resubscribed() // before the check: a re-subscription after it means look again
+		resub := l.Next() // before the check: a re-subscription after it means look again
 		owner := g.c.NewID()
 		sent := time.Now()
 		reply, err := scripts.OnceBegin.Exec(ctx, g.c.Client,
@@ -541,16 +541,12 @@ func (g *Group[T]) share(c *call[T], ks keyset, key, owner string, lease *core.L
 	// Publish the result, retrying a lost connection a few times: the waiters would otherwise
 	// wait for the lease to lapse and run fn again.
 	var n int64
-	var ferr error
-	for i, backoff := 0, 10*time.Millisecond; i < 4; i, backoff = i+1, 2*backoff {
+	ferr := core.RetryNow(context.Background(), func() (err error) {
 		fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
-		n, ferr = g.finishN(fctx, ks, owner, res, keep)
-		fcancel()
-		if ferr == nil || !core.Transient(ferr) {
-			break
-		}
-		time.Sleep(backoff)
-	}
+		defer fcancel()
+		n, err = g.finishN(fctx, ks, owner, res, keep)
+		return err
+	})
 	if ferr != nil {
 		g.c.Log().Warn("distsync: once: could not share a result (waiters will take over when the lead lapses)",
 			"group", g.name, "key", key, "err", ferr)
@@ -635,9 +631,8 @@ func (g *Group[T]) notAcquired(key string, err error) error {
 
 // listener receives a key's channel.
 type listener struct {
-	ch    chan string
-	mu    sync.Mutex
-	resub chan struct{}
+	pubsub.Resubs
+	ch chan string
 }
 
 func (l *listener) Message(p string) {
@@ -645,24 +640,4 @@ func (l *listener) Message(p string) {
 	case l.ch <- p:
 	default: // a result is already waiting to be read
 	}
-}
-
-func (l *listener) Resubscribed() {
-	l.mu.Lock()
-	if l.resub == nil {
-		l.resub = make(chan struct{})
-	}
-	close(l.resub)
-	l.resub = make(chan struct{})
-	l.mu.Unlock()
-}
-
-// resubscribed returns a channel closed at the next re-subscription.
-func (l *listener) resubscribed() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.resub == nil {
-		l.resub = make(chan struct{})
-	}
-	return l.resub
 }

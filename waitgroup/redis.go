@@ -10,11 +10,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/pubsub"
 	"github.com/distsync/distsync/internal/scripts"
 )
 
@@ -32,14 +32,11 @@ func (wg *WaitGroup) run(ctx context.Context, s *scripts.Script, id string, delt
 // Redis either does apply return with the outcome unknown, the Handle voiding the request in
 // the background.
 func (wg *WaitGroup) apply(ctx context.Context, s *scripts.Script, id string, delta int64, extra string) ([]int64, error) {
-	v, err := wg.run(ctx, s, id, delta, extra).AsIntSlice()
-	for i, backoff := 0, 10*time.Millisecond; err != nil && core.Transient(err) && ctx.Err() == nil && i < 3; i, backoff = i+1, 2*backoff {
-		select {
-		case <-time.After(backoff):
-			v, err = wg.run(ctx, s, id, delta, extra).AsIntSlice()
-		case <-ctx.Done():
-		}
-	}
+	var v []int64
+	err := core.RetryNow(ctx, func() (err error) {
+		v, err = wg.run(ctx, s, id, delta, extra).AsIntSlice()
+		return err
+	})
 	if _, redisErr := rueidis.IsRedisErr(err); err == nil || redisErr && !core.Transient(err) {
 		return v, err // answered: applied or refused
 	}
@@ -66,11 +63,11 @@ func (wg *WaitGroup) apply(ctx context.Context, s *scripts.Script, id string, de
 
 // listener receives the group's channel: it keeps the latest round's message.
 type listener struct {
+	pubsub.Resubs
 	signal chan struct{}
 	mu     sync.Mutex
 	round  string // of the latest message
 	msg    string // its outcome
-	resub  chan struct{}
 }
 
 func (l *listener) Message(p string) {
@@ -93,24 +90,4 @@ func (l *listener) last() (round, outcome string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.round, l.msg
-}
-
-func (l *listener) Resubscribed() {
-	l.mu.Lock()
-	if l.resub == nil {
-		l.resub = make(chan struct{})
-	}
-	close(l.resub)
-	l.resub = make(chan struct{})
-	l.mu.Unlock()
-}
-
-// resubscribed returns a channel closed at the next re-subscription.
-func (l *listener) resubscribed() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.resub == nil {
-		l.resub = make(chan struct{})
-	}
-	return l.resub
 }

@@ -222,7 +222,7 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for backoff := 10 * time.Millisecond; ; {
-		resub := l.resubscribed() // before the check: a re-subscription after it means look again
+		resub := l.Next() // before the check: a re-subscription after it means look again
 		r, err := wg.run(ctx, scripts.WaitGroupCheck, "", 0, round).AsStrSlice()
 		if err == nil && len(r) < 2 {
 			err = core.Unexpected(scripts.WaitGroupCheck, r)

@@ -646,17 +646,11 @@ func (h *Handle) Release(ctx context.Context, what string, l *Lease, release fun
 // and goes on trying in the background for up to within (the claim expires by then anyway),
 // then runs finally (if not nil).
 func (h *Handle) GiveBack(ctx context.Context, what string, within time.Duration, finally func(), release func(ctx context.Context) (bool, error)) (bool, error) {
-	held, err := release(ctx)
-	for i, backoff := 0, 10*time.Millisecond; err != nil && Transient(err) && i < 3; i, backoff = i+1, 2*backoff {
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
+	var held bool
+	err := RetryNow(ctx, func() (err error) {
 		held, err = release(ctx)
-	}
+		return err
+	})
 	if err == nil {
 		return held, nil
 	}

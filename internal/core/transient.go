@@ -1,8 +1,10 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -46,3 +48,22 @@ func (p permanent) Unwrap() error { return p.error }
 
 // Permanent marks err as not Transient (an unexpected reply, say).
 func Permanent(err error) error { return permanent{err} }
+
+// RetryNow runs f, then again while it fails with a transient error, up to three more times
+// after 10, 20 and 40 ms, unless ctx ends first: for a command a caller waits for, which is
+// safe to send again (Redis applies its request id once, or it is idempotent). It returns f's
+// last error.
+func RetryNow(ctx context.Context, f func() error) error {
+	err := f()
+	for i, backoff := 0, 10*time.Millisecond; err != nil && Transient(err) && i < 3; i, backoff = i+1, 2*backoff {
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+		err = f()
+	}
+	return err
+}

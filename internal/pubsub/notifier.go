@@ -34,6 +34,34 @@ type Listener interface {
 	Resubscribed()
 }
 
+// Resubs is the Resubscribed half of a Listener whose waiters look at the state again after
+// a re-subscription: embed it, and have each waiter take Next before it checks the state, then
+// wait for that channel too. The zero value is ready to use.
+type Resubs struct {
+	mu   sync.Mutex
+	next chan struct{}
+}
+
+// Resubscribed implements Listener: it closes the channel Next returned.
+func (r *Resubs) Resubscribed() {
+	r.mu.Lock()
+	if r.next != nil {
+		close(r.next)
+	}
+	r.next = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// Next returns a channel closed at the next re-subscription.
+func (r *Resubs) Next() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.next == nil {
+		r.next = make(chan struct{})
+	}
+	return r.next
+}
+
 // Notifier multiplexes the pub/sub channels of one handle.
 type Notifier struct {
 	client  rueidis.Client
