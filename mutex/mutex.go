@@ -146,6 +146,13 @@ func (m *Mutex) Lock(ctx context.Context) error {
 // LockLease is [Mutex.Lock] that also returns the hold's [distsync.Lease]: its fencing token,
 // its loss signal, and the means to refresh or extend it. The lease ends when m is unlocked.
 func (m *Mutex) LockLease(ctx context.Context) (*distsync.Lease, error) {
+	obs := m.c.Begin(ctx, core.KindMutex, m.name, 1, false)
+	l, err := m.lockLease(obs.Bind(ctx))
+	obs.Done(l, err)
+	return l, err
+}
+
+func (m *Mutex) lockLease(ctx context.Context) (*distsync.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, m.notAcquired(err)
 	}
@@ -182,6 +189,13 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 // TryLockLease is [Mutex.TryLock] that also returns the hold's [distsync.Lease] when it took
 // the lock (nil otherwise).
 func (m *Mutex) TryLockLease(ctx context.Context) (*distsync.Lease, bool, error) {
+	obs := m.c.Begin(ctx, core.KindMutex, m.name, 1, false)
+	l, ok, err := m.tryLockLease(ctx)
+	obs.Done(l, err)
+	return l, ok, err
+}
+
+func (m *Mutex) tryLockLease(ctx context.Context) (*distsync.Lease, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, m.notAcquired(err)
 	}

@@ -338,6 +338,19 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 		c.cancel()
 		close(c.done)
 	}()
+	// For the Handle's observer, the call acquires the lead: it reports the lead it takes
+	// (and its hold), or, not acquired, the result of another leader (Err nil) or its error.
+	obs := g.c.Begin(ctx, core.KindGroup, g.name, 1, false)
+	led, followed := false, false
+	defer func() {
+		switch {
+		case led:
+		case c.shared:
+			obs.Done(nil, nil)
+		default:
+			obs.Done(nil, c.err)
+		}
+	}()
 	if err := g.c.Enter(); err != nil {
 		c.err = g.wrap(key, err)
 		return
@@ -412,10 +425,21 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 				c.err = g.wrap(key, err) // the Handle closed: fn must not run uncoordinated
 				return
 			}
+			if leader != "" {
+				obs.Once(core.EventOnceTakeover)
+			} else {
+				obs.Once(core.EventOnceLeader)
+			}
+			led = true
+			obs.Done(lease, nil)
 			g.lead(c, ks, key, owner, lease, fn, ctx, sub != nil)
 			return
 		case "w":
 			leader, _ = reply[1].ToString()
+			if !followed {
+				followed = true
+				obs.Once(core.EventOnceFollower)
+			}
 			if sub == nil {
 				if sub, err = g.c.Notifier.Subscribe(ctx, ks.channel, l); err != nil {
 					switch {

@@ -141,7 +141,7 @@ func (m *Mutex) Name() string { return m.name }
 // if the owner's hold here was lost (re-entering a lost hold would hide the loss).
 // Connection errors are retried while waiting; other Redis errors are returned.
 func (m *Mutex) Lock(ctx context.Context) error {
-	_, err := m.lock1(ctx, true)
+	_, err := m.LockLease(ctx)
 	return err
 }
 
@@ -150,7 +150,8 @@ func (m *Mutex) Lock(ctx context.Context) error {
 // trip; if it ends first TryLock returns its error (matching [distsync.ErrNotAcquired]) and
 // the count is as it was.
 func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
-	return m.lock1(ctx, false)
+	_, ok, err := m.TryLockLease(ctx)
+	return ok, err
 }
 
 // LockLease is [Mutex.Lock] that also returns the owner's [distsync.Lease]: one lease for the
@@ -158,20 +159,27 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 // lease the outermost one did. It carries the fencing token of the outermost Lock and the loss
 // signal of the hold.
 func (m *Mutex) LockLease(ctx context.Context) (*distsync.Lease, error) {
-	if _, err := m.lock1(ctx, true); err != nil {
-		return nil, err
+	obs := m.c.Begin(ctx, core.KindReentrant, m.name, 1, false)
+	var l *distsync.Lease
+	_, err := m.lock1(obs.Bind(ctx), true)
+	if err == nil {
+		l = m.lease(ctx)
 	}
-	return m.lease(ctx), nil
+	obs.Done(l, err)
+	return l, err
 }
 
 // TryLockLease is [Mutex.TryLock] that also returns the owner's [distsync.Lease] when it took
 // or re-entered m (nil otherwise), as [Mutex.LockLease] does.
 func (m *Mutex) TryLockLease(ctx context.Context) (*distsync.Lease, bool, error) {
+	obs := m.c.Begin(ctx, core.KindReentrant, m.name, 1, false)
+	var l *distsync.Lease
 	ok, err := m.lock1(ctx, false)
-	if !ok || err != nil {
-		return nil, ok, err
+	if ok && err == nil {
+		l = m.lease(ctx)
 	}
-	return m.lease(ctx), true, nil
+	obs.Done(l, err)
+	return l, ok && err == nil, err
 }
 
 func (m *Mutex) lock1(ctx context.Context, wait bool) (bool, error) {

@@ -220,6 +220,13 @@ func (m *RWMutex) RLocker() sync.Locker { return core.Locker("rwmutex: RLocker",
 
 // wait waits in room for a hold and returns its lease.
 func (m *RWMutex) wait(ctx context.Context, room *waitq.Room) (*distsync.Lease, error) {
+	obs := m.c.Begin(ctx, core.KindRWMutex, m.name, 1, room == m.readers)
+	l, err := m.waitHold(obs.Bind(ctx), room)
+	obs.Done(l, err)
+	return l, err
+}
+
+func (m *RWMutex) waitHold(ctx context.Context, room *waitq.Room) (*distsync.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, m.notAcquired(err)
 	}
@@ -250,6 +257,13 @@ func public(sink *core.Sink) *distsync.Lease {
 }
 
 func (m *RWMutex) try(ctx context.Context, mode string) (*distsync.Lease, bool, error) {
+	obs := m.c.Begin(ctx, core.KindRWMutex, m.name, 1, mode == "r")
+	l, ok, err := m.tryHold(ctx, mode)
+	obs.Done(l, err)
+	return l, ok, err
+}
+
+func (m *RWMutex) tryHold(ctx context.Context, mode string) (*distsync.Lease, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, m.notAcquired(err)
 	}

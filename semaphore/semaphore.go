@@ -132,6 +132,13 @@ func (s *Semaphore) AcquireLease(ctx context.Context, n int64) (*distsync.Lease,
 	if err := s.check(n); err != nil {
 		return nil, err
 	}
+	obs := s.c.Begin(ctx, core.KindSemaphore, s.name, n, false)
+	l, err := s.acquireLease(obs.Bind(ctx), n)
+	obs.Done(l, err)
+	return l, err
+}
+
+func (s *Semaphore) acquireLease(ctx context.Context, n int64) (*distsync.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, s.notAcquired(err)
 	}
@@ -212,6 +219,13 @@ func (s *Semaphore) TryAcquireLease(ctx context.Context, n int64) (*distsync.Lea
 	if err := s.check(n); err != nil {
 		return nil, false, err
 	}
+	obs := s.c.Begin(ctx, core.KindSemaphore, s.name, n, false)
+	l, ok, err := s.tryAcquireLease(ctx, n)
+	obs.Done(l, err)
+	return l, ok, err
+}
+
+func (s *Semaphore) tryAcquireLease(ctx context.Context, n int64) (*distsync.Lease, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, s.notAcquired(err)
 	}

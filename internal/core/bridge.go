@@ -19,13 +19,14 @@ const MinLease = 10 * time.Millisecond
 var (
 	handleOf    func(h any) *Handle
 	wrapLease   func(l *Lease) any
+	leaseOf     func(l any) *Lease // nil for a nil *distsync.Lease
 	wrapHolders func(hs []HolderInfo) any
 )
 
 // Bridge installs the conversions; only package distsync calls it.
-func Bridge(of func(h any) *Handle, wrap func(l *Lease) any, wrapO func(Opt) any, unwrapO func(any) Opt,
-	holders func([]HolderInfo) any) {
-	handleOf, wrapLease, wrapOpt, unwrapOpt, wrapHolders = of, wrap, wrapO, unwrapO, holders
+func Bridge(of func(h any) *Handle, wrap func(l *Lease) any, unwrap func(l any) *Lease, wrapO func(Opt) any,
+	unwrapO func(any) Opt, holders func([]HolderInfo) any) {
+	handleOf, wrapLease, leaseOf, wrapOpt, unwrapOpt, wrapHolders = of, wrap, unwrap, wrapO, unwrapO, holders
 }
 
 // Of returns the core of a *distsync.Handle (nil for a nil handle).

@@ -30,7 +30,8 @@ type Config struct {
 	HandoffWindow time.Duration
 	WaiterLease   time.Duration
 	Logger        *slog.Logger
-	ReplicaAck    ReplicaAck // N 0: none
+	ReplicaAck    ReplicaAck  // N 0: none
+	Observer      func(Event) // nil: none (see Emit)
 }
 
 // Handle is the shared state behind a distsync.Handle.
@@ -44,8 +45,9 @@ type Handle struct {
 	// Pub is the publish command scripts use: SPUBLISH on Cluster (sharded), else PUBLISH.
 	Pub string
 
-	id  string
-	seq atomic.Uint64
+	id     string
+	seq    atomic.Uint64
+	obsSeq atomic.Uint64 // numbers the observed calls (Begin)
 
 	ren *renewer
 

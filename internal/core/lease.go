@@ -92,6 +92,11 @@ type Lease struct {
 	next     time.Time     // next renewal
 	first    *scripts.Call // sent instead of extend.lua for the next renewal, then cleared
 	inflight bool
+
+	ended    atomic.Bool             // End's first call won (finish)
+	obs      atomic.Pointer[Acquire] // the observed call that took the hold (Acquire.Done)
+	reported atomic.Bool             // its end was reported to the observer
+	logged   atomic.Bool             // its loss was logged
 }
 
 // Hold starts tracking a claim acquired per spec and returns its lease.
@@ -268,17 +273,36 @@ func (l *Lease) expire() {
 	}
 	r := l.h.ren
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	ended := false
 	if _, tracked := r.leases[l]; tracked && !time.Now().Before(l.deadline) {
 		delete(r.leases, l)
-		l.End(errDeadline()) // under the lock, as the loop does
+		ended = l.finish(errDeadline()) // under the lock, as the loop does
+	}
+	r.mu.Unlock()
+	if ended {
+		l.report(context.Cause(l.ctx))
 	}
 }
 
 func errDeadline() error { return lost("its deadline passed before a renewal succeeded") }
 
-// End ends the lease with err (the first call wins) and closes Done.
-func (l *Lease) End(err error) { l.end(err) }
+// End ends the lease with err (the first call wins), closes Done, and reports the end to the
+// log (a loss) and the handle's observer.
+func (l *Lease) End(err error) {
+	if l.finish(err) {
+		l.report(err)
+	}
+}
+
+// finish ends the lease with err, reporting nothing, and says whether this call ended it: a
+// caller that holds the renewer's lock reports the end (report) after unlocking it.
+func (l *Lease) finish(err error) bool {
+	if !l.ended.CompareAndSwap(false, true) {
+		return false
+	}
+	l.end(err)
+	return true
+}
 
 // Stop takes the lease off the renewal loop before the caller releases the claim, so that no
 // renewal reply that arrives later can report a deliberate release as a loss. It returns the
@@ -362,7 +386,9 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	case err == nil || isWrongType(err):
 		delete(r.leases, l)
 		err := lost("the claim was gone or held by another owner when it was refreshed")
-		l.End(err)
+		if l.finish(err) {
+			defer l.report(err) // after the deferred unlock: deferred calls run last in, first out
+		}
 		return err
 	default:
 		return err
@@ -445,6 +471,7 @@ func (r *renewer) run(ctx context.Context) {
 		wake := now.Add(time.Hour)
 		var batch []*Lease
 
+		var ended []*Lease
 		r.mu.Lock()
 		r.wakeAt = time.Time{}
 		for l := range r.leases {
@@ -452,7 +479,9 @@ func (r *renewer) run(ctx context.Context) {
 				// Ended under the lock: a lease off the loop and not yet ended would read as
 				// held to Err (expire skips leases the loop no longer tracks).
 				delete(r.leases, l)
-				l.End(errDeadline())
+				if l.finish(errDeadline()) {
+					ended = append(ended, l)
+				}
 				continue
 			}
 			at := l.deadline
@@ -473,6 +502,9 @@ func (r *renewer) run(ctx context.Context) {
 		}
 		r.wakeAt = wake
 		r.mu.Unlock()
+		for _, l := range ended {
+			l.report(context.Cause(l.ctx))
+		}
 
 		if len(batch) > 0 {
 			r.h.bg.Add(1)
@@ -517,6 +549,9 @@ func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 	cancel()
 
 	now := time.Now()
+	var ended []*Lease
+	var renewed []*Lease
+	var failed []error
 	r.mu.Lock()
 	for i, l := range batch {
 		l.inflight = false
@@ -530,17 +565,32 @@ func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 			l.next = sent.Add(period)
 			l.deadline = sent.Add(l.spec.TTL - Drift(l.spec.TTL))
 			l.first = nil
+			if r.h.Observed() {
+				renewed, failed = append(renewed, l), append(failed, nil)
+			}
 		case err == nil || isWrongType(err):
 			delete(r.leases, l) // and ended under the lock, as in run
-			l.End(lost("the claim was gone or held by another owner when it was renewed"))
+			if l.finish(lost("the claim was gone or held by another owner when it was renewed")) {
+				ended = append(ended, l)
+			}
 		default:
 			// Unreachable, or a transient Redis error (LOADING, READONLY during a failover):
 			// try again soon; the deadline ends the lease if nothing gets through.
 			l.next = now.Add(min(max(period/6, 10*time.Millisecond), time.Second))
 			r.h.Log().Debug("distsync: renewal failed, will retry", "key", l.spec.Key, "err", err)
+			if r.h.Observed() {
+				renewed, failed = append(renewed, l), append(failed, err)
+			}
 		}
 	}
 	r.mu.Unlock()
+	// Reported outside the lock: the observer and the log may be slow.
+	for i, l := range renewed {
+		l.renewed(failed[i])
+	}
+	for _, l := range ended {
+		l.report(context.Cause(l.ctx))
+	}
 	r.wake()
 }
 
@@ -554,12 +604,18 @@ func (r *renewer) closeAll(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
 	held := make([]*Lease, 0, len(r.leases))
+	var ended []*Lease
 	for l := range r.leases {
 		held = append(held, l)
-		l.End(ErrClosed) // first, and under the lock: the release below must not record the end as a release
+		if l.finish(ErrClosed) { // first, and under the lock: the release below must not record the end as a release
+			ended = append(ended, l)
+		}
 	}
 	r.leases = map[*Lease]struct{}{}
 	r.mu.Unlock()
+	for _, l := range ended {
+		l.report(ErrClosed)
+	}
 
 	var errs []error
 	for _, l := range held {

@@ -97,6 +97,13 @@ func (m *Lock) record(args []string, more ...string) []string {
 // it returns an error matching both [distsync.ErrNotAcquired] and ctx.Err(), having left the
 // queue (passing the lock on if it was just handed to it).
 func (m *Lock) Acquire(ctx context.Context, value string) (*core.Lease, error) {
+	obs := m.c.Begin(ctx, m.kind, m.name, 1, false)
+	l, err := m.acquire(obs.Bind(ctx), value)
+	obs.Done(l, err)
+	return l, err
+}
+
+func (m *Lock) acquire(ctx context.Context, value string) (*core.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, m.notAcquired(err)
 	}
@@ -161,6 +168,13 @@ func (m *Lock) wait(ctx context.Context, w, value string, slot *waitq.Slot) erro
 // otherwise. ctx bounds the one round trip; if it ends first TryAcquire returns its error
 // (matching [distsync.ErrNotAcquired]) and makes sure the attempt takes nothing.
 func (m *Lock) TryAcquire(ctx context.Context, value string) (*core.Lease, bool, error) {
+	obs := m.c.Begin(ctx, m.kind, m.name, 1, false)
+	l, ok, err := m.tryAcquire(ctx, value)
+	obs.Done(l, err)
+	return l, ok, err
+}
+
+func (m *Lock) tryAcquire(ctx context.Context, value string) (*core.Lease, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, m.notAcquired(err)
 	}

@@ -102,6 +102,7 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 			return nil
 		}
 		backoff = minBackoff
+		h.Note(ctx, core.EventQueued)
 		if place == nil || place.Err() != nil {
 			// If a renewal finds the place gone (Redis unreachable for a waiter lease, or
 			// pruned), the loop re-checks, which queues the waiter again.
@@ -129,6 +130,7 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 			case sig := <-t.Slot.C:
 				switch sig.Kind {
 				case Granted:
+					h.Note(ctx, core.EventGranted)
 					// Redis keeps a grant for its window (the releaser's) after it was made, and
 					// it was made after the last renewal of the place that found the place there
 					// (a grant takes the waiter out of the queue). That renewal was sent at
@@ -154,6 +156,7 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 					}
 					watchC = nil
 				default:
+					h.Note(ctx, core.EventWoken)
 					break listen
 				}
 			case <-watchC:

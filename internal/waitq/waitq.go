@@ -283,10 +283,16 @@ func (r *Room) Acquire(ctx context.Context) error {
 	r.n++
 	r.mu.Unlock()
 
+	if w.turn != closedTurn {
+		r.h.Note(ctx, core.EventQueued) // behind other goroutines of this process
+	}
 	var err error
 	var owner string
 	select {
 	case <-w.turn:
+		if w.turn != closedTurn {
+			r.h.Note(ctx, core.EventWoken) // its turn among this process's waiters
+		}
 		owner, err = r.contend(ctx, w)
 	case <-ctx.Done():
 		err = ctx.Err()
@@ -356,6 +362,9 @@ func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
 			r.grant, r.now = nil, false
 			subscribed := r.sub != nil
 			r.mu.Unlock()
+			if t.Grant != nil {
+				r.h.Note(ctx, core.EventGranted)
+			}
 
 			sent := time.Now()
 			res, owner, err := r.hooks.Attempt(ctx, t)
@@ -411,6 +420,7 @@ func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
 			if res.Acquired {
 				return "", nil
 			}
+			r.h.Note(ctx, core.EventQueued)
 			if !subscribed {
 				// Subscribe, then check again: a release published between the failed
 				// attempt and the confirmed subscription reached nobody.
@@ -435,6 +445,9 @@ func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
 		r.mu.Lock()
 		if r.now {
 			r.mu.Unlock()
+			if !must {
+				r.h.Note(ctx, core.EventWoken) // a message, not this loop's own retry
+			}
 			must = true
 			continue
 		}

@@ -1,0 +1,195 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+)
+
+// What an Event reports (package distsync documents each as an EventKind).
+const (
+	EventAcquireStarted = iota + 1
+	EventAcquired
+	EventNotAcquired
+	EventReleased
+	EventLost
+	EventRenewed
+	EventRenewalFailed
+	EventQueued
+	EventWoken
+	EventGranted
+	EventOnceLeader
+	EventOnceFollower
+	EventOnceTakeover
+)
+
+// Event is one thing that happened to a primitive made from a handle, for the handle's
+// observer (see distsync.Event, which it becomes field by field).
+type Event struct {
+	Kind      uint8
+	Primitive string
+	Name      string
+	ID        uint64
+	Context   context.Context
+	Wait      time.Duration
+	Held      time.Duration
+	Token     int64
+	Weight    int64
+	Shared    bool
+	Err       error
+}
+
+// Observed reports whether the handle has an observer: a primitive that would build
+// something only for it checks this first, so that a handle without one pays nothing.
+func (h *Handle) Observed() bool { return h.Config.Observer != nil }
+
+// Emit sends e to the handle's observer, if it has one.
+func (h *Handle) Emit(e Event) {
+	if o := h.Config.Observer; o != nil {
+		o(e)
+	}
+}
+
+// Acquire follows one call that acquires (a Lock, an Acquire, a Campaign, a once Do) for the
+// handle's observer: Begin reports that it started, Done how it ended, and the hold it took
+// reports its end through it. A nil *Acquire, what Begin returns on a handle without an
+// observer, does nothing at all.
+type Acquire struct {
+	h          *Handle
+	id         uint64
+	kind, name string
+	ctx        context.Context
+	weight     int64
+	shared     bool
+	start      time.Time
+	acquired   time.Time // when Done saw the hold taken: Held counts from it
+	queued     atomic.Bool
+}
+
+// acquireKey is the context key of the call's Acquire (Bind).
+type acquireKey struct{}
+
+// Begin reports that a call of the primitive kind named name started to acquire weight units
+// (1 but for a semaphore; shared for a read lock) and returns what follows it: nil if the
+// handle has no observer.
+func (h *Handle) Begin(ctx context.Context, kind, name string, weight int64, shared bool) *Acquire {
+	if h.Config.Observer == nil {
+		return nil
+	}
+	a := &Acquire{h: h, id: h.obsSeq.Add(1), kind: kind, name: name, ctx: ctx, weight: weight, shared: shared, start: time.Now()}
+	a.emit(Event{Kind: EventAcquireStarted, Context: ctx})
+	return a
+}
+
+// Bind returns ctx carrying a, so that the waiting machinery under the call (a Room, a queue)
+// can report what it does with Note. For a nil a it returns ctx as it is.
+func (a *Acquire) Bind(ctx context.Context) context.Context {
+	if a == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, acquireKey{}, a)
+}
+
+func (a *Acquire) emit(e Event) {
+	e.Primitive, e.Name, e.ID, e.Weight, e.Shared = a.kind, a.name, a.id, a.weight, a.shared
+	a.h.Emit(e)
+}
+
+// Note reports, for the call whose context is ctx (see Acquire.Bind), an event of the waiting
+// machinery: EventQueued (once per call), EventWoken or EventGranted. It does nothing on a
+// handle without an observer, or for a context of no observed call.
+func (h *Handle) Note(ctx context.Context, kind uint8) {
+	if h.Config.Observer == nil {
+		return
+	}
+	a, _ := ctx.Value(acquireKey{}).(*Acquire)
+	if a == nil || (kind == EventQueued && a.queued.Swap(true)) {
+		return
+	}
+	a.emit(Event{Kind: kind, Context: a.ctx})
+}
+
+// Queued reports EventQueued for the call (once per call), as Note does.
+func (a *Acquire) Queued() {
+	if a != nil && !a.queued.Swap(true) {
+		a.emit(Event{Kind: EventQueued, Context: a.ctx})
+	}
+}
+
+// Once reports one of once's events (EventOnceLeader, EventOnceFollower, EventOnceTakeover).
+func (a *Acquire) Once(kind uint8) {
+	if a != nil {
+		a.emit(Event{Kind: kind, Context: a.ctx})
+	}
+}
+
+// Done reports how the call ended: with the hold l, a *distsync.Lease or a *Lease (EventAcquired), whose end the lease then
+// reports (EventReleased, EventLost) with its renewals; or, l nil, not acquired
+// (EventNotAcquired) because of err, nil for a try that found the claim taken. l is taken as an
+// any so that a call on a handle without an observer does not even unwrap it.
+func (a *Acquire) Done(public any, err error) {
+	if a == nil {
+		return
+	}
+	l := unwrapLease(public)
+	now := time.Now()
+	if l == nil || err != nil {
+		a.emit(Event{Kind: EventNotAcquired, Context: a.ctx, Wait: now.Sub(a.start), Err: err})
+		return
+	}
+	a.acquired = now
+	a.emit(Event{Kind: EventAcquired, Context: a.ctx, Wait: now.Sub(a.start), Token: l.Token()})
+	// The first call that took the hold follows it: a reentrant re-entry reports its own
+	// acquisition, but the hold, and its end, are the outermost Lock's.
+	if !l.obs.CompareAndSwap(nil, a) {
+		return
+	}
+	if err := l.Err(); err != nil {
+		l.report(err) // it ended before it was followed: report the end now (once, see report)
+	}
+}
+
+// report tells the observer and the log how l ended, once. The lease calls it when it ends,
+// outside the renewer's lock (the observer may be slow, or look at the lease).
+func (l *Lease) report(err error) {
+	if lg := l.h.Log(); lg != nil && !l.spec.Place && errors.Is(err, ErrLost) && l.logged.CompareAndSwap(false, true) {
+		lg.Warn("distsync: lease lost", "key", l.spec.Key, "token", l.spec.Token, "err", err)
+	}
+	a := l.obs.Load()
+	if a == nil || !l.reported.CompareAndSwap(false, true) {
+		return
+	}
+	kind := uint8(EventReleased)
+	if errors.Is(err, ErrLost) {
+		kind = EventLost
+	} else if errors.Is(err, ErrReleased) {
+		err = nil
+	}
+	a.emit(Event{Kind: kind, Held: time.Since(a.acquired), Token: l.spec.Token, Err: err})
+}
+
+// renewed tells the observer of a renewal of l: nil if it succeeded, else its error (the
+// renewal is retried).
+func (l *Lease) renewed(err error) {
+	a := l.obs.Load()
+	if a == nil {
+		return
+	}
+	kind := uint8(EventRenewed)
+	if err != nil {
+		kind = EventRenewalFailed
+	}
+	a.emit(Event{Kind: kind, Token: l.spec.Token, Err: err})
+}
+
+// unwrapLease returns the core of l, a *distsync.Lease or a *Lease; nil for a nil one.
+func unwrapLease(l any) *Lease {
+	switch l := l.(type) {
+	case *Lease:
+		return l
+	case nil:
+		return nil
+	}
+	return leaseOf(l)
+}
