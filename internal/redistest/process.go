@@ -50,8 +50,9 @@ func StartProc(extra ...string) (*Proc, error) {
 	return &Proc{s: s}, nil
 }
 
-// RequireRedis skips tb if redis-server or redis-cli is not on PATH, or fails it when
-// DISTSYNC_REQUIRE_REDIS=1.
+// RequireRedis skips tb if the server binary or the CLI ([ServerBin], [CLIBin]; by default
+// redis-server and redis-cli on PATH) cannot be found, or fails it when
+// DISTSYNC_REQUIRE_REDIS=1 or when the missing one was named by its environment variable.
 func RequireRedis(tb testing.TB) {
 	tb.Helper()
 	requireBinaries(tb)
@@ -112,10 +113,8 @@ func (p *Proc) Restart(limit time.Duration) error {
 	_ = old.Process.Signal(syscall.SIGCONT)
 	_ = old.Process.Kill()
 	_ = old.Wait()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return err
-	}
+	// The binary the server was started from ([ServerBin]), whatever the environment says now.
+	bin := old.Path
 	cfg := filepath.Join(p.s.Dir, "redis.conf")
 	deadline := time.Now().Add(limit)
 	var lastErr error

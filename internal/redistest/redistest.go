@@ -5,19 +5,50 @@
 //   - "redis": one real redis-server per test binary, on a free loopback port;
 //   - "cluster": one 3-master Redis Cluster per test binary, from the same redis-server.
 //
+// The real backends run redis-server and redis-cli from PATH by default, or Valkey or any
+// other build named by the variables under Binaries below.
+//
 // Real servers are started on first use and stopped by [Main] (and killed with the test
-// binary if it dies). When redis-server is not on PATH, the tests that need it are skipped
-// with a message, unless the environment variable DISTSYNC_REQUIRE_REDIS is set to 1, which
-// turns the skip into a failure (CI sets it).
+// binary if it dies). When redis-server or redis-cli is not on PATH, the tests that need them
+// are skipped with a message, unless the environment variable DISTSYNC_REQUIRE_REDIS is set
+// to 1, which turns the skip into a failure (CI sets it).
 //
 // Tests isolate themselves by key prefix ([Backend.Prefix]), not by server.
+//
+// # Binaries
+//
+// Every server the harness starts (standalone, cluster node, replica, Sentinel) is run from
+// one binary, and every cluster is created with one CLI; both are chosen by environment
+// variables, read each time a server is started ([ServerBin], [CLIBin]):
+//
+//   - DISTSYNC_REDIS_SERVER: the server binary, an absolute path or a name looked up on PATH;
+//     redis-server on PATH when unset or empty. Sentinels are this binary run with
+//     --sentinel, so no third binary is needed (valkey-server --sentinel is Valkey's
+//     Sentinel).
+//   - DISTSYNC_REDIS_CLI: the CLI that runs --cluster create, likewise; redis-cli on PATH when
+//     unset or empty.
+//
+// For example, the whole suite against Valkey (.ci/valkey builds it and prints its bin
+// directory):
+//
+//	bin=$(.ci/valkey)
+//	DISTSYNC_REQUIRE_REDIS=1 DISTSYNC_REDIS_SERVER=$bin/valkey-server \
+//		DISTSYNC_REDIS_CLI=$bin/valkey-cli go test -race ./...
+//
+// A relative path with a slash is refused (tests run in their package's directory, so it
+// would resolve differently in each). A variable that is set but names no executable fails
+// the tests that need it, whatever DISTSYNC_REQUIRE_REDIS says: a binary asked for by name is
+// never skipped silently. Because the variables are read with os.Getenv while the tests run,
+// go test's result cache keys on them: changing one reruns the tests that start servers.
 package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +65,46 @@ import (
 // EnvRequire names the environment variable that, set to 1, makes a missing redis-server a
 // test failure instead of a skip.
 const EnvRequire = "DISTSYNC_REQUIRE_REDIS"
+
+// Environment variables naming the binaries the harness runs; see the package
+// documentation.
+const (
+	EnvServer = "DISTSYNC_REDIS_SERVER" // server binary; redis-server on PATH by default
+	EnvCLI    = "DISTSYNC_REDIS_CLI"    // CLI binary; redis-cli on PATH by default
+)
+
+// ServerBin returns the path of the server binary every server of the harness is started
+// from ($DISTSYNC_REDIS_SERVER, else redis-server on PATH); Sentinels are it run with
+// --sentinel. It reads the environment on every call, never at init, so that go test's cache
+// records the variable.
+func ServerBin() (string, error) { return lookBin(EnvServer, "redis-server") }
+
+// CLIBin returns the path of the CLI the harness creates clusters with
+// ($DISTSYNC_REDIS_CLI, else redis-cli on PATH).
+func CLIBin() (string, error) { return lookBin(EnvCLI, "redis-cli") }
+
+// errBinarySet marks a binary named by its environment variable that cannot be run: a
+// failure, never a skip.
+var errBinarySet = errors.New("named by the environment")
+
+func lookBin(env, def string) (string, error) {
+	name := os.Getenv(env)
+	if name == "" {
+		p, err := exec.LookPath(def)
+		if err != nil {
+			return "", fmt.Errorf("%s not found on PATH and %s not set: %w", def, env, err)
+		}
+		return p, nil
+	}
+	if strings.ContainsRune(name, '/') && !filepath.IsAbs(name) {
+		return "", fmt.Errorf("%s=%q: %w, but a relative path: give an absolute path or a name on PATH", env, name, errBinarySet)
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s=%q: %w, but cannot be run: %w", env, name, errBinarySet, err)
+	}
+	return p, nil
+}
 
 // Backend names.
 const (
@@ -121,12 +192,16 @@ func Open(tb testing.TB, name string) *Backend {
 
 func requireBinaries(tb testing.TB) {
 	tb.Helper()
-	for _, bin := range []string{"redis-server", "redis-cli"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			if os.Getenv(EnvRequire) == "1" {
-				tb.Fatalf("%s not found on PATH and %s=1: %v", bin, EnvRequire, err)
+	for _, look := range []func() (string, error){ServerBin, CLIBin} {
+		if _, err := look(); err != nil {
+			if errors.Is(err, errBinarySet) {
+				tb.Fatalf("redistest: %v", err)
 			}
-			tb.Skipf("%s not found on PATH (install redis-server, or set %s=1 to fail instead of skipping)", bin, EnvRequire)
+			if os.Getenv(EnvRequire) == "1" {
+				tb.Fatalf("redistest: %v, and %s=1", err, EnvRequire)
+			}
+			tb.Skipf("redistest: %v (install redis-server, or set %s and %s, or set %s=1 to fail instead of skipping)",
+				err, EnvServer, EnvCLI, EnvRequire)
 		}
 	}
 }

@@ -19,7 +19,8 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Server is one redis-server process started by the harness.
+// Server is one server process (redis-server, or the binary [ServerBin] names) started by
+// the harness.
 type Server struct {
 	Port int
 	Dir  string
@@ -76,10 +77,11 @@ func canBind(p int) bool {
 	return true
 }
 
-// startServer starts redis-server with extra config lines, on a free port, and waits until it
-// answers PING. It retries on another port if the chosen one was taken in the meantime.
+// startServer starts the server binary ([ServerBin]) with extra config lines, on a free port,
+// and waits until it answers PING. It retries on another port if the chosen one was taken in
+// the meantime.
 func startServer(cluster bool, extra ...string) (*Server, error) {
-	bin, err := exec.LookPath("redis-server")
+	bin, err := ServerBin()
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +127,7 @@ func startServer(cluster bool, extra ...string) (*Server, error) {
 		}
 		s := &Server{Port: port, Dir: dir, cmd: cmd}
 		if err := waitPing(s.Addr(), 10*time.Second); err != nil {
-			lastErr = fmt.Errorf("redis-server on %d: %w (log: %s)", port, err, tail(filepath.Join(dir, "redis.log")))
+			lastErr = fmt.Errorf("%s on %d: %w (log: %s)", filepath.Base(bin), port, err, tail(filepath.Join(dir, "redis.log")))
 			s.Stop()
 			continue
 		}
@@ -190,7 +192,7 @@ func (c *Cluster) Stop() {
 }
 
 func startCluster() (*Cluster, error) {
-	cli, err := exec.LookPath("redis-cli")
+	cli, err := CLIBin()
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +211,7 @@ func startCluster() (*Cluster, error) {
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
 		c.Stop()
-		return nil, fmt.Errorf("redis-cli --cluster create: %w: %s", err, out)
+		return nil, fmt.Errorf("%s --cluster create: %w: %s", filepath.Base(cli), err, out)
 	}
 	if err := c.waitOK(30 * time.Second); err != nil {
 		c.Stop()

@@ -22,9 +22,10 @@ import (
 )
 
 // Replicated topologies: a primary with replicas watched by three Sentinels, and a Redis
-// Cluster of three primaries with one replica each. Both are started from the redis-server
-// binary on PATH, on free loopback ports below 32768 (cluster bus ports too), for one test,
-// and every process is killed by its PID when the test ends (and with the test binary if it
+// Cluster of three primaries with one replica each. Both are started from the server binary
+// [ServerBin] (redis-server on PATH by default; a Sentinel is that binary run with
+// --sentinel), on free loopback ports below 32768 (cluster bus ports too), for one test, and
+// every process is killed by its PID when the test ends (and with the test binary if it
 // dies). The fault helpers (graceful failover, SIGKILL, SIGSTOP) act on processes the
 // topology started and nothing else.
 
@@ -135,11 +136,12 @@ func StartSentinel(tb testing.TB, replicas int) *Sentinel {
 	return s
 }
 
-// startSentinelServer starts redis-server --sentinel monitoring the primary on primaryPort,
+// startSentinelServer starts the server binary ([ServerBin]) with --sentinel, monitoring the
+// primary on primaryPort,
 // on a free port, and waits until it answers PING. Its config file is in its own directory,
 // writable, since Sentinel rewrites it.
 func startSentinelServer(primaryPort int) (*Server, error) {
-	bin, err := exec.LookPath("redis-server")
+	bin, err := ServerBin()
 	if err != nil {
 		return nil, err
 	}
@@ -547,9 +549,9 @@ func StartClusterReplicas(tb testing.TB) *ReplicatedCluster {
 		tb.Cleanup(func() { stopServer(n) })
 		c.nodes = append(c.nodes, n)
 	}
-	cli, err := exec.LookPath("redis-cli")
+	cli, err := CLIBin()
 	if err != nil {
-		tb.Fatalf("redis-cli: %v", err)
+		tb.Fatalf("redistest: %v", err)
 	}
 	args := append([]string{"--cluster", "create"}, addrs(c.nodes)...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
@@ -558,7 +560,7 @@ func StartClusterReplicas(tb testing.TB) *ReplicatedCluster {
 	cmd := exec.CommandContext(ctx, cli, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("redis-cli --cluster create: %v: %s", err, out)
+		tb.Fatalf("%s --cluster create: %v: %s", filepath.Base(cli), err, out)
 	}
 	// Every slot owner takes a write through a cluster client, then the replicas' part.
 	if err := (&Cluster{Nodes: c.nodes}).waitOK(startLimit); err != nil {
