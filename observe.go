@@ -24,14 +24,19 @@ type Observer func(Event)
 type Event struct {
 	// Kind is what happened.
 	Kind EventKind
-	// Primitive is the kind of primitive, as its package names it in errors: "mutex",
-	// "reentrant", "rwmutex", "fair", "semaphore", "election", "once.Group", "once.Once"...
+	// Primitive is the kind of primitive, as its options name it: "mutex", "reentrant",
+	// "rwmutex", "fair", "semaphore", "election", "once.Group", "once.Once" (also OnceFunc)
+	// or "once.OnceValue" (also OnceValues).
 	Primitive string
-	// Name is the primitive's name (the key, for once.Group).
+	// Name is the primitive's name: for once, the Group's (or Once's) name, not the key, so
+	// that a Group with many keys makes one series of metrics, not one per key.
 	Name string
-	// Call numbers the call that acquired, unique within the Handle: every event of one call
-	// and of the hold it took carries the same Call, so that an observer can pair
-	// EventAcquireStarted with how it ended, and EventAcquired with EventReleased.
+	// Call numbers the call that acquired, unique in the process: every event of one call and
+	// of the hold it took carries the same Call, so that an observer can pair
+	// EventAcquireStarted with how it ended, and EventAcquired with EventReleased. For once,
+	// the call is the process's call of a key, which callers in the process join: they make
+	// no events of their own. A reentrant re-entry reports EventAcquired; the hold, and its
+	// end, are reported once, by the outermost Lock's call.
 	Call uint64
 	// Context is the context the call was made with, for the events of the call itself
 	// (started, queued, woken, granted, acquired or not, once's roles): an observer that

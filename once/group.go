@@ -83,6 +83,7 @@ func (g *Group[T]) fenceTTL() time.Duration {
 // concurrent use and must not be copied.
 type Group[T any] struct {
 	c          *core.Handle
+	kind       string // core.KindGroup, or the kind of the Once, OnceValue... it serves
 	name       string
 	ttl        time.Duration
 	renew      bool          // false: a fixed lease (distsync.WithFixedLease)
@@ -183,10 +184,10 @@ func NewGroup[T any](h *distsync.Handle, name string, opts ...distsync.Option) (
 	if o.keep < 0 {
 		return nil, fmt.Errorf("once %q: %w: keep must be positive, got %v", name, distsync.ErrInvalid, o.keep)
 	}
-	return newGroup[T](c, name, set.LeaseTTL, !set.Fixed, *o)
+	return newGroup[T](c, core.KindGroup, name, set.LeaseTTL, !set.Fixed, *o)
 }
 
-func newGroup[T any](c *core.Handle, name string, ttl time.Duration, renew bool, o options) (*Group[T], error) {
+func newGroup[T any](c *core.Handle, kind, name string, ttl time.Duration, renew bool, o options) (*Group[T], error) {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("once %q: %w: "+format, append([]any{name, distsync.ErrInvalid}, a...)...)
 	}
@@ -198,7 +199,7 @@ func newGroup[T any](c *core.Handle, name string, ttl time.Duration, renew bool,
 	case o.maxSize <= 0:
 		return nil, bad("max value size must be positive, got %d", o.maxSize)
 	}
-	g := &Group[T]{c: c, name: name, ttl: ttl, renew: renew, keep: o.keep, keepErrors: o.keepErrors, maxSize: o.maxSize,
+	g := &Group[T]{c: c, kind: kind, name: name, ttl: ttl, renew: renew, keep: o.keep, keepErrors: o.keepErrors, maxSize: o.maxSize,
 		codec: defaultCodec[T](), calls: make(map[string]*call[T])}
 	if o.codec != nil {
 		codec, ok := o.codec.(Codec[T])
@@ -340,7 +341,7 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 	}()
 	// For the Handle's observer, the call acquires the lead: it reports the lead it takes
 	// (and its hold), or, not acquired, the result of another leader (Err nil) or its error.
-	obs := g.c.Begin(ctx, core.KindGroup, g.name, 1, false)
+	obs := g.c.Begin(ctx, g.kind, g.name, 1, false)
 	led, followed := false, false
 	defer func() {
 		switch {

@@ -46,7 +46,7 @@ func onceGroup[T any](h *distsync.Handle, kind, name string, opts []distsync.Opt
 			return nil, fmt.Errorf("once %q: %w: %v", name, distsync.ErrInvalid, err)
 		}
 	}
-	return newGroup[T](c, name, set.LeaseTTL, !set.Fixed, *o)
+	return newGroup[T](c, kind, name, set.LeaseTTL, !set.Fixed, *o)
 }
 
 // Do calls fn unless a call of it has already succeeded, in any process: then it returns nil

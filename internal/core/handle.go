@@ -45,9 +45,8 @@ type Handle struct {
 	// Pub is the publish command scripts use: SPUBLISH on Cluster (sharded), else PUBLISH.
 	Pub string
 
-	id     string
-	seq    atomic.Uint64
-	obsSeq atomic.Uint64 // numbers the observed calls (Begin)
+	id  string
+	seq atomic.Uint64
 
 	ren *renewer
 

@@ -67,6 +67,10 @@ type Acquire struct {
 	queued     atomic.Bool
 }
 
+// callSeq numbers the observed calls of every handle of the process (Begin): one observer
+// given to several handles can still tell their calls apart.
+var callSeq atomic.Uint64
+
 // acquireKey is the context key of the call's Acquire (Bind).
 type acquireKey struct{}
 
@@ -77,7 +81,7 @@ func (h *Handle) Begin(ctx context.Context, kind, name string, weight int64, sha
 	if h.Config.Observer == nil {
 		return nil
 	}
-	a := &Acquire{h: h, id: h.obsSeq.Add(1), kind: kind, name: name, ctx: ctx, weight: weight, shared: shared, start: time.Now()}
+	a := &Acquire{h: h, id: callSeq.Add(1), kind: kind, name: name, ctx: ctx, weight: weight, shared: shared, start: time.Now()}
 	a.emit(Event{Kind: EventAcquireStarted, Context: ctx})
 	return a
 }
