@@ -265,6 +265,12 @@ func primitives(ctx context.Context, addr string, quick bool) error {
 	} else {
 		rows = append(rows, rs...)
 	}
+	fmt.Fprintf(os.Stderr, "primitives: observer cost…\n")
+	if rs, err := observerCost(ctx, addr, iters); err != nil {
+		fail("observer cost", err)
+	} else {
+		rows = append(rows, rs...)
+	}
 	fmt.Fprintf(os.Stderr, "primitives: replica ack…\n")
 	if rs, err := replicaAck(ctx, addr, iters); err != nil {
 		fail("replica ack", err)
