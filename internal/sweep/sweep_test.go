@@ -2,6 +2,7 @@ package sweep_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/distsync/distsync/internal/redistest"
@@ -38,6 +39,48 @@ func TestDeleteKeysReachesEveryMasterAndNoOtherKey(t *testing.T) {
 			if n, err := c.Do(context.Background(), c.B().Exists().Key(k).Build()).AsInt64(); err != nil || n != 1 {
 				t.Errorf("DeleteKeys touched %q, not under its prefix: EXISTS = %d, %v", k, n, err)
 			}
+		}
+	})
+}
+
+// Scan reaches every master and passes no other key; an error of f ends it.
+func TestScanReachesEveryMasterAndNoOtherKey(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		c := b.Client(t)
+		base := b.Prefix(t)
+		prefix := base + `a*?[b]\:`
+		others := []string{base + "aZZb:k", base + "a*?[b]", base[:len(base)-1]}
+		mine := make(map[string]bool)
+		for i := range 64 {
+			mine[prefix+"{k"+string(rune('a'+i%26))+string(rune('a'+i/26))+"}"] = true
+		}
+		var all []string
+		for k := range mine {
+			all = append(all, k)
+		}
+		for _, k := range append(all, others...) {
+			if err := c.Do(context.Background(), c.B().Set().Key(k).Value("v").Build()).Error(); err != nil {
+				t.Fatalf("SET %s: %v", k, err)
+			}
+		}
+		seen := make(map[string]bool)
+		err := sweep.Scan(context.Background(), c, prefix, func(keys []string) error {
+			for _, k := range keys {
+				if !mine[k] {
+					t.Errorf("Scan passed %q, not under its prefix", k)
+				}
+				seen[k] = true
+			}
+			return nil
+		})
+		if err != nil || len(seen) != len(mine) {
+			t.Errorf("Scan saw %d keys, %v; want %d, nil", len(seen), err, len(mine))
+		}
+		stop := errors.New("stop")
+		calls := 0
+		err = sweep.Scan(context.Background(), c, prefix, func([]string) error { calls++; return stop })
+		if !errors.Is(err, stop) || calls != 1 {
+			t.Errorf("Scan with a failing f: %v after %d calls, want f's error after 1", err, calls)
 		}
 	})
 }

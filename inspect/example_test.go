@@ -1,0 +1,97 @@
+package inspect_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/distsync/distsync/embedded"
+	"github.com/distsync/distsync/fair"
+	"github.com/distsync/distsync/inspect"
+	"github.com/distsync/distsync/mutex"
+	"github.com/distsync/distsync/semaphore"
+)
+
+// Who holds a FIFO lock and who waits for it, seen from a third process that takes no part.
+func Example() {
+	srv, err := embedded.Start()
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	holder, _ := srv.NewHandle()
+	waiter, _ := srv.NewHandle()
+	operator, _ := srv.NewHandle()
+
+	m, _ := fair.New(holder, "printer")
+	lease, err := m.LockLease(ctx)
+	if err != nil {
+		panic(err)
+	}
+	w, _ := fair.New(waiter, "printer")
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Lock(wctx) }()
+
+	var r inspect.Report
+	for range 1000 { // until the waiter is queued, 10 s at most
+		if r, err = inspect.Inspect(ctx, operator, inspect.Fair, "printer"); err != nil {
+			panic(err)
+		}
+		if len(r.Queue) == 1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h := r.Holders[0]
+	fmt.Println("holders:", len(r.Holders))
+	fmt.Println("held by the holder's Handle:", h.Handle == holder.ID(), "with its token:", h.Token == lease.Token())
+	fmt.Println("lease left:", h.Remaining > 0 && h.Remaining <= 10*time.Second)
+	fmt.Println("waiting:", len(r.Queue), "first in line is the waiter's:", r.Queue[0].Handle == waiter.ID())
+
+	cancel()
+	<-done
+	// Output:
+	// holders: 1
+	// held by the holder's Handle: true with its token: true
+	// lease left: true
+	// waiting: 1 first in line is the waiter's: true
+}
+
+// List finds the primitives under the Handle's prefix; a pattern picks names.
+func ExampleList() {
+	srv, err := embedded.Start()
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	h, _ := srv.NewHandle()
+
+	for _, name := range []string{"orders:1", "orders:2", "invoices:1"} {
+		m, _ := mutex.New(h, name)
+		if err := m.Lock(ctx); err != nil {
+			panic(err)
+		}
+	}
+	s, _ := semaphore.New(h, "orders:api", 4)
+	if err := s.Acquire(ctx, 3); err != nil {
+		panic(err)
+	}
+
+	entries, err := inspect.List(ctx, h, "orders:*")
+	if err != nil {
+		panic(err)
+	}
+	for _, e := range entries {
+		fmt.Println(e.Kind, e.Name)
+	}
+	r, _ := inspect.Inspect(ctx, h, inspect.Semaphore, "orders:api")
+	fmt.Printf("orders:api: %d of %d permits in use\n", r.InUse, r.Size)
+	// Output:
+	// mutex orders:1
+	// mutex orders:2
+	// semaphore orders:api
+	// orders:api: 3 of 4 permits in use
+}
