@@ -1,0 +1,561 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/inspect"
+)
+
+const inspectUsage = `usage: distsync inspect [flags] NAME...
+
+Prints what Redis has of each NAME, for every kind of primitive that has keys under it
+(mutex, reentrant, rwmutex, fair, semaphore, once, election, waitgroup): who holds it (owner,
+Handle id, fencing token, lease left), who waits in which order, a semaphore's size and
+permits in use, a once group's keys in flight and kept, an election's leader and term, a
+waitgroup's counter and rounds. It is a snapshot, stale as soon as it is printed, and it
+writes nothing to Redis. A NAME with nothing prints "NAME: nothing held or queued".
+
+With --json it prints one JSON array, an object per NAME:
+  {"name": NAME, "primitives": [{"kind", "name", "idle", "fence", "holders": [{"owner",
+  "handle", "token", "remaining_ms", "count", "shared"}], "queue": [{"id", "handle",
+  "remaining_ms", "waited_ms", "weight", "shared", "admitted", "value"}], semaphore:
+  "size", "in_use"; election: "leader": {"value", "term", "rev"}; once: "keys": [{"key",
+  "leader": {holder}, "kept", "kept_ms"}]; waitgroup: "counter": {"pending", "units",
+  "round", "open", "lost", "err", "ended": [{"round", "lost", "err"}]}}]}
+Durations are in ms; -1 means no expiry. Field names are lower snake case and stable.
+
+Exit status: 0 done (also for a NAME with nothing); 64 bad flags or arguments, or no Redis
+given; 69 Redis could not be reached or answered with an error.
+
+Flags:
+`
+
+const lsUsage = `usage: distsync ls [flags] [PATTERN]
+
+Lists the kind and name of every primitive that has keys under the prefix, sorted by name,
+whose name matches PATTERN, a glob as Redis's SCAN takes it ('*', '?', '[a-z]', '[^a]',
+'\' quotes; default: every name). It SCANs every node (every master of a Redis Cluster)
+and writes nothing. With --json it prints [{"kind": KIND, "name": NAME}, ...].
+
+Exit status: 0 done (also when nothing matches); 64 bad flags or arguments, or no Redis
+given; 69 Redis could not be reached or answered with an error.
+
+Flags:
+`
+
+// inspectFlags are the flags inspect and ls share.
+type inspectFlags struct {
+	redis, prefix, kind string
+	json                bool
+}
+
+func (f *inspectFlags) set(fs *flag.FlagSet, kindHelp string) {
+	fs.StringVar(&f.redis, "redis", os.Getenv("DISTSYNC_REDIS_URL"),
+		"Redis `URL` (redis://host:port, ?addr=host:port for more Cluster nodes) or host:port (default $DISTSYNC_REDIS_URL)")
+	fs.StringVar(&f.prefix, "prefix", distsync.DefaultKeyPrefix, "key `prefix` of the Handles whose primitives to read")
+	fs.BoolVar(&f.json, "json", false, "print JSON, for scripts")
+	fs.StringVar(&f.kind, "kind", "", kindHelp+" ("+strings.Join(inspect.Kinds(), ", ")+")")
+}
+
+// parseInspectArgs parses args with fs, flags before, between and after the positional
+// arguments (which it returns); "--" ends the flags. It reports a usage error on stderr.
+func parseInspectArgs(fs *flag.FlagSet, args []string) (pos []string, err error) {
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
+// openInspect parses the flags, checks them and connects: it returns the Handle to read
+// through, a function that closes it and its client, the positional arguments, and the exit
+// status if it cannot go on (having said why on stderr).
+func openInspect(command, usage string, args []string, kindHelp string, stderr io.Writer) (
+	h *distsync.Handle, closeAll func(), f inspectFlags, pos []string, status int, ok bool) {
+	fs := flag.NewFlagSet(command, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	f.set(fs, kindHelp)
+	fail := func(format string, a ...any) (*distsync.Handle, func(), inspectFlags, []string, int, bool) {
+		fmt.Fprintf(stderr, "distsync %s: %s\n", command, fmt.Sprintf(format, a...))
+		return nil, nil, f, nil, exitUsage, false
+	}
+	pos, err := parseInspectArgs(fs, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return nil, nil, f, nil, exitOK, false
+	case err != nil:
+		return nil, nil, f, nil, exitUsage, false // flag printed the error and the usage
+	case f.kind != "" && !slices.Contains(inspect.Kinds(), f.kind):
+		return fail("unknown --kind %q (want one of %s)", f.kind, strings.Join(inspect.Kinds(), ", "))
+	}
+	c, err := dialRedis(f.redis)
+	if err != nil {
+		fmt.Fprintf(stderr, "distsync %s: %v\n", command, err)
+		return nil, nil, f, nil, dialStatus(err), false
+	}
+	h, err = distsync.New(c, distsync.WithKeyPrefix(f.prefix))
+	if err != nil {
+		c.Close()
+		return fail("--prefix %q: %v", f.prefix, err)
+	}
+	closeAll = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = h.Close(ctx) // it holds nothing
+		c.Close()
+	}
+	return h, closeAll, f, pos, exitOK, true
+}
+
+// runInspect runs "distsync inspect [flags] NAME...": see inspectUsage. It returns the exit
+// status.
+func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	h, closeAll, f, names, status, ok := openInspect("inspect", inspectUsage, args, "read only this kind", stderr)
+	if !ok {
+		return status
+	}
+	defer closeAll()
+	if len(names) == 0 {
+		fmt.Fprintf(stderr, "distsync inspect: no NAME given\n%s", inspectUsage)
+		return exitUsage
+	}
+	var out []nameJSON
+	for _, name := range names {
+		rs, err := inspectName(ctx, h, name, f.kind)
+		if err != nil {
+			fmt.Fprintf(stderr, "distsync inspect: %v\n", err)
+			if errors.Is(err, distsync.ErrInvalid) {
+				return exitUsage
+			}
+			return exitUnavailable
+		}
+		if f.json {
+			out = append(out, toJSON(name, rs))
+			continue
+		}
+		printName(stdout, name, rs)
+	}
+	if f.json {
+		return writeJSON(stdout, stderr, out)
+	}
+	return exitOK
+}
+
+// inspectName reads name: every kind it has keys of, or only kind. A kind with nothing in
+// Redis is left out.
+func inspectName(ctx context.Context, h *distsync.Handle, name, kind string) ([]inspect.Report, error) {
+	if kind == "" {
+		return inspect.Name(ctx, h, name)
+	}
+	r, err := inspect.Inspect(ctx, h, kind, name)
+	if err != nil || empty(r) {
+		return nil, err
+	}
+	return []inspect.Report{r}, nil
+}
+
+// empty reports whether r has nothing at all: the Report of a primitive Redis has no key of
+// (or one with no more than keys of no interest here, such as a lingering once result).
+func empty(r inspect.Report) bool {
+	return r.Idle() && r.Fence == 0 && r.Size == 0 && r.Counter == nil
+}
+
+// runLs runs "distsync ls [flags] [PATTERN]": see lsUsage. It returns the exit status.
+func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	h, closeAll, f, pos, status, ok := openInspect("ls", lsUsage, args, "list only this kind", stderr)
+	if !ok {
+		return status
+	}
+	defer closeAll()
+	if len(pos) > 1 {
+		fmt.Fprintf(stderr, "distsync ls: one PATTERN at most, got %d\n%s", len(pos), lsUsage)
+		return exitUsage
+	}
+	pattern := ""
+	if len(pos) == 1 {
+		pattern = pos[0]
+	}
+	es, err := inspect.List(ctx, h, pattern)
+	if err != nil {
+		fmt.Fprintf(stderr, "distsync ls: %v\n", err)
+		if errors.Is(err, distsync.ErrInvalid) {
+			return exitUsage
+		}
+		return exitUnavailable
+	}
+	out := make([]entryJSON, 0, len(es))
+	for _, e := range es {
+		if f.kind == "" || e.Kind == f.kind {
+			out = append(out, entryJSON(e))
+		}
+	}
+	if f.json {
+		return writeJSON(stdout, stderr, out)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	for _, e := range out {
+		fmt.Fprintf(tw, "%s\t%s\n", e.Kind, shown(e.Name))
+	}
+	if err := tw.Flush(); err != nil {
+		return exitUnavailable
+	}
+	return exitOK
+}
+
+// shown returns name as it is if it prints plainly, else quoted (Go syntax).
+func shown(name string) string {
+	q := strconv.Quote(name)
+	if q[1:len(q)-1] == name && !strings.ContainsAny(name, " \t") {
+		return name
+	}
+	return q
+}
+
+// The table output.
+
+// printName prints what inspect read of name.
+func printName(w io.Writer, name string, rs []inspect.Report) {
+	if len(rs) == 0 {
+		fmt.Fprintf(w, "%s: nothing held or queued\n", shown(name))
+		return
+	}
+	for _, r := range rs {
+		fmt.Fprintf(w, "%s %s: %s\n", r.Kind, shown(name), summary(r))
+		var b bytes.Buffer
+		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+		if r.Kind == inspect.Once {
+			onceTable(tw, r)
+		} else {
+			claimTable(tw, r)
+		}
+		_ = tw.Flush()
+		for _, line := range strings.SplitAfter(b.String(), "\n") {
+			if line != "" {
+				fmt.Fprintln(w, strings.TrimRight(line, " \n")) // tabwriter pads empty last cells
+			}
+		}
+	}
+}
+
+// summary is the one line said of a report before its table.
+func summary(r inspect.Report) string {
+	var s []string
+	switch {
+	case r.Kind == inspect.Once:
+		inFlight, kept := 0, 0
+		for _, k := range r.Keys {
+			if k.Leader != nil {
+				inFlight++
+			}
+			if k.Kept != "" {
+				kept++
+			}
+		}
+		s = append(s, fmt.Sprintf("%d in flight, %d kept", inFlight, kept))
+	case r.Kind == inspect.WaitGroup && r.Counter != nil:
+		ct := r.Counter
+		s = append(s, fmt.Sprintf("%d pending (plain units %d, members %d)", ct.Pending, ct.Units, len(r.Holders)))
+		switch {
+		case ct.Round == 0:
+		case ct.Open:
+			s = append(s, fmt.Sprintf("round %d open, %d lost so far", ct.Round, ct.Lost))
+		default:
+			s = append(s, fmt.Sprintf("round %d ended", ct.Round))
+		}
+		for i, o := range ct.Ended {
+			if i == 3 {
+				s = append(s, fmt.Sprintf("%d more rounds kept", len(ct.Ended)-3))
+				break
+			}
+			s = append(s, fmt.Sprintf("round %d: %s", o.Round, outcome(o)))
+		}
+		if ct.Err != "" {
+			s = append(s, "first error "+strconv.Quote(ct.Err))
+		}
+	case r.Idle():
+		s = append(s, "free")
+	case r.Kind == inspect.Reentrant:
+		s = append(s, fmt.Sprintf("%d holding", len(r.Holders)))
+	default:
+		s = append(s, fmt.Sprintf("%d holding, %d waiting", len(r.Holders), len(r.Queue)))
+	}
+	if r.Kind == inspect.Semaphore {
+		s = append(s, fmt.Sprintf("size %d, %d in use", r.Size, r.InUse))
+	}
+	if l := r.Leader; l != nil {
+		s = append(s, fmt.Sprintf("leader %q, term %d, rev %d", l.Value, l.Term, l.Rev))
+	}
+	if r.Fence != 0 {
+		s = append(s, fmt.Sprintf("last token %d", r.Fence))
+	}
+	if r.Kind == inspect.Reentrant || r.Kind == inspect.Once {
+		s = append(s, "waiters wait on pub/sub, not in a queue in Redis")
+	}
+	return strings.Join(s, "; ")
+}
+
+func outcome(o inspect.Outcome) string {
+	switch {
+	case o.Lost == 0 && o.Err == "":
+		return "clean"
+	case o.Err == "":
+		return fmt.Sprintf("%d lost", o.Lost)
+	}
+	return fmt.Sprintf("%d lost, error %q", o.Lost, o.Err)
+}
+
+// claimTable prints the holders and the queue of a report.
+func claimTable(tw io.Writer, r inspect.Report) {
+	if len(r.Holders) == 0 && len(r.Queue) == 0 {
+		return
+	}
+	header := "  \tOWNER / WAITER\tHANDLE\tTOKEN\tCOUNT\tLEFT\tWAITED"
+	if r.Kind == inspect.Election {
+		header += "\tVALUE"
+	}
+	fmt.Fprintln(tw, header)
+	for _, h := range r.Holders {
+		role := "holder"
+		switch {
+		case r.Kind == inspect.WaitGroup:
+			role = "member"
+		case h.Shared:
+			role = "reader"
+		case strings.HasPrefix(h.Owner, "~"):
+			role = "granted"
+		}
+		value := ""
+		if r.Leader != nil {
+			value = "\t" + strconv.Quote(r.Leader.Value)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\t%s\n", role, shown(h.Owner), dash(h.Handle), token(h.Token), h.Count,
+			duration(h.Remaining), value)
+	}
+	for i, q := range r.Queue {
+		role := fmt.Sprintf("waiting %d", i+1)
+		switch {
+		case q.Admitted:
+			role += " (admitted reader)"
+		case q.Shared:
+			role += " (reader)"
+		}
+		value, waited := "", "-"
+		if r.Kind == inspect.Election {
+			value = "\t" + strconv.Quote(q.Value)
+		}
+		if q.Waited > 0 || !q.Shared {
+			waited = duration(q.Waited)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t-\t%d\t%s\t%s%s\n", role, shown(q.ID), dash(q.Handle), q.Weight, duration(q.Remaining),
+			waited, value)
+	}
+}
+
+// onceTable prints a once group's keys.
+func onceTable(tw io.Writer, r inspect.Report) {
+	if len(r.Keys) == 0 {
+		return
+	}
+	fmt.Fprintln(tw, "  KEY\tCALL IN FLIGHT (LEADER)\tHANDLE\tTOKEN\tLEFT\tKEPT\tKEPT FOR")
+	for _, k := range r.Keys {
+		leader, handle, tok, left := "-", "-", "-", "-"
+		if l := k.Leader; l != nil {
+			leader, handle, tok, left = shown(l.Owner), dash(l.Handle), token(l.Token), duration(l.Remaining)
+		}
+		kept, keptFor := "-", "-"
+		if k.Kept != "" {
+			kept, keptFor = k.Kept, duration(k.KeptFor)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", strconv.Quote(k.Key), leader, handle, tok, left, kept, keptFor)
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func token(t int64) string {
+	if t == 0 {
+		return "-"
+	}
+	return strconv.FormatInt(t, 10)
+}
+
+// duration prints d to the millisecond; a negative one is no expiry.
+func duration(d time.Duration) string {
+	if d < 0 {
+		return "no expiry"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// The JSON output: field names are lower snake case; durations are in ms, -1 for none.
+
+type nameJSON struct {
+	Name       string       `json:"name"`
+	Primitives []reportJSON `json:"primitives"`
+}
+
+type reportJSON struct {
+	Kind    string        `json:"kind"`
+	Name    string        `json:"name"`
+	Idle    bool          `json:"idle"`
+	Fence   int64         `json:"fence"`
+	Holders []holderJSON  `json:"holders"`
+	Queue   []waiterJSON  `json:"queue"`
+	Size    *int64        `json:"size,omitempty"`   // semaphore
+	InUse   *int64        `json:"in_use,omitempty"` // semaphore
+	Leader  *leaderJSON   `json:"leader,omitempty"` // election, while one leads
+	Keys    []onceKeyJSON `json:"keys,omitempty"`   // once
+	Counter *counterJSON  `json:"counter,omitempty"`
+}
+
+type holderJSON struct {
+	Owner       string `json:"owner"`
+	Handle      string `json:"handle"`
+	Token       int64  `json:"token"`
+	RemainingMs int64  `json:"remaining_ms"`
+	Count       int64  `json:"count"`
+	Shared      bool   `json:"shared"`
+}
+
+type waiterJSON struct {
+	ID          string `json:"id"`
+	Handle      string `json:"handle"`
+	RemainingMs int64  `json:"remaining_ms"`
+	WaitedMs    int64  `json:"waited_ms"`
+	Weight      int64  `json:"weight"`
+	Shared      bool   `json:"shared"`
+	Admitted    bool   `json:"admitted"`
+	Value       string `json:"value"`
+}
+
+type leaderJSON struct {
+	Value string `json:"value"`
+	Term  int64  `json:"term"`
+	Rev   int64  `json:"rev"`
+}
+
+type onceKeyJSON struct {
+	Key    string      `json:"key"`
+	Leader *holderJSON `json:"leader"`
+	Kept   string      `json:"kept"`
+	KeptMs int64       `json:"kept_ms"`
+}
+
+type counterJSON struct {
+	Pending int64         `json:"pending"`
+	Units   int64         `json:"units"`
+	Round   int64         `json:"round"`
+	Open    bool          `json:"open"`
+	Lost    int64         `json:"lost"`
+	Err     string        `json:"err"`
+	Ended   []outcomeJSON `json:"ended"`
+}
+
+type outcomeJSON struct {
+	Round int64  `json:"round"`
+	Lost  int64  `json:"lost"`
+	Err   string `json:"err"`
+}
+
+type entryJSON struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+}
+
+func ms(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return d.Milliseconds()
+}
+
+func holderToJSON(h distsync.Holder) holderJSON {
+	return holderJSON{Owner: h.Owner, Handle: h.Handle, Token: h.Token, RemainingMs: ms(h.Remaining), Count: h.Count, Shared: h.Shared}
+}
+
+func toJSON(name string, rs []inspect.Report) nameJSON {
+	out := nameJSON{Name: name, Primitives: []reportJSON{}}
+	for _, r := range rs {
+		j := reportJSON{Kind: r.Kind, Name: r.Name, Idle: r.Idle(), Fence: r.Fence, Holders: []holderJSON{}, Queue: []waiterJSON{}}
+		for _, h := range r.Holders {
+			j.Holders = append(j.Holders, holderToJSON(h))
+		}
+		for _, q := range r.Queue {
+			j.Queue = append(j.Queue, waiterJSON{ID: q.ID, Handle: q.Handle, RemainingMs: ms(q.Remaining), WaitedMs: ms(q.Waited),
+				Weight: q.Weight, Shared: q.Shared, Admitted: q.Admitted, Value: q.Value})
+		}
+		switch r.Kind {
+		case inspect.Semaphore:
+			j.Size, j.InUse = &r.Size, &r.InUse
+		case inspect.Once:
+			j.Keys = []onceKeyJSON{}
+		}
+		if l := r.Leader; l != nil {
+			j.Leader = &leaderJSON{Value: l.Value, Term: l.Term, Rev: l.Rev}
+		}
+		for _, k := range r.Keys {
+			kj := onceKeyJSON{Key: k.Key, Kept: k.Kept, KeptMs: ms(k.KeptFor)}
+			if k.Leader != nil {
+				h := holderToJSON(*k.Leader)
+				kj.Leader = &h
+			}
+			if k.Kept == "" {
+				kj.KeptMs = 0
+			}
+			j.Keys = append(j.Keys, kj)
+		}
+		if ct := r.Counter; ct != nil {
+			c := &counterJSON{Pending: ct.Pending, Units: ct.Units, Round: ct.Round, Open: ct.Open, Lost: ct.Lost, Err: ct.Err,
+				Ended: []outcomeJSON{}}
+			for _, o := range ct.Ended {
+				c.Ended = append(c.Ended, outcomeJSON(o))
+			}
+			j.Counter = c
+		}
+		out.Primitives = append(out.Primitives, j)
+	}
+	return out
+}
+
+// writeJSON prints v, indented, and returns the exit status.
+func writeJSON(stdout, stderr io.Writer, v any) int {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintf(stderr, "distsync: %v\n", err)
+		return exitUnavailable
+	}
+	return exitOK
+}

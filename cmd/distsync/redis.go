@@ -1,0 +1,73 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// pingTimeout bounds the PING with which dialRedis checks that Redis answers.
+const pingTimeout = 5 * time.Second
+
+// The errors of dialRedis that are the user's to fix (exit status 64); any other error of it
+// means Redis could not be reached (69).
+var (
+	errNoRedis = errors.New("no Redis given: use --redis URL or set DISTSYNC_REDIS_URL")
+	errBadURL  = errors.New("bad Redis URL")
+)
+
+// dialRedis returns a client of the Redis at url, which the caller closes. url is a URL that
+// rueidis.ParseURL reads (redis://[user:password@]host:port[/db], rediss:// for TLS,
+// unix://path; more Redis Cluster nodes with ?addr=host:port&addr=...), or a bare host:port.
+// rueidis finds out by itself whether it talks to a Redis Cluster. dialRedis PINGs Redis,
+// waiting at most 5 s, so that a Redis that does not answer fails here rather than in the
+// first command. Its error matches errNoRedis for an empty url and errBadURL for one that
+// does not parse.
+func dialRedis(addr string) (rueidis.Client, error) {
+	if addr == "" {
+		return nil, errNoRedis
+	}
+	if !strings.Contains(addr, "://") {
+		addr = "redis://" + addr
+	}
+	opt, err := rueidis.ParseURL(addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w %q: %v", errBadURL, redacted(addr), err)
+	}
+	where := strings.Join(opt.InitAddress, ", ")
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("redis at %s: %w", where, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("redis at %s: ping: %w", where, err)
+	}
+	return c, nil
+}
+
+// redacted returns addr with the password of its user info, if any, replaced: for errors.
+func redacted(addr string) string {
+	if u, err := url.Parse(addr); err == nil {
+		return u.Redacted()
+	}
+	return "(unparsable URL)"
+}
+
+// dialStatus returns the exit status for an error of dialRedis: exitUsage for what the user
+// gave, exitUnavailable otherwise.
+func dialStatus(err error) int {
+	if errors.Is(err, errNoRedis) || errors.Is(err, errBadURL) {
+		return exitUsage
+	}
+	return exitUnavailable
+}

@@ -1,0 +1,773 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/fair"
+	"github.com/distsync/distsync/mutex"
+	"github.com/distsync/distsync/once"
+	"github.com/distsync/distsync/rwmutex"
+	"github.com/distsync/distsync/semaphore"
+)
+
+// The exit statuses of distsync, besides CMD's own (which lock, sem and once exit with when
+// CMD ran, 128+N if it died of signal N) and 128+N when distsync got signal N while it waited.
+// They follow sysexits.h and the shells, as flock(1) does.
+const (
+	// exitOK: help and version printed; a demo that succeeded.
+	exitOK = 0
+	// exitDemoFailed: the demo failed (its error is on stderr).
+	exitDemoFailed = 1
+	// exitUsage (EX_USAGE): bad flags or arguments — missing NAME, CMD or --redis, a bad
+	// --redis URL, a bad --size or --weight, a --size other than the semaphore's in Redis.
+	// Nothing ran.
+	exitUsage = 64
+	// exitUnavailable (EX_UNAVAILABLE): Redis could not be reached, or answered with an
+	// error, before CMD started. CMD did not run.
+	exitUnavailable = 69
+	// defaultConflictExit (EX_TEMPFAIL) is the default of --conflict-exit-code: the claim was
+	// not acquired within --timeout, or was held with --timeout 0 (or once's result did not
+	// come within --timeout). CMD did not run.
+	defaultConflictExit = 75
+	// exitLost: the claim was lost while CMD ran, and CMD was killed; or CMD ended by itself
+	// but the release found the claim lost, so it may not have been protected all along.
+	exitLost = 76
+	// exitCannotExec: CMD was found but could not be executed (permission, format).
+	exitCannotExec = 126
+	// exitNotFound: CMD was not found.
+	exitNotFound = 127
+)
+
+const (
+	// releaseTimeout bounds the release of a claim after CMD exited: it is released at once,
+	// never left to expire, unless Redis does not answer within this.
+	releaseTimeout = 5 * time.Second
+
+	// defaultKillGrace is the default of --kill-grace: the time between SIGTERM and SIGKILL
+	// to CMD after its claim was lost. The loss is noticed when the claim may already be
+	// another's, so every moment of grace is a moment in which two commands may run at
+	// once; one second lets a command that handles SIGTERM stop and flush its output.
+	defaultKillGrace = time.Second
+
+	// onceOutputLimit is how much of a once leader's stdout is shared with the other
+	// callers: 1 MiB (base64 in JSON makes it about 1.4 MB, under once.DefaultMaxValueSize).
+	// The leader copies all of it to its own stdout; the followers get the first 1 MiB and a
+	// note on stderr that the rest was cut.
+	onceOutputLimit = 1 << 20
+
+	// onceGroupName is the once.Group that once's results are shared through, keyed by KEY.
+	onceGroupName = "command"
+)
+
+// config is what the flags and arguments of lock, sem and once say.
+type config struct {
+	command string   // lock, sem or once
+	name    string   // NAME, or KEY for once
+	argv    []string // CMD and its arguments
+
+	redisURL     string
+	prefix       string
+	ttl          time.Duration
+	timeout      time.Duration // < 0: wait until acquired; 0: try once
+	conflictExit int
+	killGrace    time.Duration
+	foreground   bool
+	quiet        bool
+
+	fair, shared, exclusive bool  // lock
+	size, weight            int64 // sem
+	keep                    time.Duration
+}
+
+// durationFlag is a duration flag that also takes plain seconds ("2.5"), as flock -w does.
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		secs, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil {
+			return errors.New("not a duration (300ms, 1m30s) nor seconds (2.5)")
+		}
+		d = time.Duration(secs * float64(time.Second))
+	}
+	if d < 0 {
+		return errors.New("negative duration")
+	}
+	*f.d = d
+	return nil
+}
+
+// parseArgs reads the flags and arguments of command. It returns ok false, with the
+// status to exit with, when distsync should not go on (a usage error, or help printed).
+func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg config, status int, ok bool) {
+	cfg = config{command: command, ttl: distsync.DefaultLeaseTTL, timeout: -1, killGrace: defaultKillGrace, weight: 1}
+	fs := newFlagSet(command, &cfg)
+	bad := func(format string, a ...any) (config, int, bool) {
+		fmt.Fprintf(stderr, "distsync %s: %s\nRun 'distsync help' for usage.\n", command, fmt.Sprintf(format, a...))
+		return cfg, exitUsage, false
+	}
+
+	flags, names, argv := splitArgs(fs, args)
+	if err := fs.Parse(flags); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return cfg, exitOK, false
+		}
+		return bad("%v", err)
+	}
+	switch {
+	case len(names) == 0:
+		return bad("missing NAME")
+	case len(argv) == 0:
+		return bad("missing CMD: distsync %s [flags] %s [--] CMD [ARGS...]", command, names[0])
+	case names[0] == "":
+		return bad("empty NAME")
+	case cfg.redisURL == "":
+		return bad("no Redis: give --redis URL or set DISTSYNC_REDIS_URL (every machine must use the same Redis, so there is no default)")
+	case strings.ContainsAny(cfg.prefix, "{}"):
+		return bad("--prefix must not contain '{' or '}'")
+	case cfg.ttl < distsync.MinLeaseTTL:
+		return bad("--ttl must be at least %v", distsync.MinLeaseTTL)
+	case cfg.conflictExit < 0 || cfg.conflictExit > 255:
+		return bad("--conflict-exit-code must be 0 to 255")
+	case command == "lock" && btoi(cfg.fair)+btoi(cfg.shared)+btoi(cfg.exclusive) > 1:
+		return bad("--fair, --shared and --exclusive exclude one another")
+	case command == "sem" && cfg.size < 1:
+		return bad("--size N is required, and N must be at least 1")
+	case command == "sem" && (cfg.weight < 1 || cfg.weight > cfg.size):
+		return bad("--weight must be 1 to --size (%d)", cfg.size)
+	case command == "once" && cfg.timeout == 0: // set: the default is -1
+		return bad("--timeout 0 does not apply to once, which has no try-once form: give the longest wait for the result")
+	}
+	cfg.name, cfg.argv = names[0], argv
+	return cfg, exitOK, true
+}
+
+// newFlagSet returns the flags of command, which set cfg. Their help is usage's.
+func newFlagSet(command string, cfg *config) *flag.FlagSet {
+	fs := flag.NewFlagSet("distsync "+command, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	fs.StringVar(&cfg.redisURL, "redis", os.Getenv("DISTSYNC_REDIS_URL"), "")
+	fs.StringVar(&cfg.prefix, "prefix", distsync.DefaultKeyPrefix, "")
+	fs.Var(durationFlag{&cfg.ttl}, "ttl", "")
+	fs.Var(durationFlag{&cfg.timeout}, "timeout", "")
+	fs.IntVar(&cfg.conflictExit, "conflict-exit-code", defaultConflictExit, "")
+	fs.Var(durationFlag{&cfg.killGrace}, "kill-grace", "")
+	fs.BoolVar(&cfg.foreground, "foreground", false, "")
+	fs.BoolVar(&cfg.quiet, "quiet", false, "")
+	switch command {
+	case "lock":
+		fs.BoolVar(&cfg.fair, "fair", false, "")
+		fs.BoolVar(&cfg.shared, "shared", false, "")
+		fs.BoolVar(&cfg.exclusive, "exclusive", false, "")
+	case "sem":
+		fs.Int64Var(&cfg.size, "size", 0, "")
+		fs.Int64Var(&cfg.weight, "weight", 1, "")
+	case "once":
+		fs.Var(durationFlag{&cfg.keep}, "keep", "")
+	}
+	return fs
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// splitArgs separates args into flags (with their values), the positional arguments before
+// CMD (NAME), and CMD with its arguments: CMD starts after "--", or else at the first
+// argument after NAME that is not a flag, so that "distsync lock NAME ls -l" runs "ls -l".
+func splitArgs(fs *flag.FlagSet, args []string) (flags, names, argv []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		isFlag := len(a) > 1 && a[0] == '-'
+		switch {
+		case a == "--":
+			return flags, names, args[i+1:]
+		case !isFlag && len(names) > 0:
+			return flags, names, args[i:]
+		case !isFlag:
+			names = append(names, a)
+		default:
+			flags = append(flags, a)
+			name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+			if strings.Contains(name, "=") || i+1 == len(args) {
+				continue
+			}
+			// A flag that takes a value takes the next argument, even one that starts
+			// with a dash (--conflict-exit-code -1 is then refused by its check).
+			if f := fs.Lookup(name); f != nil {
+				if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+					i++
+					flags = append(flags, args[i])
+				}
+			}
+		}
+	}
+	return flags, names, nil
+}
+
+// runCommand runs lock, sem or once with args and returns distsync's exit status.
+func runCommand(command string, args []string, stdout, stderr io.Writer) int {
+	cfg, status, ok := parseArgs(command, args, stdout, stderr)
+	if !ok {
+		return status
+	}
+	r := &runner{cfg: cfg, stdout: stdout, stderr: stderr}
+	return r.run()
+}
+
+// runner runs one lock, sem or once.
+type runner struct {
+	cfg            config
+	stdout, stderr io.Writer
+	path           string // CMD, resolved
+	sigs           *router
+}
+
+// errorf reports an error that ends distsync: printed even with --quiet.
+func (r *runner) errorf(format string, a ...any) {
+	fmt.Fprintf(r.stderr, "distsync: "+format+"\n", a...)
+}
+
+// notef reports what --quiet silences.
+func (r *runner) notef(format string, a ...any) {
+	if !r.cfg.quiet {
+		r.errorf(format, a...)
+	}
+}
+
+func (r *runner) run() int {
+	path, status, err := lookCommand(r.cfg.argv[0])
+	if err != nil {
+		r.errorf("%v", err)
+		return status
+	}
+	r.path = path
+
+	r.sigs = newRouter()
+	defer r.sigs.close()
+	client, status := r.dial()
+	if client == nil {
+		return status
+	}
+	defer client.Close()
+	if r.cfg.timeout > 0 {
+		r.sigs.startTimer(r.cfg.timeout)
+	}
+	opts := []distsync.Option{distsync.WithKeyPrefix(r.cfg.prefix), distsync.WithLeaseTTL(r.cfg.ttl)}
+	if !r.cfg.quiet {
+		opts = append(opts, distsync.WithLogger(slog.New(&logHandler{w: r.stderr, mu: new(sync.Mutex)})))
+	}
+	h, err := distsync.New(client, opts...)
+	if err != nil {
+		r.errorf("%v", err)
+		return exitUsage
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		_ = h.Close(ctx)
+	}()
+	if r.cfg.command == "once" {
+		return r.runOnce(h)
+	}
+	c, err := r.newClaim(h)
+	if err != nil {
+		r.errorf("%v", err)
+		return exitUsage
+	}
+	return r.runClaim(c)
+}
+
+// dial connects to Redis (dialRedis PINGs it). A signal while it dials ends distsync at
+// once; the timeout does not count the dial.
+func (r *runner) dial() (rueidis.Client, int) {
+	type dialed struct {
+		c   rueidis.Client
+		err error
+	}
+	ch := make(chan dialed, 1)
+	go func() {
+		c, err := dialRedis(r.cfg.redisURL)
+		ch <- dialed{c, err}
+	}()
+	select {
+	case d := <-ch:
+		if d.err != nil {
+			r.errorf("%v", d.err)
+			return nil, dialStatus(d.err)
+		}
+		return d.c, exitOK
+	case <-r.sigs.signalled:
+		go func() {
+			if d := <-ch; d.c != nil {
+				d.c.Close()
+			}
+		}()
+		return nil, r.notAcquired("Redis", r.sigs.waitCtx.Err())
+	}
+}
+
+// claim is what lock and sem hold while CMD runs: one primitive's acquire and release.
+type claim struct {
+	what    string // for messages: `mutex "deploy"`
+	acquire func(ctx context.Context) (*distsync.Lease, error)
+	try     func(ctx context.Context) (*distsync.Lease, bool, error)
+	release func(ctx context.Context) error
+}
+
+func (r *runner) newClaim(h *distsync.Handle) (claim, error) {
+	name := r.cfg.name
+	switch {
+	case r.cfg.command == "sem":
+		s, err := semaphore.New(h, name, r.cfg.size)
+		n := r.cfg.weight
+		return claim{what: fmt.Sprintf("semaphore %q", name),
+			acquire: func(ctx context.Context) (*distsync.Lease, error) { return s.AcquireLease(ctx, n) },
+			try:     func(ctx context.Context) (*distsync.Lease, bool, error) { return s.TryAcquireLease(ctx, n) },
+			release: func(ctx context.Context) error { return s.Release(ctx, n) }}, err
+	case r.cfg.fair:
+		m, err := fair.New(h, name)
+		return claim{what: fmt.Sprintf("fair lock %q", name),
+			acquire: m.LockLease, try: m.TryLockLease, release: m.Unlock}, err
+	case r.cfg.shared:
+		m, err := rwmutex.New(h, name)
+		return claim{what: fmt.Sprintf("read-write lock %q (shared)", name),
+			acquire: m.RLockLease, try: m.TryRLockLease, release: m.RUnlock}, err
+	case r.cfg.exclusive:
+		m, err := rwmutex.New(h, name)
+		return claim{what: fmt.Sprintf("read-write lock %q (exclusive)", name),
+			acquire: m.LockLease, try: m.TryLockLease, release: m.Unlock}, err
+	default:
+		m, err := mutex.New(h, name)
+		return claim{what: fmt.Sprintf("mutex %q", name),
+			acquire: m.LockLease, try: m.TryLockLease, release: m.Unlock}, err
+	}
+}
+
+// runClaim acquires c, runs CMD while holding it, and releases it.
+func (r *runner) runClaim(c claim) int {
+	var (
+		lease *distsync.Lease
+		err   error
+	)
+	if r.cfg.timeout == 0 {
+		var ok bool
+		lease, ok, err = c.try(r.sigs.waitCtx)
+		if err == nil && !ok {
+			r.notef("%s is held (--timeout 0)", c.what)
+			return r.cfg.conflictExit
+		}
+	} else {
+		lease, err = c.acquire(r.sigs.waitCtx)
+	}
+	if err != nil {
+		return r.notAcquired(c.what, err)
+	}
+	ch, err := r.sigs.begin(func() (*child, error) { return startChild(r.spec(lease.Token(), r.stdout)) }, false)
+	if err != nil {
+		_ = r.release(c) // at once: nothing ran
+		var aborted abortError
+		if errors.As(err, &aborted) {
+			return aborted.status()
+		}
+		r.errorf("%s: %v", r.cfg.argv[0], err)
+		return startStatus(err)
+	}
+	status, lost, _ := r.supervise(ch, lease, c.what)
+	if lost != nil {
+		// supervise said why. A lease lost at its deadline (Redis unreachable) may still be
+		// this process's in Redis: the release gives it back if so, and reports the loss.
+		_ = r.release(c)
+		return exitLost
+	}
+	if err := r.release(c); err != nil {
+		if errors.Is(err, distsync.ErrLost) {
+			r.errorf("%s was lost before the command ended, which may not have been protected all along (%v); the command exited with %s",
+				c.what, err, describeStatus(status))
+			return exitLost
+		}
+		r.notef("could not release %s (it expires within --ttl %v): %v", c.what, r.cfg.ttl, err)
+	}
+	return status
+}
+
+func (r *runner) release(c claim) error {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	return c.release(ctx)
+}
+
+// spec is how to start CMD under a claim whose fencing token is token.
+func (r *runner) spec(token int64, stdout io.Writer) childSpec {
+	return childSpec{path: r.path, argv: r.cfg.argv, stdout: stdout, stderr: r.stderr, foreground: r.cfg.foreground,
+		env: []string{"DISTSYNC_NAME=" + r.cfg.name, "DISTSYNC_TOKEN=" + strconv.FormatInt(token, 10)}}
+}
+
+// supervise waits for ch, which runs under lease, to exit, and kills it if the lease is lost
+// first (and says so). It returns ch's exit status, the loss (nil if the lease was held
+// until ch exited), and whether ch died of a signal that distsync sent it.
+func (r *runner) supervise(ch *child, lease *distsync.Lease, what string) (status int, lost error, bySentSignal bool) {
+	killed := false
+	select {
+	case <-ch.exited:
+	case <-lease.Done():
+		lost = lease.Err()
+		if lost == nil {
+			lost = distsync.ErrLost // Done is closed: Err is set; this is a safeguard
+		}
+		killed = ch.stop(r.cfg.killGrace)
+	}
+	r.sigs.childGone()
+	status, bySentSignal = ch.reap()
+	if lost != nil {
+		target := fmt.Sprintf("the command (pid %d)", ch.pid())
+		if !r.cfg.foreground {
+			target = fmt.Sprintf("the command's process group (%d)", ch.pid())
+		}
+		how := "it stopped on SIGTERM"
+		if killed {
+			how = fmt.Sprintf("it still ran %v later and was killed with SIGKILL", r.cfg.killGrace)
+		}
+		r.errorf("lost %s while the command ran (%v): sent SIGTERM to %s; %s", what, lost, target, how)
+	}
+	return status, lost, bySentSignal
+}
+
+// onceResult is what a once leader shares: CMD's exit status and the start of its stdout.
+type onceResult struct {
+	Status  int    `json:"status"`            // as a shell reports it: 128+N for signal N
+	Stdout  []byte `json:"stdout,omitempty"`  // the first onceOutputLimit bytes
+	Dropped int64  `json:"dropped,omitempty"` // bytes of stdout beyond them, not shared
+}
+
+// leadRecord is what this process's lead of a once did, if it led.
+type leadRecord struct {
+	mu        sync.Mutex
+	ran       bool  // CMD was started, or failed to start
+	status    int   // its status
+	lost      error // the lead was lost while it ran (CMD was killed)
+	abandoned bool  // CMD died of a signal distsync forwarded: not a result
+}
+
+func (l *leadRecord) set(status int, lost error, abandoned bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ran, l.status, l.lost, l.abandoned = true, status, lost, abandoned
+}
+
+func (l *leadRecord) get() (ran bool, status int, lost error, abandoned bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ran, l.status, l.lost, l.abandoned
+}
+
+// runOnce runs CMD once among every caller of KEY, or prints the result of the run that
+// another caller led.
+func (r *runner) runOnce(h *distsync.Handle) int {
+	var opts []distsync.Option
+	if r.cfg.keep > 0 {
+		// A non-zero status is a result, returned by fn with a nil error, so WithKeep keeps
+		// it like a zero; WithKeepErrors is not needed (fn never fails).
+		opts = append(opts, once.WithKeep(r.cfg.keep))
+	}
+	g, err := once.NewGroup[onceResult](h, onceGroupName, opts...)
+	if err != nil {
+		r.errorf("%v", err)
+		return exitUsage
+	}
+	what := fmt.Sprintf("once %q", r.cfg.name)
+	var lead leadRecord
+	fn := func(ctx context.Context) (onceResult, error) {
+		lease, ok := distsync.LeaseFromContext(ctx)
+		if !ok {
+			// Not reached: once gives its function the lead's lease, without which the
+			// command would run unprotected.
+			lead.set(exitUnavailable, nil, false)
+			r.errorf("%s: the lead came without a lease", what)
+			return onceResult{}, errors.New("distsync: the lead came without a lease")
+		}
+		out := &capture{out: r.stdout, limit: onceOutputLimit}
+		ch, err := r.sigs.begin(func() (*child, error) { return startChild(r.spec(lease.Token(), out)) }, true)
+		var aborted abortError
+		switch {
+		case errors.As(err, &aborted):
+			// The wait ended (a signal, --timeout) as the lead came: this process is on
+			// its way out and runs nothing. Goexit gives the lead up with no result kept;
+			// the callers waiting elsewhere look again and one of them leads.
+			runtime.Goexit()
+		case err != nil:
+			r.errorf("%s: %v", r.cfg.argv[0], err)
+			status := startStatus(err)
+			lead.set(status, nil, false)
+			return onceResult{Status: status}, nil
+		}
+		status, lost, bySignal := r.supervise(ch, lease, "the lead of "+what)
+		abandoned := bySignal && lost == nil
+		lead.set(status, lost, abandoned)
+		if abandoned {
+			// CMD died of a signal sent to this distsync: the run was interrupted, not
+			// done. Give the lead up without a result (none is kept); a waiting caller
+			// runs CMD.
+			runtime.Goexit()
+		}
+		return onceResult{Status: status, Stdout: out.buf, Dropped: out.dropped}, nil
+	}
+	for {
+		res, err, _ := g.Do(r.sigs.waitCtx, r.cfg.name, fn)
+		if ran, status, lost, abandoned := lead.get(); ran {
+			switch {
+			case lost != nil:
+				return exitLost // supervise said why
+			case abandoned:
+				return status
+			case errors.Is(err, distsync.ErrLost):
+				r.errorf("%s: the lead was gone from Redis when the command ended, so its result was not shared and another caller may run the command too (%v)", what, err)
+				return exitLost
+			case err != nil:
+				r.notef("%s: %v", what, err)
+			}
+			return status
+		}
+		switch {
+		case err == nil:
+			_, _ = r.stdout.Write(res.Stdout)
+			if res.Dropped > 0 {
+				r.notef("%s: the command wrote %d bytes to stdout; only the first %d were shared", what,
+					int64(len(res.Stdout))+res.Dropped, len(res.Stdout))
+			}
+			return res.Status
+		case errors.Is(err, once.ErrGoexit) && r.sigs.waitCtx.Err() == nil:
+			continue // the leader gave up without a result: look again, and maybe lead
+		}
+		return r.notAcquired(what, err)
+	}
+}
+
+// notAcquired returns the exit status for an acquire (or a wait for once's result) that
+// ended with err before CMD could start.
+func (r *runner) notAcquired(what string, err error) int {
+	if r.sigs.waitCtx.Err() != nil {
+		cause := context.Cause(r.sigs.waitCtx)
+		var sig signalError
+		if errors.As(cause, &sig) {
+			return 128 + int(sig.sig)
+		}
+		if errors.Is(cause, errTimedOut) {
+			if r.cfg.command == "once" {
+				r.notef("%s: no result within --timeout %v", what, r.cfg.timeout)
+			} else {
+				r.notef("%s: not acquired within --timeout %v", what, r.cfg.timeout)
+			}
+			return r.cfg.conflictExit
+		}
+	}
+	r.errorf("%v", err)
+	if errors.Is(err, distsync.ErrInvalid) || errors.Is(err, semaphore.ErrSizeMismatch) {
+		return exitUsage
+	}
+	return exitUnavailable
+}
+
+// The signals forwarded to CMD while it runs; the first four end a wait for the claim.
+var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// signalError is the cause of a wait that a signal ended.
+type signalError struct{ sig syscall.Signal }
+
+func (e signalError) Error() string { return "interrupted by " + signalName(e.sig) }
+
+// errTimedOut is the cause of a wait that --timeout ended.
+var errTimedOut = errors.New("--timeout ran out")
+
+// abortError is returned by router.begin when the wait ended before CMD could start.
+type abortError struct{ cause error }
+
+func (e abortError) Error() string { return "not started: " + e.cause.Error() }
+
+// status is distsync's exit status for a run aborted by a signal.
+func (e abortError) status() int {
+	var sig signalError
+	if errors.As(e.cause, &sig) {
+		return 128 + int(sig.sig)
+	}
+	return exitUsage // not reached: only a signal aborts a lock or sem
+}
+
+// router receives the signals sent to distsync from its start and routes each: while
+// distsync waits for the claim, SIGINT, SIGTERM, SIGHUP and SIGQUIT cancel waitCtx (the
+// others are ignored); while CMD runs, every one is forwarded to it; after CMD exited, they
+// are ignored while the claim is released (within releaseTimeout). --timeout cancels
+// waitCtx too, while distsync waits. The switch from waiting to running is made under one
+// lock (begin), so a signal is either a cancelled wait or a forwarded signal, never lost.
+type router struct {
+	ch        chan os.Signal
+	done      chan struct{}
+	waitCtx   context.Context
+	signalled chan struct{} // closed when a signal cancels waitCtx
+
+	mu      sync.Mutex
+	cancel  context.CancelCauseFunc
+	waiting bool
+	cause   error // why waitCtx was cancelled
+	timer   *time.Timer
+	child   *child
+}
+
+func newRouter() *router {
+	r := &router{ch: make(chan os.Signal, 16), done: make(chan struct{}), signalled: make(chan struct{}), waiting: true}
+	r.waitCtx, r.cancel = context.WithCancelCause(context.Background())
+	// SIGPIPE too, so that a write to a closed stdout returns EPIPE instead of killing
+	// distsync, which must release its claim; it is not forwarded.
+	signal.Notify(r.ch, append(forwardedSignals, syscall.SIGPIPE)...)
+	go func() {
+		for {
+			select {
+			case sig := <-r.ch:
+				r.deliver(sig.(syscall.Signal))
+			case <-r.done:
+				return
+			}
+		}
+	}()
+	return r
+}
+
+func (r *router) deliver(sig syscall.Signal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case sig == syscall.SIGPIPE:
+	case r.child != nil:
+		r.child.signal(sig)
+	case r.waiting && sig != syscall.SIGUSR1 && sig != syscall.SIGUSR2:
+		r.endWait(signalError{sig})
+		close(r.signalled)
+	}
+}
+
+// endWait cancels the wait with cause. r.mu is held.
+func (r *router) endWait(cause error) {
+	r.waiting = false
+	r.cause = cause
+	r.cancel(cause)
+}
+
+// startTimer makes the wait end after d.
+func (r *router) startTimer(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.timer = time.AfterFunc(d, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.waiting {
+			r.endWait(errTimedOut)
+		}
+	})
+}
+
+// begin ends the wait and starts CMD with start, unless the wait was cancelled already by a
+// signal (or, if abortOnTimeout, by --timeout): then it returns an abortError. From then on,
+// signals are forwarded to the child until childGone.
+func (r *router) begin(start func() (*child, error), abortOnTimeout bool) (*child, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	if r.cause != nil && (abortOnTimeout || !errors.Is(r.cause, errTimedOut)) {
+		return nil, abortError{r.cause}
+	}
+	r.waiting = false
+	c, err := start()
+	if err != nil {
+		return nil, err
+	}
+	r.child = c
+	return c, nil
+}
+
+// childGone stops forwarding signals to the child, which has exited.
+func (r *router) childGone() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.child = nil
+}
+
+func (r *router) close() {
+	signal.Stop(r.ch)
+	close(r.done)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	r.cancel(context.Canceled)
+}
+
+// logHandler prints the Handle's warnings (a release that failed in the background, a once
+// result that could not be shared) as "distsync: ..." lines on stderr.
+type logHandler struct {
+	w     io.Writer
+	mu    *sync.Mutex
+	attrs []slog.Attr
+}
+
+func (h *logHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (h *logHandler) Handle(_ context.Context, rec slog.Record) error {
+	if rec.Message == "distsync: lease lost" {
+		return nil // the command reports a loss itself, with what it did about it
+	}
+	var b strings.Builder
+	b.WriteString(rec.Message)
+	add := func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	}
+	for _, a := range h.attrs {
+		add(a)
+	}
+	rec.Attrs(add)
+	b.WriteByte('\n')
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, err := io.WriteString(h.w, b.String())
+	return err
+}
+
+func (h *logHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &logHandler{w: h.w, mu: h.mu, attrs: append(append([]slog.Attr(nil), h.attrs...), attrs...)}
+}
+
+func (h *logHandler) WithGroup(string) slog.Handler { return h }
