@@ -54,3 +54,47 @@ func ExampleLease_Err() {
 	// true
 	// true true
 }
+
+// An observer sees what the Handle's primitives do: here, a TryLock that finds the mutex held,
+// and a Lock that waits for its release, is handed the lock, and releases it.
+func ExampleWithObserver() {
+	srv, _ := embedded.Start()
+	defer srv.Close()
+	ctx := context.Background()
+
+	holder, _ := srv.NewHandle()
+	defer holder.Close(ctx)
+	queued := make(chan struct{})
+	watched, _ := srv.NewHandle(distsync.WithObserver(func(e distsync.Event) {
+		if e.Kind == distsync.EventQueued {
+			defer close(queued)
+		}
+		switch e.Kind {
+		case distsync.EventAcquired:
+			fmt.Println(e.Kind, e.Primitive, e.Name, "token > 0:", e.Token > 0)
+		case distsync.EventWoken, distsync.EventGranted, distsync.EventRenewed:
+			// how the wait ended; renewals come every third of the lease
+		default:
+			fmt.Println(e.Kind, e.Primitive, e.Name)
+		}
+	}))
+	defer watched.Close(ctx)
+
+	a, _ := mutex.New(holder, "report")
+	b, _ := mutex.New(watched, "report")
+	_ = a.Lock(ctx)
+	_, _ = b.TryLock(ctx) // held: not acquired
+	done := make(chan error)
+	go func() { done <- b.Lock(ctx) }()
+	<-queued // b waits
+	_ = a.Unlock(ctx)
+	<-done
+	_ = b.Unlock(ctx)
+	// Output:
+	// acquire_started mutex report
+	// not_acquired mutex report
+	// acquire_started mutex report
+	// queued mutex report
+	// acquired mutex report token > 0: true
+	// released mutex report
+}
