@@ -35,8 +35,8 @@ type Event struct {
 	// of the hold it took carries the same Call, so that an observer can pair
 	// EventAcquireStarted with how it ended, and EventAcquired with EventReleased. For once,
 	// the call is the process's call of a key, which callers in the process join: they make
-	// no events of their own. A reentrant re-entry reports EventAcquired; the hold, and its
-	// end, are reported once, by the outermost Lock's call.
+	// no events of their own. A reentrant re-entry reports EventAcquired with Nested set; the
+	// hold, and its end, are reported once, with the Call of the first call that reported it.
 	Call uint64
 	// Context is the context the call was made with, for the events of the call itself
 	// (started, queued, woken, granted, acquired or not, once's roles): an observer that
@@ -54,6 +54,9 @@ type Event struct {
 	Weight int64
 	// Shared is true for a read lock of a read-write mutex.
 	Shared bool
+	// Nested is true for the EventAcquired of a reentrant re-entry: the owner held the lock
+	// already, and the hold, with its end, was reported by the call that took it first.
+	Nested bool
 	// Err is why: for EventNotAcquired, the error the call returned (nil for a try that
 	// found the claim taken); for EventLost, the loss (it matches [ErrLost]); for
 	// EventRenewalFailed, the error of the renewal (it is retried); for EventReleased, nil, or
@@ -133,7 +136,7 @@ func WithObserver(o Observer) Option {
 					prev(e)
 				}
 				o(Event{Kind: EventKind(e.Kind), Primitive: e.Primitive, Name: e.Name, Call: e.ID, Context: e.Context,
-					Wait: e.Wait, Held: e.Held, Token: e.Token, Weight: e.Weight, Shared: e.Shared, Err: e.Err})
+					Wait: e.Wait, Held: e.Held, Token: e.Token, Weight: e.Weight, Shared: e.Shared, Nested: e.Nested, Err: e.Err})
 			}
 		}}}
 }

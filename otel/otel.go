@@ -60,9 +60,9 @@ func WithoutNames() Option { return optionFunc(func(c *config) { c.names = false
 // the metrics and spans the package documents. Give it to [distsync.New] with
 // [distsync.WithObserver].
 //
-// Make one Observer per Handle: it pairs the events of a call by their [distsync.Event.Call],
-// which numbers the calls of one Handle. Observers of several Handles share the instruments
-// of their providers, so their metrics add up. If an instrument cannot be created the error
+// One Observer may serve several Handles: it pairs the events of a call by their
+// [distsync.Event.Call], which is unique in the process. Observers share the instruments of
+// their providers, so their metrics add up. If an instrument cannot be created the error
 // goes to [otel.Handle] and that instrument records nothing.
 //
 // The Observer runs on the goroutines of the Handle's calls, and ends their spans there: give
@@ -83,7 +83,6 @@ func Observer(opts ...Option) distsync.Observer {
 		tracer: c.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())),
 		names:  c.names,
 		spans:  make(map[uint64]trace.Span),
-		holds:  make(map[hold]struct{}),
 	}
 	o.instruments(c.mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version())))
 	return o.observe
@@ -132,14 +131,6 @@ type observer struct {
 
 	mu    sync.Mutex
 	spans map[uint64]trace.Span // the span of each call in flight, by Event.Call
-	holds map[hold]struct{}     // the reentrant holds taken (their nested calls are not holds)
-}
-
-// hold is a reentrant hold: its name and fencing token, which a nested call's EventAcquired
-// repeats.
-type hold struct {
-	name  string
-	token int64
 }
 
 // instruments creates the observer's instruments on m. One that cannot be created is
@@ -216,13 +207,12 @@ func (o *observer) observe(e distsync.Event) {
 		rs := s.result(r)
 		o.acquisitions.Add(ctx, 1, rs.add...)
 		o.wait.Record(ctx, e.Wait.Seconds(), rs.record...)
-		if r == resultAcquired && o.newHold(e) {
+		if r == resultAcquired && !e.Nested { // a re-entry is not a hold of its own
 			o.holders.Add(ctx, 1, s.base.add...)
 		}
 		end(span, e, r)
 	case distsync.EventReleased, distsync.EventLost:
 		s := o.sets(e)
-		o.endHold(e)
 		o.holders.Add(ctx, -1, s.base.add...)
 		switch {
 		case e.Kind == distsync.EventLost:
@@ -240,30 +230,5 @@ func (o *observer) observe(e distsync.Event) {
 		o.note(e)
 	case distsync.EventQueued, distsync.EventWoken, distsync.EventGranted:
 		o.note(e)
-	}
-}
-
-// newHold reports whether e, an EventAcquired, took a hold whose end will be reported: every
-// acquisition but a reentrant owner's nested one, which repeats its hold's token.
-func (o *observer) newHold(e distsync.Event) bool {
-	if e.Primitive != "reentrant" {
-		return true
-	}
-	k := hold{e.Name, e.Token}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if _, nested := o.holds[k]; nested {
-		return false
-	}
-	o.holds[k] = struct{}{}
-	return true
-}
-
-// endHold forgets the reentrant hold that e ends.
-func (o *observer) endHold(e distsync.Event) {
-	if e.Primitive == "reentrant" {
-		o.mu.Lock()
-		delete(o.holds, hold{e.Name, e.Token})
-		o.mu.Unlock()
 	}
 }

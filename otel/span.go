@@ -40,13 +40,6 @@ func (o *observer) start(ctx context.Context, e distsync.Event) {
 		return // nothing to add to it, nor to end: keep it out of the map
 	}
 	o.mu.Lock()
-	if _, dup := o.spans[e.Call]; dup {
-		// Two calls with one number: the Observer was given to two Handles. The first keeps
-		// the number; the second's span ends now, with no result, rather than never.
-		o.mu.Unlock()
-		span.End()
-		return
-	}
 	o.spans[e.Call] = span
 	o.mu.Unlock()
 }

@@ -141,7 +141,11 @@ func (m *Mutex) Name() string { return m.name }
 // if the owner's hold here was lost (re-entering a lost hold would hide the loss).
 // Connection errors are retried while waiting; other Redis errors are returned.
 func (m *Mutex) Lock(ctx context.Context) error {
-	_, err := m.LockLease(ctx)
+	obs := m.c.Begin(ctx, core.KindReentrant, m.name, 1, false)
+	_, err := m.lock1(obs.Bind(ctx), true)
+	if obs != nil {
+		obs.Done(m.leaseIf(ctx, err == nil), err)
+	}
 	return err
 }
 
@@ -150,8 +154,12 @@ func (m *Mutex) Lock(ctx context.Context) error {
 // trip; if it ends first TryLock returns its error (matching [distsync.ErrNotAcquired]) and
 // the count is as it was.
 func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
-	_, ok, err := m.TryLockLease(ctx)
-	return ok, err
+	obs := m.c.Begin(ctx, core.KindReentrant, m.name, 1, false)
+	ok, err := m.lock1(ctx, false)
+	if obs != nil {
+		obs.Done(m.leaseIf(ctx, ok && err == nil), err)
+	}
+	return ok && err == nil, err
 }
 
 // LockLease is [Mutex.Lock] that also returns the owner's [distsync.Lease]: one lease for the
@@ -160,11 +168,8 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 // signal of the hold.
 func (m *Mutex) LockLease(ctx context.Context) (*distsync.Lease, error) {
 	obs := m.c.Begin(ctx, core.KindReentrant, m.name, 1, false)
-	var l *distsync.Lease
 	_, err := m.lock1(obs.Bind(ctx), true)
-	if err == nil {
-		l = m.lease(ctx)
-	}
+	l := m.leaseIf(ctx, err == nil)
 	obs.Done(l, err)
 	return l, err
 }
@@ -173,13 +178,18 @@ func (m *Mutex) LockLease(ctx context.Context) (*distsync.Lease, error) {
 // or re-entered m (nil otherwise), as [Mutex.LockLease] does.
 func (m *Mutex) TryLockLease(ctx context.Context) (*distsync.Lease, bool, error) {
 	obs := m.c.Begin(ctx, core.KindReentrant, m.name, 1, false)
-	var l *distsync.Lease
 	ok, err := m.lock1(ctx, false)
-	if ok && err == nil {
-		l = m.lease(ctx)
-	}
+	l := m.leaseIf(ctx, ok && err == nil)
 	obs.Done(l, err)
 	return l, ok && err == nil, err
+}
+
+// leaseIf returns the lease of the owner that ctx carries if held is true, else nil.
+func (m *Mutex) leaseIf(ctx context.Context, held bool) *distsync.Lease {
+	if !held {
+		return nil
+	}
+	return m.lease(ctx)
 }
 
 func (m *Mutex) lock1(ctx context.Context, wait bool) (bool, error) {

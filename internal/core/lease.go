@@ -95,8 +95,9 @@ type Lease struct {
 
 	ended    atomic.Bool             // End's first call won (finish)
 	obs      atomic.Pointer[Acquire] // the observed call that took the hold (Acquire.Done)
-	reported atomic.Bool             // its end was reported to the observer
 	logged   atomic.Bool             // its loss was logged
+	emit     sync.Mutex              // orders the observer's events of the hold (report, renewed)
+	reported bool                    // its end was reported to the observer; guarded by emit
 }
 
 // Hold starts tracking a claim acquired per spec and returns its lease.
@@ -291,7 +292,11 @@ func errDeadline() error { return lost("its deadline passed before a renewal suc
 func (l *Lease) End(err error) {
 	if l.finish(err) {
 		l.report(err)
+		return
 	}
+	// Another call is ending it: return once it has, so that the caller reads the lease's
+	// error, not nil.
+	<-l.ctx.Done()
 }
 
 // finish ends the lease with err, reporting nothing, and says whether this call ended it: a
@@ -364,8 +369,8 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	res := scripts.DoMulti(ctx, l.h.Client, calls)
 	ok, err := res[len(res)-1].AsInt64()
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if _, tracked := r.leases[l]; !tracked {
+		r.mu.Unlock()
 		if lerr := context.Cause(l.ctx); l.ctx.Err() != nil {
 			return lerr
 		}
@@ -382,15 +387,19 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		if l.spec.Renew {
 			l.next = sent.Add(min(ttl, l.spec.TTL) / RenewDivisor)
 		}
+		r.mu.Unlock()
 		return nil
 	case err == nil || isWrongType(err):
 		delete(r.leases, l)
 		err := lost("the claim was gone or held by another owner when it was refreshed")
-		if l.finish(err) {
-			defer l.report(err) // after the deferred unlock: deferred calls run last in, first out
+		ended := l.finish(err)
+		r.mu.Unlock()
+		if ended {
+			l.report(err) // outside the lock: the observer and the log may be slow
 		}
 		return err
 	default:
+		r.mu.Unlock()
 		return err
 	}
 }
@@ -502,9 +511,6 @@ func (r *renewer) run(ctx context.Context) {
 		}
 		r.wakeAt = wake
 		r.mu.Unlock()
-		for _, l := range ended {
-			l.report(context.Cause(l.ctx))
-		}
 
 		if len(batch) > 0 {
 			r.h.bg.Add(1)
@@ -512,6 +518,11 @@ func (r *renewer) run(ctx context.Context) {
 				defer r.h.bg.Done()
 				r.renew(ctx, batch)
 			}()
+		}
+		// After the batch is on its way: an observer or a log that is slow delays the loop's
+		// next look, never the renewals due now.
+		for _, l := range ended {
+			l.report(context.Cause(l.ctx))
 		}
 
 		timer.Reset(time.Until(wake))
@@ -584,6 +595,7 @@ func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 		}
 	}
 	r.mu.Unlock()
+	r.wake() // the loop reschedules these leases at once, whatever the reports below cost
 	// Reported outside the lock: the observer and the log may be slow.
 	for i, l := range renewed {
 		l.renewed(failed[i])
@@ -591,7 +603,6 @@ func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 	for _, l := range ended {
 		l.report(context.Cause(l.ctx))
 	}
-	r.wake()
 }
 
 func isWrongType(err error) bool {

@@ -37,6 +37,7 @@ type Event struct {
 	Token     int64
 	Weight    int64
 	Shared    bool
+	Nested    bool
 	Err       error
 }
 
@@ -143,10 +144,14 @@ func (a *Acquire) Done(public any, err error) {
 		return
 	}
 	a.acquired = now
-	a.emit(Event{Kind: EventAcquired, Context: a.ctx, Wait: now.Sub(a.start), Token: l.Token()})
-	// The first call that took the hold follows it: a reentrant re-entry reports its own
-	// acquisition, but the hold, and its end, are the outermost Lock's.
-	if !l.obs.CompareAndSwap(nil, a) {
+	// The first call that reports the hold follows it: a reentrant re-entry reports its own
+	// acquisition, marked Nested, but the hold and its end are the first call's. Under the
+	// hold's emit lock, so that its end cannot be reported before its acquisition.
+	l.emit.Lock()
+	first := l.obs.CompareAndSwap(nil, a)
+	a.emit(Event{Kind: EventAcquired, Context: a.ctx, Wait: now.Sub(a.start), Token: l.Token(), Nested: !first})
+	l.emit.Unlock()
+	if !first {
 		return
 	}
 	if err := l.Err(); err != nil {
@@ -161,9 +166,15 @@ func (l *Lease) report(err error) {
 		lg.Warn("distsync: lease lost", "key", l.spec.Key, "token", l.spec.Token, "err", err)
 	}
 	a := l.obs.Load()
-	if a == nil || !l.reported.CompareAndSwap(false, true) {
+	if a == nil {
 		return
 	}
+	l.emit.Lock()
+	defer l.emit.Unlock()
+	if l.reported {
+		return
+	}
+	l.reported = true
 	kind := uint8(EventReleased)
 	if errors.Is(err, ErrLost) {
 		kind = EventLost
@@ -179,6 +190,11 @@ func (l *Lease) renewed(err error) {
 	a := l.obs.Load()
 	if a == nil {
 		return
+	}
+	l.emit.Lock()
+	defer l.emit.Unlock()
+	if l.reported {
+		return // a renewal's reply that came after the hold ended: nothing to tell
 	}
 	kind := uint8(EventRenewed)
 	if err != nil {
