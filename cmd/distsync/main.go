@@ -216,7 +216,10 @@ CMD:
   with 128+N; SIGUSR1 and SIGUSR2 are ignored then. A distsync killed with SIGKILL
   releases nothing: the kernel kills CMD (not what CMD started) and the claim expires
   after --ttl. distsync holds the claim until CMD exits, not until what CMD left running
-  in the background does.
+  in the background does (a once leader waits up to 1 s more for CMD's stdout to close).
+  Ctrl-Z stops distsync, but not a CMD in its own group: its renewals stop, and the claim
+  lapses after --ttl while CMD runs on, to be killed when distsync is resumed. Do not
+  suspend it; with --foreground, Ctrl-Z stops both.
 
 Loss:
   If the claim is lost while CMD runs (its key expired, was deleted or taken, or Redis did
@@ -245,7 +248,8 @@ Exit status:
   1         demo failed
   64        usage error: bad flags, missing NAME, CMD or --redis, a bad --redis URL, a
             bad --size or --weight (or a --size other than the semaphore's in Redis)
-  69        Redis unreachable, or a Redis error before CMD started
+  69        Redis unreachable when distsync starts, or a Redis error before CMD started
+            (while distsync waits, connection errors are retried until --timeout)
   75        not acquired within --timeout, or held with --timeout 0 (--conflict-exit-code)
   76        the claim was lost while CMD ran (CMD was killed), or found lost at release
   126       CMD found but could not be executed

@@ -642,6 +642,7 @@ type router struct {
 	cause   error // why waitCtx was cancelled
 	timer   *time.Timer
 	child   *child
+	started bool // CMD was started (and may have exited since)
 }
 
 func newRouter() *router {
@@ -670,9 +671,15 @@ func (r *router) deliver(sig syscall.Signal) {
 	case sig == syscall.SIGPIPE:
 	case r.child != nil:
 		r.child.signal(sig)
-	case r.waiting && sig != syscall.SIGUSR1 && sig != syscall.SIGUSR2:
-		r.endWait(signalError{sig})
-		close(r.signalled)
+	case r.started || sig == syscall.SIGUSR1 || sig == syscall.SIGUSR2:
+		// CMD has exited (the claim is being released), or a signal that ends no wait.
+	default:
+		// Not started yet: waiting, or acquired (or timed out) and about to start. Either
+		// way CMD must not start now; begin sees the cause.
+		if _, signalled := r.cause.(signalError); !signalled {
+			r.endWait(signalError{sig})
+			close(r.signalled)
+		}
 	}
 }
 
@@ -713,7 +720,7 @@ func (r *router) begin(start func() (*child, error), abortOnTimeout bool) (*chil
 	if err != nil {
 		return nil, err
 	}
-	r.child = c
+	r.child, r.started = c, true
 	return c, nil
 }
 
