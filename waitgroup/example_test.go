@@ -66,14 +66,17 @@ func ExampleWaitGroup_Go() {
 
 	hw, _ := srv.NewHandle()
 	workers, _ := waitgroup.New(hw, "imports")
+	started := make(chan struct{}) // no member finishes before all have joined: one round
 	for _, file := range []string{"a.csv", "b.csv", "c.csv"} {
 		_ = workers.Go(ctx, func(ctx context.Context) error {
+			<-started
 			if file == "b.csv" {
 				return fmt.Errorf("%s: line 12: bad date", file)
 			}
 			return nil
 		})
 	}
+	close(started)
 
 	hc, _ := srv.NewHandle() // another process
 	coordinator, _ := waitgroup.New(hc, "imports")

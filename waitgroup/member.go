@@ -153,6 +153,12 @@ func (m *Member) leave(ctx context.Context, extra string) (bool, error) {
 // the lease's error as its cause, if the membership is lost: the round counts fn's work as lost
 // then, whatever fn does. If fn panics, the member fails with the panic's text, and the panic
 // goes on. Go returns Join's error: fn runs only if Go returns nil.
+//
+// As with sync.WaitGroup, a round ends whenever the count returns to zero: if one member's fn
+// can finish before the next Go, the members may end up in several rounds, and a Wait reports
+// the last one's outcome only. To report a batch as one, let no member finish before every one
+// has started (as the example does), or Add the batch's count first and have each worker take
+// its unit with [WaitGroup.Claim].
 func (wg *WaitGroup) Go(ctx context.Context, fn func(ctx context.Context) error) error {
 	m, err := wg.Join(ctx)
 	if err != nil {
