@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -36,7 +35,7 @@ func observerCost(ctx context.Context, addr string, iters int) ([]primRow, error
 		{"the otel module on the SDK (metrics and spans)", []distsync.Option{distsync.WithObserver(
 			distsyncotel.Observer(distsyncotel.WithMeterProvider(mp), distsyncotel.WithTracerProvider(tp)))}},
 	}
-	var locks []*mutex.Mutex
+	var ops []pairOp
 	for i, s := range setups {
 		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
 		if err != nil {
@@ -52,7 +51,12 @@ func observerCost(ctx context.Context, addr string, iters int) ([]primRow, error
 		if err != nil {
 			return nil, err
 		}
-		locks = append(locks, m)
+		ops = append(ops, pairOp{s.name, func(ctx context.Context) error {
+			if err := m.Lock(ctx); err != nil {
+				return err
+			}
+			return m.Unlock(ctx)
+		}})
 	}
 	pinger, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
 	if err != nil {
@@ -60,29 +64,9 @@ func observerCost(ctx context.Context, addr string, iters int) ([]primRow, error
 	}
 	defer pinger.Close()
 
-	times := make([][]time.Duration, len(locks))
-	var pings []time.Duration
-	for i := range iters + iters/10 {
-		warm := i < iters/10
-		t0 := time.Now()
-		if err := pinger.Do(ctx, pinger.B().Ping().Build()).Error(); err != nil {
-			return nil, err
-		}
-		if !warm {
-			pings = append(pings, time.Since(t0))
-		}
-		for _, k := range rand.Perm(len(locks)) {
-			t0 := time.Now()
-			if err := locks[k].Lock(ctx); err != nil {
-				return nil, err
-			}
-			if err := locks[k].Unlock(ctx); err != nil {
-				return nil, err
-			}
-			if !warm {
-				times[k] = append(times[k], time.Since(t0))
-			}
-		}
+	times, pings, err := interleave(ctx, pinger, ops, iters)
+	if err != nil {
+		return nil, err
 	}
 	rtt, base := pct(pings, 50), pct(times[0], 50)
 	var rows []primRow

@@ -71,27 +71,9 @@ func everyPair(ctx context.Context, addr string, iters int) ([]primRow, error) {
 			func(ctx context.Context) error { return s.Acquire(ctx, 1) },
 			func(ctx context.Context) error { return s.Release(ctx, 1) })},
 	}
-	times := make([][]time.Duration, len(ops))
-	var pings []time.Duration
-	for i := range iters + iters/10 {
-		warm := i < iters/10
-		t0 := time.Now()
-		if err := pinger.Do(ctx, pinger.B().Ping().Build()).Error(); err != nil {
-			return nil, err
-		}
-		if !warm {
-			pings = append(pings, time.Since(t0))
-		}
-		for _, k := range rand.Perm(len(ops)) { // a new order every round, as in uncontended
-			o := ops[k]
-			t0 := time.Now()
-			if err := o.run(ctx); err != nil {
-				return nil, fmt.Errorf("%s: %w", o.name, err)
-			}
-			if !warm {
-				times[k] = append(times[k], time.Since(t0))
-			}
-		}
+	times, pings, err := interleave(ctx, pinger, ops, iters)
+	if err != nil {
+		return nil, err
 	}
 	rtt := pct(pings, 50)
 	floor := pct(times[0], 50)
@@ -122,4 +104,32 @@ func everyPair(ctx context.Context, addr string, iters int) ([]primRow, error) {
 		})
 	}
 	return rows, nil
+}
+
+// interleave runs every op once per round, in a new order each round, with a PING before
+// each round, for iters rounds after iters/10 to warm up, and returns the times of each op
+// and of the PINGs.
+func interleave(ctx context.Context, pinger rueidis.Client, ops []pairOp, iters int) (times [][]time.Duration, pings []time.Duration, err error) {
+	times = make([][]time.Duration, len(ops))
+	for i := range iters + iters/10 {
+		warm := i < iters/10
+		t0 := time.Now()
+		if err := pinger.Do(ctx, pinger.B().Ping().Build()).Error(); err != nil {
+			return nil, nil, err
+		}
+		if !warm {
+			pings = append(pings, time.Since(t0))
+		}
+		for _, k := range rand.Perm(len(ops)) { // a new order every round, as in uncontended
+			o := ops[k]
+			t0 := time.Now()
+			if err := o.run(ctx); err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", o.name, err)
+			}
+			if !warm {
+				times[k] = append(times[k], time.Since(t0))
+			}
+		}
+	}
+	return times, pings, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/keys"
 	"github.com/distsync/distsync/internal/sweep"
 )
 
@@ -67,60 +68,15 @@ func List(ctx context.Context, h *distsync.Handle, pattern string) ([]Entry, err
 	return out, nil
 }
 
-// parseKey splits a key <prefix>{<escaped name>}:<kind>[:<part>] into the kind and the name
-// of its primitive (for once, a key's name, "<len(group)>:<group>:<key>"); ok is false for a
-// key that is no primitive's of a known kind.
+// parseKey returns the kind and the name of the primitive whose key key is (for once, a
+// key's name, "<len(group)>:<group>:<key>"); ok is false for a key that is no primitive's of
+// a known kind.
 func parseKey(prefix, key string) (kind, name string, ok bool) {
-	rest, ok := strings.CutPrefix(key, prefix+"{")
-	if !ok {
+	kind, name, ok = keys.Parse(prefix, key)
+	if _, known := layout[kind]; !ok || !known {
 		return "", "", false
 	}
-	esc, tail, ok := strings.Cut(rest, "}") // an escaped name holds no brace
-	if !ok {
-		return "", "", false
-	}
-	if tail, ok = strings.CutPrefix(tail, ":"); !ok {
-		return "", "", false
-	}
-	kind, _, _ = strings.Cut(tail, ":")
-	if _, known := layout[kind]; !known {
-		return "", "", false
-	}
-	name, ok = unescape(esc)
-	return kind, name, ok && name != ""
-}
-
-// unescape reverses keys.Escape: %25, %7B and %7D become '%', '{' and '}'. It reports false
-// for what Escape never makes.
-func unescape(s string) (string, bool) {
-	if !strings.ContainsAny(s, "%{}") {
-		return s, true
-	}
-	if strings.ContainsAny(s, "{}") {
-		return "", false
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '%' {
-			b.WriteByte(s[i])
-			continue
-		}
-		if i+3 > len(s) {
-			return "", false
-		}
-		switch s[i+1 : i+3] {
-		case "25":
-			b.WriteByte('%')
-		case "7B":
-			b.WriteByte('{')
-		case "7D":
-			b.WriteByte('}')
-		default:
-			return "", false
-		}
-		i += 2
-	}
-	return b.String(), true
+	return kind, name, true
 }
 
 // checkGlob reports a malformed glob pattern: an unclosed '[' or a trailing '\'.

@@ -176,14 +176,10 @@ func demo(ctx context.Context, cfg demoConfig, out io.Writer) (err error) {
 // host:port stands for redis://host:port), or an embedded one it starts (and stop stops).
 func demoRedis(url string) (opt rueidis.ClientOption, where string, stop func(), err error) {
 	if url != "" {
-		if !strings.Contains(url, "://") {
-			url = "redis://" + url
+		if opt, err = parseRedisURL(url); err != nil {
+			return opt, "", nil, fmt.Errorf("--redis: %w", err)
 		}
-		opt, err = rueidis.ParseURL(url)
-		if err != nil {
-			return opt, "", nil, fmt.Errorf("--redis %q: %w", url, err)
-		}
-		return opt, url, func() {}, nil
+		return opt, strings.Join(opt.InitAddress, ", "), func() {}, nil
 	}
 	srv, err := embedded.Start()
 	if err != nil {

@@ -34,12 +34,9 @@ func dialRedis(addr string) (rueidis.Client, error) {
 	if addr == "" {
 		return nil, errNoRedis
 	}
-	if !strings.Contains(addr, "://") {
-		addr = "redis://" + addr
-	}
-	opt, err := rueidis.ParseURL(addr)
+	opt, err := parseRedisURL(addr)
 	if err != nil {
-		return nil, fmt.Errorf("%w %q: %v", errBadURL, redacted(addr), err)
+		return nil, err
 	}
 	where := strings.Join(opt.InitAddress, ", ")
 	c, err := rueidis.NewClient(opt)
@@ -53,6 +50,19 @@ func dialRedis(addr string) (rueidis.Client, error) {
 		return nil, fmt.Errorf("redis at %s: ping: %w", where, err)
 	}
 	return c, nil
+}
+
+// parseRedisURL returns the client options of addr, a URL that rueidis.ParseURL reads or a
+// bare host:port. Its error matches errBadURL.
+func parseRedisURL(addr string) (rueidis.ClientOption, error) {
+	if !strings.Contains(addr, "://") {
+		addr = "redis://" + addr
+	}
+	opt, err := rueidis.ParseURL(addr)
+	if err != nil {
+		return opt, fmt.Errorf("%w %q: %v", errBadURL, redacted(addr), err)
+	}
+	return opt, nil
 }
 
 // redacted returns addr with the password of its user info, if any, replaced: for errors.

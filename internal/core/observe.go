@@ -115,13 +115,6 @@ func (h *Handle) Note(ctx context.Context, kind uint8) {
 	a.emit(Event{Kind: kind, Context: a.ctx})
 }
 
-// Queued reports EventQueued for the call (once per call), as Note does.
-func (a *Acquire) Queued() {
-	if a != nil && !a.queued.Swap(true) {
-		a.emit(Event{Kind: EventQueued, Context: a.ctx})
-	}
-}
-
 // Once reports one of once's events (EventOnceLeader, EventOnceFollower, EventOnceTakeover).
 func (a *Acquire) Once(kind uint8) {
 	if a != nil {

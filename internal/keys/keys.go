@@ -73,3 +73,56 @@ func Escape(name string) string {
 	}
 	return b.String()
 }
+
+// Parse returns the kind and the (unescaped) name of the primitive whose key, under prefix,
+// key is: the inverse of New and Space's Key and Part. ok is false for a key that is not of
+// that form.
+func Parse(prefix, key string) (kind, name string, ok bool) {
+	rest, ok := strings.CutPrefix(key, prefix+"{")
+	if !ok {
+		return "", "", false
+	}
+	esc, tail, ok := strings.Cut(rest, "}") // an escaped name holds no brace
+	if !ok {
+		return "", "", false
+	}
+	if tail, ok = strings.CutPrefix(tail, ":"); !ok {
+		return "", "", false
+	}
+	kind, _, _ = strings.Cut(tail, ":")
+	name, ok = Unescape(esc)
+	return kind, name, ok && name != "" && kind != ""
+}
+
+// Unescape reverses Escape: %25, %7B and %7D become '%', '{' and '}'. It reports false
+// for what Escape never makes.
+func Unescape(s string) (string, bool) {
+	if !strings.ContainsAny(s, "%{}") {
+		return s, true
+	}
+	if strings.ContainsAny(s, "{}") {
+		return "", false
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+3 > len(s) {
+			return "", false
+		}
+		switch s[i+1 : i+3] {
+		case "25":
+			b.WriteByte('%')
+		case "7B":
+			b.WriteByte('{')
+		case "7D":
+			b.WriteByte('}')
+		default:
+			return "", false
+		}
+		i += 2
+	}
+	return b.String(), true
+}

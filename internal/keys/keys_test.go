@@ -76,3 +76,24 @@ func TestBadPrefix(t *testing.T) {
 		}
 	}
 }
+
+// Parse reads back the kind and the name of every key New makes, braces and percents
+// included, and refuses what New never makes.
+func TestParseReadsBackNew(t *testing.T) {
+	for _, name := range []string{"a", "orders:42", "{x}", "%7B", "a}b{c", "100%"} {
+		s, err := New("p:", "mutex", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{s.Key(), s.Part("fence"), s.Channel()} {
+			if kind, got, ok := Parse("p:", k); !ok || kind != "mutex" || got != name {
+				t.Errorf("Parse(%q) = %q, %q, %v; want mutex, %q", k, kind, got, ok, name)
+			}
+		}
+	}
+	for _, k := range []string{"p:{}:mutex", "p:{a{b}:mutex", "p:{%7X}:mutex", "q:{a}:mutex", "p:{a}"} {
+		if kind, name, ok := Parse("p:", k); ok {
+			t.Errorf("Parse(%q) = %q, %q; want not a key of New's", k, kind, name)
+		}
+	}
+}
