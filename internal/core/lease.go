@@ -610,7 +610,7 @@ func isWrongType(err error) bool {
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
 }
 
-// closeAll ends every lease with ErrClosed, releasing each claim in Redis first.
+// closeAll ends every lease with ErrClosed, then releases each claim in Redis.
 func (r *renewer) closeAll(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true

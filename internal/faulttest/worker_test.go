@@ -437,6 +437,14 @@ func (w *worker) lockLoop(c claim) {
 }
 
 // onceLoop calls Group.Do on one key over and over; fn is the critical section.
+// leadEnded reports whether fn's ctx ended because its lead did: lost, or given up by the
+// Handle's Close, which ends the lead's context before it releases the lead in Redis (a
+// worker closes its Handle when the run ends, and another may lead while fn returns). Either
+// way fn was told its lead was over before another could take it.
+func leadEnded(cause error) bool {
+	return errors.Is(cause, distsync.ErrLost) || errors.Is(cause, distsync.ErrClosed)
+}
+
 func (w *worker) onceLoop(g *once.Group[string]) {
 	sp := w.sp
 	var runs atomic.Int64 // fn may outlive a cancelled Do and run on the Group's goroutine
@@ -454,12 +462,12 @@ func (w *worker) onceLoop(g *once.Group[string]) {
 			case <-t.C:
 			case <-fctx.Done():
 				cause := context.Cause(fctx)
-				w.r.rec(Event{Ev: evFnCtx, Hold: run, Err: errText(cause), Lost: errors.Is(cause, distsync.ErrLost)})
+				w.r.rec(Event{Ev: evFnCtx, Hold: run, Err: errText(cause), Lost: leadEnded(cause)})
 			case <-w.stop.Done():
 			}
 			if fctx.Err() != nil {
 				cause := context.Cause(fctx)
-				w.r.rec(Event{Ev: evFnExit, Hold: run, Lost: errors.Is(cause, distsync.ErrLost), Ctx: true, Err: errText(cause)})
+				w.r.rec(Event{Ev: evFnExit, Hold: run, Lost: leadEnded(cause), Ctx: true, Err: errText(cause)})
 				return "", cause
 			}
 			if w.stop.Err() != nil {
