@@ -96,7 +96,9 @@ if not cur then
   cur = redis.call('GET', lock)
 end
 local pttl = redis.call('PTTL', lock)
-if pttl < 0 then
+if pttl == -2 then
+  pttl = 0 -- expired since it was read (miniredis's clock moves within a script): look again at once
+elseif pttl < 0 then
   pttl = ttl
 end
 local g = 0

@@ -71,7 +71,9 @@ if cur or fast or not redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
     end
   else
     local pttl = redis.call('PTTL', lock)
-    if pttl < 0 then
+    if pttl == -2 then
+      pttl = 0 -- expired since it was read: miniredis's clock moves within a script (Redis's does not); look again at once
+    elseif pttl < 0 then
       pttl = tonumber(ttl) -- a lock key without a TTL is not ours to judge; wait as if it were fresh
     end
     if waiter ~= '' then
