@@ -134,32 +134,16 @@ func (q *quorumLock) lock(ctx context.Context) (*distsync.Lease, error) {
 	case <-q.c.Done():
 		return nil, fmt.Errorf("mutex %q: %w", q.name, distsync.ErrClosed)
 	}
-	for {
-		l, why, err := q.gather(ctx, false)
-		switch {
-		case l != nil:
-			return l.Public.(*distsync.Lease), nil
-		case err != nil:
-			<-q.turn
-			return nil, fmt.Errorf("mutex %q: lock: %w", q.name, err)
-		case ctx.Err() != nil:
-			<-q.turn
-			return nil, q.notAcquired(ctx.Err(), why)
-		}
-		// A majority was had, but could not be made a hold (its claims lapsed, or a primary
-		// did not answer the raise of its fencing counter in time) and was given back: only
-		// ctx ends a Lock, so gather again, after a pause of its own so that a primary that
-		// keeps failing the raise costs a round a QuorumWait or so, not a loop.
-		q.c.Log().Debug("distsync: quorum not made a hold, gathering again", "mutex", q.name, "why", why)
-		select {
-		case <-time.After(QuorumWait + time.Duration(rand.Int64N(int64(QuorumWait)))):
-		case <-ctx.Done():
-			<-q.turn
-			return nil, q.notAcquired(ctx.Err(), why)
-		case <-q.c.Done():
-			<-q.turn
-			return nil, fmt.Errorf("mutex %q: %w", q.name, distsync.ErrClosed)
-		}
+	l, why, err := q.gather(ctx, false)
+	switch {
+	case l != nil:
+		return l.Public.(*distsync.Lease), nil
+	case err != nil:
+		<-q.turn
+		return nil, fmt.Errorf("mutex %q: lock: %w", q.name, err)
+	default:
+		<-q.turn
+		return nil, q.notAcquired(ctx.Err(), why)
 	}
 }
 
