@@ -229,6 +229,9 @@ func TestObserverAndLogTellALoss(t *testing.T) {
 		if err := m.Unlock(ctx); !errors.Is(err, distsync.ErrLost) {
 			t.Fatalf("Unlock after the loss: %v", err)
 		}
+		// The end is reported just after the lease ends (outside the renewer's lock), so
+		// Done may close a moment before the observer hears of it.
+		rec.waitFor(t, distsync.EventLost)
 		es := rec.call(0)
 		k := kinds(es)
 		if len(k) < 3 || k[len(k)-1] != distsync.EventLost || k[1] != distsync.EventAcquired {
