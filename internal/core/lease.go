@@ -649,7 +649,9 @@ func (r *renewer) closeAll(ctx context.Context) error {
 // ErrLost if the claim was not l's any more, or l had already ended (lost, or the handle
 // closed); and otherwise the error, while the handle goes on trying in the background for up
 // to the lease's TTL. l ends either way: at once; or, after an error, as released when a
-// background try reaches Redis before l's local deadline, else as lost at that deadline.
+// background try reaches Redis before l's local deadline and finds the claim released by l,
+// as lost when a try finds it gone or taken, and as lost at that deadline if no try reached
+// Redis by then.
 //
 // A lease that was lost is still given back if Redis has it under l's owner (release is a
 // compare-and-delete): a holder whose deadline passed while a renewal's reply was late, or
@@ -662,24 +664,25 @@ func (h *Handle) Release(ctx context.Context, what string, l *Lease, release fun
 		}
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
-	// If no attempt is confirmed now, the background goes on trying, and the lease ends as
-	// released once one reaches Redis before the lease's local deadline (a retry of a release
-	// that went through may then find the claim gone, and say so: it was not lost, it was
-	// released). If none has by the deadline, the lease ends there, as lost: the holder must
-	// not believe in it past the moment Redis may have expired it, whatever the background
-	// does later.
+	// If no attempt is confirmed now, the background goes on trying. The lease ends as
+	// released once one reaches Redis before the lease's local deadline and finds the claim
+	// released by this hold (now, or by an earlier attempt whose reply was lost: release tells
+	// them apart by a record of the hold's release, or reports the loss when it cannot); as
+	// lost when an attempt finds the claim gone or taken, or at the deadline if none reached
+	// Redis by then: the holder must not believe in it past the moment Redis may have expired
+	// it, whatever the background does later. A loss is never reported as a release.
 	deadline := l.Deadline()
 	var confirmed atomic.Bool
 	ended := func() {
 		if confirmed.Load() {
 			l.End(ErrReleased)
 		} else {
-			l.End(lost("its release could not be confirmed before its lease ran out"))
+			l.End(lost("its release could not be confirmed before its lease ran out, or found the claim gone"))
 		}
 	}
 	held, err := h.GiveBack(ctx, what, l.TTL(), ended, func(ctx context.Context) (bool, error) {
 		held, err := release(ctx)
-		if err == nil && time.Now().Before(deadline) {
+		if err == nil && held && time.Now().Before(deadline) {
 			confirmed.Store(true)
 		}
 		return held, err

@@ -48,6 +48,7 @@ func (b *Backend) podOn(tb testing.TB, raw rueidis.Client, prefix string, opts [
 //
 //   - Drop: the command runs in Redis, but its caller gets an error that distsync treats as a
 //     dropped connection ("LOADING ..."), so that it retries: a reply lost on the wire;
+//     DropAll does the same to a pipeline (DoMulti) that holds a matching command;
 //   - Delay: the reply reaches its caller late: Redis or the network stalled;
 //   - Expire: the command fails with context.DeadlineExceeded before it is sent, although the
 //     caller's context is live, as rueidis fails every command queued on a connection that
@@ -71,6 +72,7 @@ const (
 	drop = iota
 	delay
 	expire
+	dropAll
 )
 
 // NewFaulty wraps c.
@@ -87,6 +89,10 @@ func ScriptCall(s interface{ SHA() string }) func(cmd []string) bool {
 
 // Drop arms f: the replies of the next n commands that match are lost.
 func (f *Faulty) Drop(n int, match func(cmd []string) bool) { f.arm(n, match, drop, 0) }
+
+// DropAll is Drop for pipelines too: the replies of the next n pipelines (DoMulti) or commands
+// (Do) that hold a matching command are lost, every reply of the pipeline, after it ran.
+func (f *Faulty) DropAll(n int, match func(cmd []string) bool) { f.arm(n, match, dropAll, 0) }
 
 // Delay arms f: the replies of the next n commands that match reach their callers d late.
 func (f *Faulty) Delay(n int, d time.Duration, match func(cmd []string) bool) {
@@ -144,7 +150,7 @@ func (f *Faulty) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisRes
 }
 
 // DoMulti implements rueidis.Client. A pipeline with a command that matches an armed Delay
-// or Expire gets it as a whole; Drop applies to Do only.
+// or Expire gets it as a whole; Drop applies to Do only, DropAll to both.
 func (f *Faulty) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
 	f.mu.Lock()
 	var hit *arm
@@ -172,6 +178,14 @@ func (f *Faulty) DoMulti(ctx context.Context, multi ...rueidis.Completed) []ruei
 		ectx, cancel := context.WithDeadline(ctx, time.Now())
 		defer cancel()
 		return f.Client.DoMulti(ectx, multi...)
+	case hit.mode == dropAll:
+		res := f.Client.DoMulti(ctx, multi...)
+		for i := range res {
+			if res[i].Error() == nil {
+				res[i] = f.Client.Do(ctx, f.Client.B().Eval().Script("return redis.error_reply('LOADING reply dropped by the test')").Numkeys(0).Build())
+			}
+		}
+		return res
 	}
 	res := f.Client.DoMulti(ctx, multi...)
 	time.Sleep(hit.delay)

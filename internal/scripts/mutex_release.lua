@@ -1,7 +1,7 @@
 -- mutex_release.lua: unlock a mutex and hand it to the next waiting process.
 --
 -- KEYS[1] lock   KEYS[2] fence   KEYS[3] q   KEYS[4] qx   (as in mutex_acquire.lua)
--- KEYS[5] rel    the owner value of the last release, for its lease's length
+-- KEYS[5] rel    the owner values of the last releases, for a lease (lib/rel.lua)
 -- ARGV[1] owner      value of the acquisition being released
 -- ARGV[2] window     ms a grant lasts unless its new holder confirms it
 -- ARGV[3] fence_ttl  ms the fence key outlives the last acquisition
@@ -18,14 +18,16 @@
 --
 -- A release is retried after a connection error. Finding the lock not its own, the retry
 -- cannot tell an attempt that went through from a lock that was lost in between (Redis
--- restarted empty, say) but for rel, which the release that went through wrote: a loss is
--- never reported as a release, and a release never as a loss (as long as no other release of
--- the name came in between and overwrote rel: then it is reported as a loss, the safe side).
+-- restarted empty, say) but for rel, where the release that went through recorded its owner
+-- value: a loss is never reported as a release, and a release is reported as a loss only if
+-- more than a handful of other releases of the name came in between (lib/rel.lua).
 --
--- Without waiters this is four calls: GET, EXISTS, DEL, SET.
+-- Without waiters this is six calls: GET, EXISTS, DEL, LPUSH, LTRIM, PEXPIRE.
+
+-- #include lib/rel.lua
 
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  if redis.call('GET', KEYS[5]) == ARGV[1] then
+  if released(KEYS[5], ARGV[1]) then
     return 1
   end
   return 0
@@ -33,7 +35,7 @@ end
 -- Nobody waits: free the lock without making the queue's functions (a Lua closure each).
 if not KEYS[6] and redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('DEL', KEYS[1])
-  redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[6])
+  record_release(KEYS[5], ARGV[1], ARGV[6])
   return 1
 end
 
@@ -44,5 +46,5 @@ end
 local rec = record(6, 7)
 forget(rec, ARGV[9])
 pass_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5], rec)
-redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[6])
+record_release(KEYS[5], ARGV[1], ARGV[6])
 return 1

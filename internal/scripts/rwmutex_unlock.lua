@@ -1,7 +1,7 @@
 -- rwmutex_unlock.lua: RUnlock or Unlock of a read-write mutex.
 --
 -- KEYS and ARGV: see lib/rw.lua (waiter, more, ttl, slack, fence_ttl and ops_ttl unused).
--- Reply: 1 released (now, or by an earlier attempt whose reply was lost: K.rel); 0 the owner
+-- Reply: 1 released (now, or by an earlier attempt whose reply was lost: K.rel, lib/rel.lua); 0 the owner
 --        held nothing (its lease lapsed, or it was deleted or taken)
 --
 -- A writer's Unlock admits and wakes every waiting reader with one publish, or, if none
@@ -9,11 +9,12 @@
 
 -- #include lib/clock.lua
 -- #include lib/rw.lua
+-- #include lib/rel.lua
 
 local now_ms = now()
 if A.mode == 'w' then
   if redis.call('GET', K.w) ~= A.owner then
-    return redis.call('GET', K.rel) == A.owner and 1 or 0
+    return released(K.rel, A.owner) and 1 or 0
   end
   redis.call('DEL', K.w)
   if redis.call('EXISTS', K.rq) == 0 then
@@ -23,7 +24,7 @@ if A.mode == 'w' then
     prune(now_ms)
     after_write(now_ms)
   end
-  redis.call('SET', K.rel, A.owner, 'PX', A.ttl)
+  record_release(K.rel, A.owner, A.ttl)
   return 1
 end
 local at = redis.call('ZSCORE', K.r, A.owner)
@@ -31,7 +32,7 @@ redis.call('ZREM', K.r, A.owner)
 prune(now_ms)
 after_read()
 if at and tonumber(at) > now_ms then
-  redis.call('SET', K.rel, A.owner, 'PX', A.ttl)
+  record_release(K.rel, A.owner, A.ttl)
   return 1
 end
-return redis.call('GET', K.rel) == A.owner and 1 or 0
+return released(K.rel, A.owner) and 1 or 0

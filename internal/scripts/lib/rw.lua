@@ -15,9 +15,8 @@
 --              A free lock goes to the first writer in it whose mark in ww is live, so that
 --              writers of different processes are served in turn, never overtaken without
 --              bound; an entry whose mark lapsed (its writer stopped re-checking) is dropped.
---   [9] rel    the owner value of the last release, for a lease's length: a retried release
---              that finds its claim gone knows whether an earlier attempt released it (see
---              mutex_release.lua)
+--   [9] rel    the owner values of the last releases, for a lease: a retried release that
+--              finds its claim gone knows whether an earlier attempt released it (lib/rel.lua)
 -- ARGV, the same for every rwmutex script:
 --   [1] mode 'r' (reader) or 'w' (writer)   [2] owner   [3] waiter id ('' for none)
 --   [4] more ('1': other goroutines of the waiter's process still wait)   [5] ttl ms

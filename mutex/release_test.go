@@ -1,0 +1,112 @@
+package mutex_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/internal/scripts"
+	"github.com/distsync/distsync/mutex"
+)
+
+// An Unlock whose release cannot reach Redis goes on in the background. If the claim is lost
+// before a background attempt gets through (here: deleted), that attempt finds it gone, and
+// the hold ends as lost, not as released: a loss is never reported as a release.
+func TestBackgroundReleaseThatFindsTheLockGoneReportsALoss(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		f := redistest.NewFaulty(b.Client(t))
+		m, err := mutex.New(b.PodOn(t, f, prefix).H, "gone")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := m.LockLease(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cut atomic.Bool // every release fails, unsent, until the lock is gone
+		cut.Store(true)
+		isRelease := redistest.ScriptCall(scripts.MutexRelease)
+		f.Expire(1000, func(cmd []string) bool { return cut.Load() && isRelease(cmd) })
+		if err := m.Unlock(context.Background()); err == nil {
+			t.Fatal("Unlock succeeded although no release could be sent")
+		}
+		if l.Err() != nil {
+			t.Fatalf("the lease ended before any release reached Redis: %v", l.Err())
+		}
+		b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Del().Key(keyOf(prefix, "gone", "")).Build() })
+		cut.Store(false)
+		select {
+		case <-l.Done():
+		case <-time.After(5 * time.Second): // well before the lease's deadline (10 s)
+			t.Fatal("the background release found the lock gone, and the lease did not end")
+		}
+		if err := l.Err(); !errors.Is(err, distsync.ErrLost) || errors.Is(err, distsync.ErrReleased) {
+			t.Fatalf("a hold whose background release found the lock gone ended with %v, want ErrLost", err)
+		}
+	})
+}
+
+// A release whose reply was lost on the wire went through: its retry finds the lock gone, and
+// the record of the release (rel) says that this hold released it, so Unlock succeeds, even
+// after other holds of the name came and went meanwhile (a few of them). After many more
+// releases of the name the record no longer has it: the retry then reports a loss, the safe
+// side.
+func TestRetriedReleaseTellsItsOwnReleaseFromALoss(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		for _, c := range []struct {
+			others int
+			lost   bool
+		}{{0, false}, {5, false}, {40, true}} {
+			prefix := b.Prefix(t)
+			f := redistest.NewFaulty(b.Client(t))
+			m, err := mutex.New(b.PodOn(t, f, prefix).H, "rel")
+			if err != nil {
+				t.Fatal(err)
+			}
+			other := newPod(t, b, prefix).mutex(t, "rel")
+			l, err := m.LockLease(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var hold atomic.Bool // the retries wait, unsent, until the others are done
+			hold.Store(true)
+			isRelease := redistest.ScriptCall(scripts.MutexRelease)
+			f.DropAll(1, isRelease)
+			f.Expire(1000, func(cmd []string) bool { return hold.Load() && isRelease(cmd) })
+			done := make(chan error, 1)
+			go func() { done <- m.Unlock(context.Background()) }()
+			for range c.others {
+				lockWithin(t, other, 10*time.Second)
+				unlock(t, other)
+			}
+			hold.Store(false)
+			err = <-done
+			if err != nil {
+				// The foreground retries were spent while the others locked: the background
+				// goes on, and the lease tells the outcome.
+				select {
+				case <-l.Done():
+				case <-time.After(5 * time.Second):
+					t.Fatalf("%d others: the background release did not end the lease", c.others)
+				}
+				err = l.Err()
+				if errors.Is(err, distsync.ErrReleased) {
+					err = nil
+				}
+			}
+			switch {
+			case !c.lost && err != nil:
+				t.Fatalf("%d others between the release and its retry: Unlock = %v, want released", c.others, err)
+			case c.lost && !errors.Is(err, distsync.ErrLost):
+				t.Fatalf("%d others between the release and its retry: Unlock = %v, want a loss (the record is gone)", c.others, err)
+			}
+		}
+	})
+}
