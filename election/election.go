@@ -11,12 +11,15 @@
 // from Redis, for longer than the lease) — a leader that was paused learns that it was
 // deposed from its first look at the term, and its successor's token is larger than its own.
 //
-// The queue of candidates is the one of package fair: one entry per Campaign call, strict
-// arrival order, the hand-off done inside Redis (the next leader's Campaign returns without
-// another round trip), and every candidate keeping a short lease on its place
-// ([distsync.DefaultWaiterLease]), so that a candidate whose process died is skipped within
-// that lease. A candidate whose context ends leaves the queue before Campaign returns, and
-// leaves nothing in Redis. Nobody polls: candidates and observers are woken by pub/sub.
+// The queue of candidates is the one of package fair: one entry per waiting candidate,
+// strict arrival order, the hand-off done inside Redis (the next leader is woken alone, and
+// its Campaign returns after one round trip that records it as the leader), and every
+// candidate keeping a short lease on its place ([distsync.DefaultWaiterLease]), so that a
+// candidate whose process died is skipped within that lease. [Election.Leader] and
+// [Election.Observe] name a new leader only once its own command has taken its term: never a
+// candidate that died before it could. A candidate whose context ends leaves the queue
+// before Campaign returns, and leaves nothing in Redis. Nobody polls: candidates and
+// observers are woken by pub/sub.
 package election
 
 import (
@@ -38,11 +41,21 @@ import (
 // leads.
 var ErrNoLeader = errors.New("no leader")
 
-// Election is one election, shared by every process that uses the same name on the same
-// Redis. Make it with [New]; it is safe for concurrent use and must not be copied.
+// Election is one candidate in an election, which every process that uses the same name on
+// the same Redis shares. Make it with [New] (it costs no round trip); it is safe for
+// concurrent use and must not be copied. As an etcd Election is one session's candidacy, an
+// Election value is one candidate: a Campaign while it leads returns its [Term], and its
+// Campaigns wait for each other (see [Election.Campaign]). Goroutines or components that
+// must take turns leading use an Election value each.
 type Election struct {
 	c *core.Handle
 	l *fifo.Lock
+
+	// turn lets one Campaign of this value at a time run in Redis (a one-slot semaphore, so
+	// that a Campaign waiting for it can give up with its context).
+	turn chan struct{}
+	mu   sync.Mutex
+	term *Term // the last term this value won (it may have ended since)
 }
 
 // New returns the election called name. It sends nothing to Redis. Its options are
@@ -63,7 +76,7 @@ func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Election, e
 	if err != nil {
 		return nil, err
 	}
-	return &Election{c: c, l: l}, nil
+	return &Election{c: c, l: l, turn: make(chan struct{}, 1)}, nil
 }
 
 // Name returns the name the election was made with.
@@ -76,28 +89,93 @@ func (e *Election) Name() string { return e.l.Name() }
 // [distsync.ErrNotAcquired] and ctx.Err(), having left the queue (passing leadership on if it
 // was just handed to it). Connection errors are retried while waiting; other Redis errors end
 // the wait and are returned.
+//
+// An Election value is one candidate, as etcd's is. If it leads already, Campaign returns its
+// Term at once, having proclaimed value if it differs ([Term.Proclaim]): a leader that
+// campaigns again (it retries after an error it did not understand, say) never waits behind
+// its own term. Campaigns of one value run one at a time: one that starts while another
+// waits, waits for it, and then returns the Term it won (proclaiming its own value) or, if it
+// gave up, campaigns itself. The Term is shared: a Resign through any of them ends it.
 func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
+	if err := e.take(ctx); err != nil {
+		return nil, err
+	}
+	defer func() { <-e.turn }()
+	if t, ok, err := e.again(ctx, value); ok {
+		return t, err
+	}
 	l, err := e.l.Acquire(ctx, value)
 	if err != nil {
 		return nil, err
 	}
-	return e.term(l, value), nil
+	return e.won(l, value), nil
 }
 
 // TryCampaign leads if nobody leads or waits to, without waiting. It returns the [Term] and
 // true if the caller now leads, and nil and false, with a nil error, if someone else leads or
-// waits. ctx bounds the one round trip; if it ends first TryCampaign returns its error
-// (matching [distsync.ErrNotAcquired]) and makes sure the attempt takes nothing.
+// waits (a Campaign of this Election value that waits counts). If this Election value leads
+// already, it returns its Term and true, having proclaimed value, as Campaign does. ctx bounds
+// the one round trip; if it ends first TryCampaign returns its error (matching
+// [distsync.ErrNotAcquired]) and makes sure the attempt takes nothing.
 func (e *Election) TryCampaign(ctx context.Context, value string) (*Term, bool, error) {
+	select {
+	case e.turn <- struct{}{}:
+	default:
+		return nil, false, nil // a Campaign of this value waits
+	}
+	defer func() { <-e.turn }()
+	if t, ok, err := e.again(ctx, value); ok {
+		return t, err == nil, err
+	}
 	l, ok, err := e.l.TryAcquire(ctx, value)
 	if !ok {
 		return nil, false, err
 	}
-	return e.term(l, value), true, nil
+	return e.won(l, value), true, nil
 }
 
-func (e *Election) term(l *core.Lease, value string) *Term {
-	return &Term{e: e, l: l, value: value}
+// take waits for this value's turn to campaign.
+func (e *Election) take(ctx context.Context) error {
+	select {
+	case e.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("election %q: %w: %w", e.Name(), distsync.ErrNotAcquired, ctx.Err())
+	case <-e.c.Done():
+		return fmt.Errorf("election %q: %w", e.Name(), distsync.ErrClosed)
+	}
+}
+
+// again is a campaign of a value that leads already: it proclaims value and returns the
+// term, and ok. If the value does not lead (its last term ended, or Redis says the term is
+// over), ok is false: the caller campaigns.
+func (e *Election) again(ctx context.Context, value string) (*Term, bool, error) {
+	e.mu.Lock()
+	t := e.term
+	e.mu.Unlock()
+	if t == nil || t.Err() != nil {
+		return nil, false, nil
+	}
+	if t.Value() == value {
+		return t, true, nil
+	}
+	err := t.Proclaim(ctx, value)
+	if errors.Is(err, distsync.ErrNotHeld) {
+		return nil, false, nil // the term was over: campaign anew
+	}
+	if err != nil {
+		return nil, true, err
+	}
+	return t, true, nil
+}
+
+// won records a term this value won.
+func (e *Election) won(l *core.Lease, value string) *Term {
+	t := &Term{e: e, l: l, value: value}
+	e.mu.Lock()
+	e.term = t
+	e.mu.Unlock()
+	return t
 }
 
 // Info describes a leader.

@@ -74,7 +74,7 @@ func waitQueued(t *testing.T, b *redistest.Backend, prefix, name string, n int) 
 	}
 }
 
-// Candidates in three processes, three goroutines each, lead one at a time: the intervals
+// Candidates in three processes, three goroutines each (an Election value each), lead one at a time: the intervals
 // in which each believed it led never overlap, and the terms increase in the order of the
 // intervals.
 func TestAtMostOneLeader(t *testing.T) {
@@ -91,8 +91,9 @@ func TestAtMostOneLeader(t *testing.T) {
 		)
 		const rounds = 4
 		for p := range 3 {
-			e := newElection(t, b.Pod(t, prefix), "one")
+			pod := b.Pod(t, prefix)
 			for g := range 3 {
+				e := newElection(t, pod, "one") // a candidate each: an Election value is one
 				go func() {
 					for r := range rounds {
 						ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -80,13 +80,14 @@ func (c *collector) checkOrder(t *testing.T) {
 // chain queues candidates behind term's leader, each of which proclaims a second value and
 // resigns as soon as it leads, then resigns term: leadership passes down the chain as fast as
 // Redis hands it on. It returns the values in the order they are announced.
-func chain(t *testing.T, b *redistest.Backend, prefix, name string, e *election.Election, term *election.Term, tag string, n int) []string {
+func chain(t *testing.T, b *redistest.Backend, prefix, name string, p *redistest.Pod, term *election.Term, tag string, n int) []string {
 	t.Helper()
 	want := []string{}
 	errs := make(chan error, n)
 	for i := range n {
 		v := fmt.Sprintf("%s%d", tag, i)
 		want = append(want, v, v+"!")
+		e := newElection(t, p, name) // a candidate each
 		go func() {
 			tm, err := e.Campaign(context.Background(), v)
 			if err == nil {
@@ -116,13 +117,14 @@ func TestObserverSeesEveryLeaderInOrder(t *testing.T) {
 		prefix := b.Prefix(t)
 		opts := []distsync.Option{distsync.WithLeaseTTL(5 * time.Second)}
 		obs := newElection(t, b.Pod(t, prefix, opts...), "obs")
-		cand := newElection(t, b.Pod(t, prefix, opts...), "obs")
+		cp := b.Pod(t, prefix, opts...)
+		cand := newElection(t, cp, "obs")
 
 		first := campaign(t, cand, "first")
 		c := observe(t, obs)
 		c.waitFor(t, "first") // the current leader comes first
 
-		want := append([]string{"first"}, chain(t, b, prefix, "obs", cand, first, "a", 4)...)
+		want := append([]string{"first"}, chain(t, b, prefix, "obs", cp, first, "a", 4)...)
 		if !redistest.Eventually(10*time.Second, func() bool { return len(c.values()) >= len(want) }) {
 			t.Fatalf("the observer saw %q, want %q", c.values(), want)
 		}
@@ -142,7 +144,7 @@ func TestObserverSeesEveryLeaderInOrder(t *testing.T) {
 		c.waitFor(t, "after")
 		// And every change once it is back.
 		seen := len(c.values())
-		more := chain(t, b, prefix, "obs", cand, last, "b", 3)
+		more := chain(t, b, prefix, "obs", cp, last, "b", 3)
 		if !redistest.Eventually(10*time.Second, func() bool { return len(c.values()) >= seen+len(more) }) {
 			t.Fatalf("after the re-subscription the observer saw %q, want %q at the end", c.values(), more)
 		}
@@ -162,13 +164,13 @@ func TestIdleCandidatesAndObserversDoNotPoll(t *testing.T) {
 		opts := []distsync.Option{distsync.WithLeaseTTL(ttl), distsync.WithWaiterLease(wlease)}
 		leader := campaign(t, newElection(t, b.Pod(t, prefix, opts...), "idle"), "leader")
 		cp := b.Pod(t, prefix, opts...)
-		cand := newElection(t, cp, "idle")
 		op := b.Pod(t, prefix, opts...)
 		c := observe(t, newElection(t, op, "idle"))
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		res := make(chan error, waiters)
 		for i := range waiters {
+			cand := newElection(t, cp, "idle") // a candidate each
 			go func() {
 				tm, err := cand.Campaign(ctx, fmt.Sprint("c", i))
 				if err == nil {

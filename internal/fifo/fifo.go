@@ -130,6 +130,10 @@ func (m *Lock) acquire(ctx context.Context, value string) (*core.Lease, error) {
 func (m *Lock) wait(ctx context.Context, w, value string, slot *waitq.Slot) error {
 	return waitq.WaitTurn(ctx, m.c, m.wlease, waitq.Turn{
 		ID: w, Slot: slot, Place: m.keys[3], PlaceKeep: m.keys[2:3],
+		// With a record, a grant is adopted in Redis, which records the new holder, before
+		// the call returns: the record never names a waiter that did not come for its grant
+		// (it may be dead), and names the holder from the moment its call returns.
+		Adopt: m.observers != "",
 		// The renewal of a place also hands a lock that lapsed free to the head: a stalled
 		// hand-off (a dead grantee watched by a dead waiter) lasts at most a renewal period.
 		PlaceRenewal: &scripts.Call{Script: scripts.FairPlace, Keys: m.keys,
@@ -156,7 +160,7 @@ func (m *Lock) wait(ctx context.Context, w, value string, slot *waitq.Slot) erro
 		},
 		Take: func(g waitq.Grant, deadline time.Time) error {
 			owner := "~" + w + ":" + strconv.FormatInt(g.Token, 10)              // see lib/queue.lua
-			confirm := &scripts.Call{Script: scripts.MutexConfirm, Keys: m.keys, // with the record, if any
+			confirm := &scripts.Call{Script: scripts.MutexConfirm, Keys: m.keys[:4],
 				Args: []string{owner, m.ttlArg, w, "0", m.slackArg, m.chanPrefix, m.c.Pub, g.Backup, m.wleaseArg, m.fenceArg}}
 			return m.hold(ctx, owner, g.Token, time.Now(), deadline, confirm)
 		},

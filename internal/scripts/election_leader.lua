@@ -5,7 +5,9 @@
 --                 the lock itself (the record keeps it under '@t')
 -- KEYS[3] values  the record's values hash (waiter id -> value; '@' leader, '@t' its term;
 --                 '#' announcements)
--- Reply: {0}                                         nobody leads
+-- Reply: {0}                                         nobody leads (or the lock was handed
+--                                                    to a candidate that has not confirmed
+--                                                    it yet: it may be dead, and is not named)
 --        {1, term, seq, pttl, waiter, value}         the leader: its term (fencing token), the
 --                                                    number of announcements so far, its
 --                                                    remaining lease in ms, its waiter id and
@@ -17,16 +19,13 @@ local cur = redis.call('GET', KEYS[1])
 if not cur then
   return {0}
 end
-local waiter, term = string.match(cur, '^~(.*):(%d+)$')
-if not waiter then
-  -- The token of a holder that took the lock itself, or adopted a grant, is in the record
-  -- (the fence key may have expired while it held); the fence is the fallback.
-  waiter = cur
-  if redis.call('HGET', KEYS[3], '@') == waiter then
-    term = redis.call('HGET', KEYS[3], '@t')
-  end
-  term = term or redis.call('GET', KEYS[2])
+-- The holder is the leader once the record names it (lib/queue.lua: crown()); the record
+-- keeps its term (the fence key may have expired while it held).
+local waiter = string.match(cur, '^~(.*):%d+$') or cur
+if redis.call('HGET', KEYS[3], '@') ~= waiter then
+  return {0}
 end
+local term = redis.call('HGET', KEYS[3], '@t') or redis.call('GET', KEYS[2])
 local seq = redis.call('HGET', KEYS[3], '#') or '0'
 local value = redis.call('HGET', KEYS[3], waiter) or ''
 return {1, tonumber(term or '0'), tonumber(seq), redis.call('PTTL', KEYS[1]), waiter, value}

@@ -63,7 +63,11 @@ if cur and granted_to(cur, w) then
   if ARGV[8] ~= '' then
     tell(ARGV[7], ARGV[6], ARGV[8], 'c')
   end
-  return {1, tonumber(string.sub(cur, #w + 3))}
+  local token = tonumber(string.sub(cur, #w + 3))
+  if rec then
+    crown(rec, ARGV[7], lock, w, token)
+  end
+  return {1, token}
 end
 local now_ms, now_us = now()
 redis.call('ZREMRANGEBYSCORE', qx, '-inf', now_ms) -- lapsed places and void marks

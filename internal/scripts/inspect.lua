@@ -112,18 +112,17 @@ local function lock(k, values)
   local extra = {}
   local cur = holders[1] and holders[1][1]
   if values and cur then
-    -- The leader's term as election_leader.lua reads it: a grant names it; the record keeps
-    -- that of a leader that took the lock itself (its fence may have expired); else the fence.
-    local waiter, term = string.match(cur, '^~(.*):(%d+)$')
-    if not waiter then
-      waiter = cur
-      if redis.call('HGET', values, '@') == waiter then
-        term = redis.call('HGET', values, '@t')
-      end
+    -- The leader as election_leader.lua reads it: the holder, once the record names it (a
+    -- grant not yet confirmed is listed as a holder, but leads nobody yet).
+    local gw, gterm = string.match(cur, '^~(.*):(%d+)$')
+    local waiter = gw or cur
+    if redis.call('HGET', values, '@') == waiter then
+      local term = tonumber(redis.call('HGET', values, '@t') or '') or tonumber(gterm or '') or fence_of(k[2])
+      holders[1][3] = term
+      extra = {term, tonumber(redis.call('HGET', values, '#') or '0') or 0, redis.call('HGET', values, waiter) or ''}
+    elseif gterm then
+      holders[1][3] = tonumber(gterm)
     end
-    term = tonumber(term or '') or fence_of(k[2])
-    holders[1][3] = term
-    extra = {term, tonumber(redis.call('HGET', values, '#') or '0') or 0, redis.call('HGET', values, waiter) or ''}
   end
   return {holders, lock_queue(k[3], k[4], values), fence_of(k[2]), extra}
 end

@@ -23,7 +23,11 @@
 -- holds each waiter's value (waiter id -> value), the holder's waiter id under '@' and its
 -- token under '@t' (the fence key may expire while it holds), and the number of
 -- announcements under '#'; every change of holder, and of the holder's value, is
--- announced on the channel (announce()).
+-- announced on the channel (announce()). A holder is recorded and announced only once its
+-- own command holds the lock (crown()): when it takes the lock, or adopts a grant (a waiter
+-- of a lock with a record adopts its grant in Redis, with a round trip, before its call
+-- returns). A grant made at a release (pass_on()) is not: the waiter it goes to may be dead,
+-- and must never be named the holder; until the grant is adopted, the record names nobody.
 --
 -- Requires lib/clock.lua and lib/fence.lua.
 
@@ -75,6 +79,27 @@ local function announce(rec, pub, lock, waiter, token)
   redis.call(pub, rec.channel, int(tonumber(token)) .. ' ' .. seq .. ' ' .. pttl .. ' ' .. waiter .. ' ' .. value)
 end
 
+-- crown() records waiter as the holder, with token, and announces it, unless the record
+-- names it already (an adopt sent again after its reply was lost).
+local function crown(rec, pub, lock, waiter, token)
+  if redis.call('HGET', rec.values, '@') == waiter and redis.call('HGET', rec.values, '@t') == int(tonumber(token)) then
+    return
+  end
+  announce(rec, pub, lock, waiter, token)
+end
+
+-- unseat() makes rec name no holder (the lock was just granted to a waiter that has not
+-- confirmed it), dropping the value of the holder it named, unless that is waiter.
+local function unseat(rec, waiter)
+  local prev = redis.call('HGET', rec.values, '@')
+  if prev then
+    if prev ~= waiter then
+      redis.call('HDEL', rec.values, prev)
+    end
+    redis.call('HDEL', rec.values, '@', '@t')
+  end
+end
+
 -- record() returns the record of a script whose KEYS[key] is the values hash and whose
 -- ARGV[arg], ARGV[arg + 1] are the observers' channel and the lease in ms; nil if the script
 -- was given no values hash (a plain lock).
@@ -104,8 +129,8 @@ end
 -- is asked to watch the grant, so that a dead or stalled waiter costs at most `window`.
 -- Waiters whose entries lapsed are dropped. If the fence key holds no token (lib/fence.lua),
 -- nobody can be granted the lock: it is freed, and the head is told to re-check (its attempt
--- then reports the fence's error). With a record (rec), the grant is announced, and the
--- values of dead waiters dropped.
+-- then reports the fence's error). With a record (rec), the record names no holder until
+-- the grant is adopted (crown()), and the values of dead waiters are dropped.
 local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub, rec)
   local now_ms, now_us
   for _ = 1, 1000 do
@@ -137,7 +162,7 @@ local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub, rec)
       end
       redis.call('ZREM', qx, head)
       if rec then
-        announce(rec, pub, lock, head, token)
+        unseat(rec, head)
       end
       tell(pub, prefix, head, 'g ' .. token .. ' ' .. backup .. ' ' .. window)
       if backup ~= '' then

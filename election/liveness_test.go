@@ -1,0 +1,158 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/election"
+	"github.com/distsync/distsync/internal/redistest"
+)
+
+// A Campaign on an Election value that leads returns its term at once, with the new value
+// proclaimed, as etcd's does for a session that leads: a leader that campaigns again (it
+// retries after an error it did not understand, say) does not queue behind its own term.
+// Campaigns of one value that wait at the same time share the outcome: the value is one
+// candidate.
+func TestCampaignWhileLeadingReturnsTheTerm(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		e := newElection(t, b.Pod(t, prefix), "again")
+		c := observe(t, newElection(t, b.Pod(t, prefix), "again"))
+		term := campaign(t, e, "v1")
+		c.waitFor(t, "v1")
+
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		start := time.Now()
+		again, err := e.Campaign(ctx, "v2")
+		if err != nil {
+			t.Fatalf("Campaign by the leader = %v, want its term at once", err)
+		}
+		if again != term || term.Value() != "v2" {
+			t.Fatalf("Campaign by the leader returned %p (value %q), want the term it holds, %p, with value v2", again, term.Value(), term)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("Campaign by the leader took %v", d)
+		}
+		c.waitFor(t, "v2")
+		info, err := e.Leader(ctx)
+		if err != nil || info.Value != "v2" || info.Term != term.Token() {
+			t.Fatalf("Leader after the re-campaign = %+v, %v; want v2 in term %d", info, err, term.Token())
+		}
+		// The same value again announces nothing.
+		if _, err := e.Campaign(ctx, "v2"); err != nil {
+			t.Fatal(err)
+		}
+		if info2, err := e.Leader(ctx); err != nil || info2.Rev != info.Rev {
+			t.Fatalf("re-campaigning with the same value announced something: %+v then %+v (%v)", info, info2, err)
+		}
+		if tt, ok, err := e.TryCampaign(ctx, "v3"); err != nil || !ok || tt != term || term.Value() != "v3" {
+			t.Fatalf("TryCampaign by the leader = %p, %v, %v; want its term with value v3", tt, ok, err)
+		}
+		c.waitFor(t, "v3")
+		resign(t, term)
+
+		// Another candidate leads; two Campaigns of one value wait, and both get the one term
+		// the value wins.
+		other := campaign(t, newElection(t, b.Pod(t, prefix), "again"), "other")
+		var wg sync.WaitGroup
+		terms := make([]*election.Term, 2)
+		errs := make([]error, 2)
+		for i := range terms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				terms[i], errs[i] = e.Campaign(ctx, fmt.Sprint("w", i))
+			}()
+		}
+		waitQueued(t, b, prefix, "again", 1)
+		resign(t, other)
+		wg.Wait()
+		for i := range terms {
+			if errs[i] != nil {
+				t.Fatalf("Campaign %d: %v", i, errs[i])
+			}
+		}
+		if terms[0] != terms[1] || terms[0].Token() <= other.Token() {
+			t.Fatalf("two Campaigns of one value got terms %d and %d after %d, want one term, larger", terms[0].Token(), terms[1].Token(), other.Token())
+		}
+		resign(t, terms[0])
+		if err := terms[1].Resign(context.Background()); !errors.Is(err, distsync.ErrNotHeld) {
+			t.Fatalf("a second Resign of the shared term = %v, want ErrNotHeld", err)
+		}
+		// After a resignation, a Campaign starts a new term.
+		next := campaign(t, e, "next")
+		if next == terms[0] || next.Token() <= terms[0].Token() {
+			t.Fatalf("Campaign after Resign returned term %d, after %d", next.Token(), terms[0].Token())
+		}
+		resign(t, next)
+	})
+}
+
+// A candidate whose process died while queued is never named leader, by Leader or Observe:
+// the leadership handed to it inside Redis is announced only once it is confirmed, which a
+// dead candidate never does, and the next candidate leads within the waiter lease (etcd
+// #21128 named such a candidate).
+func TestDeadCandidateIsNeverNamedLeader(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const wlease = time.Second
+		prefix := b.Prefix(t)
+		opts := []distsync.Option{distsync.WithLeaseTTL(5 * time.Second), distsync.WithWaiterLease(wlease)}
+		obs := newElection(t, b.Pod(t, prefix, opts...), "dead")
+		c := observe(t, obs)
+		first := campaign(t, newElection(t, b.Pod(t, prefix, opts...), "dead"), "a")
+		c.waitFor(t, "a")
+
+		bp := b.Pod(t, prefix, opts...)
+		be := newElection(t, bp, "dead")
+		go func() { _, _ = be.Campaign(context.Background(), "b") }()
+		waitQueued(t, b, prefix, "dead", 1)
+		ce := newElection(t, b.Pod(t, prefix, opts...), "dead")
+		cres := make(chan *election.Term, 1)
+		go func() {
+			term, err := ce.Campaign(context.Background(), "c")
+			if err != nil {
+				t.Errorf("Campaign c: %v", err)
+			}
+			cres <- term
+		}()
+		waitQueued(t, b, prefix, "dead", 2)
+
+		bp.Raw.Close() // b's process is gone: no renewal, no confirm, no leave
+		resign(t, first)
+		deadline := time.Now().Add(wlease + 10*time.Second)
+		var cterm *election.Term
+		for cterm == nil && time.Now().Before(deadline) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			info, err := obs.Leader(ctx)
+			cancel()
+			if err == nil && info.Value == "b" {
+				t.Fatalf("Leader named the dead candidate: %+v", info)
+			}
+			select {
+			case cterm = <-cres:
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		if cterm == nil {
+			t.Fatal("the candidate behind the dead one did not lead")
+		}
+		c.waitFor(t, "c")
+		for _, v := range c.values() {
+			if v == "b" {
+				t.Fatalf("Observe named the dead candidate: it saw %q", c.values())
+			}
+		}
+		if cterm.Token() <= first.Token() {
+			t.Fatalf("the next term %d is not above %d", cterm.Token(), first.Token())
+		}
+		resign(t, cterm)
+	})
+}
