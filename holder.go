@@ -13,8 +13,8 @@ type Holder struct {
 	// Handle is the [Handle.ID] of the Handle the hold was taken through; empty for a
 	// reentrant mutex, whose holds belong to an owner, not to a Handle.
 	Handle string
-	// Token is the hold's fencing token (see [Lease.Token]): a read hold's is the last write
-	// hold's; semaphore permits carry 0.
+	// Token is the hold's fencing token (see [Lease.Token]): a read hold's is the name's last
+	// token (see [Lease.Token]); semaphore permits carry 0.
 	Token int64
 	// Remaining is how long Redis keeps the hold unless its holder renews it; negative if
 	// Redis keeps it without expiry (distsync never writes such a hold).

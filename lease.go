@@ -18,8 +18,12 @@ type Lease struct {
 // before it for the same name. Pass it to the storage the lock protects and have that storage
 // refuse a write with a token smaller than the largest it has seen; that, not the lock alone,
 // keeps a holder that was paused past its lease from doing harm (see docs/guarantees.md and
-// package fenced). A read hold of a rwmutex carries the token of the last write hold before
-// it; semaphore permits, which are not exclusive, carry 0.
+// package fenced). A read hold of a rwmutex carries the name's last token: that of the last
+// write hold before it, or, if Redis keeps none (the name was never written, Redis restarted
+// empty, or the fence retention passed), one the reader takes from the server clock as a
+// writer would; either way no write hold before it has a larger token and every write hold
+// after it a larger one, and readers at the same time share it. Semaphore permits, which are
+// not exclusive, carry 0.
 func (l *Lease) Token() int64 { return l.l.Token() }
 
 // TTL returns the length of the lease: how long each renewal (or, for a fixed lease, the

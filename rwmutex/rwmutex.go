@@ -12,7 +12,8 @@
 // own share, so a reader that crashes gives its share back by itself after its lease, and a
 // waiting writer then proceeds. A writer waiting to lock marks itself for as long as it waits
 // and no longer, so a writer that crashed while waiting holds readers, and the writers behind
-// it, back for at most about a lease. Write holds carry a fencing token; a read hold carries the token of the last write.
+// it, back for at most about a lease. Write holds carry a fencing token; a read hold carries
+// the name's last token (the last write's; see [distsync.Lease.Token]), shared by the readers.
 //
 // As with sync.RWMutex, a reader must not rely on taking a second read hold while it holds one
 // (a writer may be waiting between the two), and a Lock on a RWMutex value whose write hold
@@ -118,7 +119,9 @@ func (m *RWMutex) RLock(ctx context.Context) error {
 }
 
 // RLockLease is [RWMutex.RLock] that also returns the read hold's [distsync.Lease]. Its
-// Token is the token of the last write hold before it (readers share it).
+// Token is the name's last token: that of the last write hold before it, or, if Redis keeps
+// none (never written, restarted empty), one taken from the server clock; no write hold before
+// it has a larger one, every write hold after it a larger one, and readers share it.
 func (m *RWMutex) RLockLease(ctx context.Context) (*distsync.Lease, error) {
 	return m.wait(ctx, m.readers)
 }

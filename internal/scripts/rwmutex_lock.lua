@@ -1,8 +1,10 @@
 -- rwmutex_lock.lua: RLock or Lock attempt of a read-write mutex.
 --
 -- KEYS and ARGV: see lib/rw.lua.
--- Reply: {1, token}  acquired: a writer's new fencing token; for a reader, the last writer's
---                    token (0 if none is kept)
+-- Reply: {1, token}  acquired: a writer's new fencing token; for a reader, the name's last
+--                    token: the last writer's, or, if the fence keeps none (never written,
+--                    Redis restarted empty, the retention passed), a new one taken from the
+--                    server clock as a writer's would be, which every later write exceeds
 --        {0, wait}   not acquired: re-check within wait ms if nothing is published; the
 --                    waiter id, if any, is marked as waiting until wait + slack
 --        {-1}        the attempt was voided by its sender (rwmutex_leave.lua): nothing done
@@ -38,6 +40,12 @@ if A.mode == 'r' then
     mark(K.rq, now_ms, wait)
     return {0, wait}
   end
+  -- The name's last token. If the fence keeps none, the reader takes one from the clock (and
+  -- keeps it as the last), so that a read token never goes below a token handed out before
+  -- the fence was lost (Redis restarted empty): readers after it share it, and the next
+  -- writer's is larger. A value that is not a token (written by someone else) gives 0.
+  local f = redis.call('GET', K.fence)
+  local token = f and (tonumber(f) or 0) or next_token(K.fence, A.fence_ttl, now_us)
   redis.call('ZADD', K.r, now_ms + A.ttl, A.owner)
   live_for(K.r, A.ttl)
   if A.waiter ~= '' then
@@ -46,7 +54,7 @@ if A.mode == 'r' then
       redis.call('ZREM', K.ra, A.waiter) -- the last of its process: the admission is used
     end
   end
-  return {1, tonumber(redis.call('GET', K.fence) or 0)}
+  return {1, token}
 end
 
 if wait < 0 then
