@@ -159,7 +159,7 @@ func (m *Lock) wait(ctx context.Context, w, value string, slot *waitq.Slot) erro
 			return waitq.TurnResult{Wait: core.Backstop(pttl, m.ttl)}, nil
 		},
 		Take: func(g waitq.Grant, deadline time.Time) error {
-			owner := "~" + w + ":" + strconv.FormatInt(g.Token, 10)              // see lib/queue.lua
+			owner := "~" + w + ":" + strconv.FormatInt(g.Token, 10) // see lib/queue.lua
 			confirm := &scripts.Call{Script: scripts.MutexConfirm, Keys: m.keys[:4],
 				Args: []string{owner, m.ttlArg, w, "0", m.slackArg, m.chanPrefix, m.c.Pub, g.Backup, m.wleaseArg, m.fenceArg}}
 			return m.hold(ctx, owner, g.Token, time.Now(), deadline, confirm)
