@@ -110,3 +110,49 @@ func TestRetriedReleaseTellsItsOwnReleaseFromALoss(t *testing.T) {
 		}
 	})
 }
+
+// Two processes dead in a row at the head of the queue cost a hand-off window each, not a
+// lease: the release grants the lock to the first, asks the second to watch the grant for a
+// window and the third for two; the third, alive, takes the lock once both have lapsed.
+func TestTwoDeadWaitersInARowCostTwoWindows(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl, window = 30 * time.Second, 300 * time.Millisecond
+		prefix := b.Prefix(t)
+		opts := []distsync.Option{distsync.WithLeaseTTL(ttl), distsync.WithHandoffWindow(window)}
+		holder := newPod(t, b, prefix, opts...).mutex(t, "dead2")
+		lockWithin(t, holder, 5*time.Second)
+		for i := range 2 {
+			// Each dying process queues, then loses Redis and gives up: its clean-up cannot get
+			// through, so its entry stays queued, as a crashed process's would.
+			net := redistest.NewNetwork()
+			dying := newPodVia(t, b, prefix, net, opts...)
+			ctx, kill := context.WithCancel(context.Background())
+			res := lockAsync(ctx, dying.mutex(t, "dead2"))
+			waitQueued(t, b, prefix, "dead2", int64(i+1))
+			net.Cut()
+			kill()
+			if r := wait(t, res, 5*time.Second); r.err == nil {
+				t.Fatal("Lock cut off from Redis succeeded")
+			}
+		}
+		live := newPod(t, b, prefix, opts...).mutex(t, "dead2")
+		liveRes := lockAsync(context.Background(), live)
+		waitQueued(t, b, prefix, "dead2", 3)
+
+		start := time.Now()
+		unlock(t, holder) // grants the lock to the first dead waiter
+		r := wait(t, liveRes, 10*time.Second) // its backstop is a lease (30 s) away
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		d := r.at.Sub(start)
+		if d < window {
+			t.Fatalf("live waiter got the lock %v after Unlock, inside the grant to the dead waiter (%v)", d, window)
+		}
+		if d > 2*window+3*time.Second {
+			t.Fatalf("live waiter got the lock %v after Unlock; two dead waiters should cost two windows (%v each), not a lease", d, window)
+		}
+		t.Logf("two dead waiters skipped after %v (window %v)", d, window)
+		unlock(t, live)
+	})
+}

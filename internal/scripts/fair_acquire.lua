@@ -11,7 +11,7 @@
 -- ARGV[5] try        '1': TryLock, never queue
 -- ARGV[6] prefix     channel prefix (lib/queue.lua)
 -- ARGV[7] pub        'PUBLISH' or 'SPUBLISH'
--- ARGV[8] backup     waiter watching a grant to this waiter ('' if none), told when it is taken
+-- ARGV[8] backup     the waiters watching a grant to this waiter, comma-separated ('' if none), told when it is taken
 -- ARGV[9] slack      ms the queue outlives the lease it waits behind
 -- With a record of the holder (election, see lib/queue.lua), also:
 -- KEYS[5] values     the record's values hash
@@ -61,7 +61,7 @@ if cur and granted_to(cur, w) then
   -- A grant whose message the waiter missed, or could not use in time: adopt it.
   redis.call('SET', lock, w, 'PX', ttl)
   if ARGV[8] ~= '' then
-    tell(ARGV[7], ARGV[6], ARGV[8], 'c')
+    tell_each(ARGV[7], ARGV[6], ARGV[8], 'c')
   end
   local token = tonumber(string.sub(cur, #w + 3))
   if rec then

@@ -15,7 +15,7 @@
 -- ARGV[6] slack      ms a queue entry outlives the lease it waits behind (the waiter re-checks before)
 -- ARGV[7] prefix     channel prefix; waiter w listens on prefix..':'..w
 -- ARGV[8] pub        'PUBLISH' or 'SPUBLISH'
--- ARGV[9] backup     waiter watching a grant to this waiter ('' if none)
+-- ARGV[9] backup     the waiters watching a grant to this waiter, comma-separated ('' if none)
 -- ARGV[10] last      the largest token the caller's process queue acquired ('0' if none):
 --                    grants up to it were taken by one of its goroutines already
 -- Reply: {1, token}            acquired; token is the fencing token
@@ -67,7 +67,7 @@ if cur or fast or not redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
     redis.call('SET', lock, owner, 'PX', ttl) -- adopt the grant
     token = tonumber(string.sub(cur, #waiter + 3))
     if ARGV[9] ~= '' then
-      tell(ARGV[8], ARGV[7], ARGV[9], 'c') -- the backup can stop watching
+      tell_each(ARGV[8], ARGV[7], ARGV[9], 'c') -- the watchers can stop watching
     end
   else
     local pttl = redis.call('PTTL', lock)

@@ -1,6 +1,6 @@
 -- mutex_confirm.lua: confirm a grant. A waiter the lock was granted to (see lib/queue.lua)
 -- returns from Lock at once and sends this right after, through the handle's renewal loop:
--- it extends the grant to the holder's lease and tells the backup to stop watching.
+-- it extends the grant to the holder's lease and tells the watchers to stop watching.
 --
 -- KEYS[1] lock   KEYS[2] fence   KEYS[3] q   KEYS[4] qx   (as in mutex_acquire.lua)
 -- ARGV[1] owner      the grant's owner value, '~<waiter>:<token>'
@@ -10,7 +10,7 @@
 -- ARGV[5] slack      ms a queue entry outlives the lease it waits behind
 -- ARGV[6] prefix     channel prefix; waiter w listens on prefix..':'..w
 -- ARGV[7] pub        'PUBLISH' or 'SPUBLISH'
--- ARGV[8] backup     waiter watching the grant ('' if none)
+-- ARGV[8] backup     the waiters watching the grant, comma-separated ('' if none)
 -- ARGV[9] window     ms a grant lasts unless confirmed
 -- ARGV[10] fence_ttl ms the fence key outlives the last acquisition
 -- KEYS[5] values     optional: a record of the holder (election, lib/queue.lua), made to live
@@ -42,6 +42,6 @@ if KEYS[5] then
   live_for(KEYS[5], tonumber(ARGV[2]))
 end
 if ARGV[8] ~= '' then
-  tell(ARGV[7], ARGV[6], ARGV[8], 'c')
+  tell_each(ARGV[7], ARGV[6], ARGV[8], 'c')
 end
 return 1

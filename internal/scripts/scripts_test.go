@@ -567,7 +567,8 @@ func TestFairHandOffRacingWithLeave(t *testing.T) {
 		if w != "p/a" {
 			t.Fatalf("the lock was granted to %q, want the first waiter p/a", w)
 		}
-		e.expect(msgs, "p", "g "+strconv.FormatInt(tok, 10)+" q/b 500 p/a", "q", "w 500 q/b")
+		// The next two watch the grant: the backup for a window, the next for two.
+		e.expect(msgs, "p", "g "+strconv.FormatInt(tok, 10)+" q/b,p/c 500 p/a", "q", "w 500 q/b", "p", "w 1000 p/c")
 		// p/a gives up just as the grant reaches it: the lock goes on to q/b.
 		v, err := scripts.FairLeave.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
 			[]string{"p/a", "500", "60000", e.k.ch, e.k.pub, "60000"}).AsInt64()

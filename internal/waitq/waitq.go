@@ -50,7 +50,7 @@ type Result struct {
 type Grant struct {
 	Owner  string        // the owner value the claim is held under
 	Token  int64         // its fencing token (semaphore: the permits granted)
-	Backup string        // the waiter watching the grant, to tell once it is confirmed ("" if none)
+	Backup string        // the waiters watching the grant, comma-separated, to tell once it is confirmed ("" if none)
 	Window time.Duration // how long Redis keeps the grant unless it is confirmed
 }
 

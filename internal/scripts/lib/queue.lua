@@ -13,8 +13,9 @@
 -- process's channel, <channel prefix>:<process>, and name it last:
 -- 'g <token> <backup> <ms> <waiter>' to the waiter a lock is granted to, for <ms> unless it
 -- confirms (the window is the releaser's: the grantee counts its deadline with it, not with
--- its own setting); 'w <ms> <waiter>' to the backup (re-check if the grant is not confirmed
--- within <ms>); 'c <waiter>' to the backup (confirmed); 'x <ms> <waiter>' to the head of a
+-- its own setting; <backup> lists the watchers, '<id>[,<id>]'); 'w <ms> <waiter>' to each
+-- watcher (re-check if the grant is not confirmed within <ms>); 'c <waiter>' to each watcher
+-- (confirmed); 'x <ms> <waiter>' to the head of a
 -- mutex's queue when the holder renews (mutex_renew.lua: the lease now ends in <ms>).
 --
 -- A queue may keep a record of who holds the lock (election: the leader): rec, a table
@@ -54,6 +55,13 @@ end
 -- tell() publishes msg, for waiter id, on its process's channel.
 local function tell(pub, prefix, id, msg)
   redis.call(pub, prefix .. ':' .. string.match(id, '^[^/]*'), msg .. ' ' .. id)
+end
+
+-- tell_each() tells msg to each waiter of ids, a comma-separated list (the watchers of a grant).
+local function tell_each(pub, prefix, ids, msg)
+  for id in string.gmatch(ids, '[^,]+') do
+    tell(pub, prefix, id, msg)
+  end
 end
 
 -- granted_to() reports whether the lock value cur is a grant to waiter.
@@ -125,8 +133,12 @@ end
 -- The lock is granted outright: its value becomes '~<waiter>:<token>', the owner value of the
 -- new holder, with the fencing token computed here, and only that waiter's process is woken.
 -- The grant lasts `window` ms; the new holder confirms it (mutex_confirm.lua extends it to its
--- lease) right after it wakes, without making its Lock wait for that. The next waiter in line
--- is asked to watch the grant, so that a dead or stalled waiter costs at most `window`.
+-- lease) right after it wakes, without making its Lock wait for that. The next two live
+-- waiters in line watch the grant, the first (the backup) for `window` ms, the second for
+-- twice that: a dead or stalled grantee costs the others one window, and a dead backup behind
+-- it one more, not the lease they would otherwise wait out (a grant that lapses publishes
+-- nothing). The grant's message names both watchers ('<backup>,<second>'), and the confirm,
+-- or the adoption of the grant, tells both to stop.
 -- Waiters whose entries lapsed are dropped. If the fence key holds no token (lib/fence.lua),
 -- nobody can be granted the lock: it is freed, and the head is told to re-check (its attempt
 -- then reports the fence's error). With a record (rec), the record names no holder until
@@ -152,21 +164,23 @@ local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub, rec)
       end
       token = int(token)
       redis.call('SET', lock, '~' .. head .. ':' .. token, 'PX', window)
-      -- The backup is the next live waiter: a dead one would watch nothing.
-      local backup = ''
+      -- The watchers are the next two live waiters: a dead one would watch nothing.
+      local watchers = {}
       for i = 2, #ids do
         if tonumber(redis.call('ZSCORE', qx, ids[i]) or '0') > now_ms then
-          backup = ids[i]
-          break
+          watchers[#watchers + 1] = ids[i]
+          if #watchers == 2 then
+            break
+          end
         end
       end
       redis.call('ZREM', qx, head)
       if rec then
         unseat(rec, head)
       end
-      tell(pub, prefix, head, 'g ' .. token .. ' ' .. backup .. ' ' .. window)
-      if backup ~= '' then
-        tell(pub, prefix, backup, 'w ' .. window)
+      tell(pub, prefix, head, 'g ' .. token .. ' ' .. table.concat(watchers, ',') .. ' ' .. window)
+      for i, w in ipairs(watchers) do
+        tell(pub, prefix, w, 'w ' .. int(i * tonumber(window)))
       end
       return head
     end
