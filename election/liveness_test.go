@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/election"
 	"github.com/distsync/distsync/internal/redistest"
@@ -110,26 +112,24 @@ func TestDeadCandidateIsNeverNamedLeader(t *testing.T) {
 		first := campaign(t, newElection(t, b.Pod(t, prefix, opts...), "dead"), "a")
 		c.waitFor(t, "a")
 
-		bp := b.Pod(t, prefix, opts...)
-		be := newElection(t, bp, "dead")
+		net := redistest.NewNetwork()
+		be := newElection(t, b.PodVia(t, prefix, net, opts...), "dead")
 		go func() { _, _ = be.Campaign(context.Background(), "b") }()
 		waitQueued(t, b, prefix, "dead", 1)
 		ce := newElection(t, b.Pod(t, prefix, opts...), "dead")
 		cres := make(chan *election.Term, 1)
 		go func() {
-			term, err := ce.Campaign(context.Background(), "c")
-			if err != nil {
-				t.Errorf("Campaign c: %v", err)
-			}
-			cres <- term
+			term, _ := ce.Campaign(context.Background(), "c")
+			cres <- term // nil if it failed
 		}()
 		waitQueued(t, b, prefix, "dead", 2)
 
-		bp.Raw.Close() // b's process is gone: no renewal, no confirm, no leave
+		net.Cut() // b's process is gone: no renewal, no adoption, no leave
 		resign(t, first)
 		deadline := time.Now().Add(wlease + 10*time.Second)
 		var cterm *election.Term
-		for cterm == nil && time.Now().Before(deadline) {
+		got := false
+		for !got && time.Now().Before(deadline) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			info, err := obs.Leader(ctx)
 			cancel()
@@ -138,6 +138,7 @@ func TestDeadCandidateIsNeverNamedLeader(t *testing.T) {
 			}
 			select {
 			case cterm = <-cres:
+				got = true
 			case <-time.After(10 * time.Millisecond):
 			}
 		}
@@ -154,5 +155,57 @@ func TestDeadCandidateIsNeverNamedLeader(t *testing.T) {
 			t.Fatalf("the next term %d is not above %d", cterm.Token(), first.Token())
 		}
 		resign(t, cterm)
+		net.Restore()
+	})
+}
+
+// A leader that dies (its network cut) is replaced as soon as its term's lease runs out: each
+// renewal tells the first candidate when the lease now ends, so it campaigns again right
+// after that, not up to a third of a lease later, nor at its place's next renewal.
+func TestDeadLeaderIsReplacedAtItsExpiry(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 3 * time.Second
+		prefix := b.Prefix(t)
+		opts := []distsync.Option{distsync.WithLeaseTTL(ttl), distsync.WithWaiterLease(30 * time.Second)}
+		net := redistest.NewNetwork()
+		leader := newElection(t, b.PodVia(t, prefix, net, opts...), "dead")
+		next := newElection(t, b.Pod(t, prefix, opts...), "dead")
+		elected := time.Now()
+		campaign(t, leader, "a")
+		res := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			term, err := next.Campaign(ctx, "b")
+			if err == nil {
+				defer term.Resign(context.Background())
+			}
+			res <- err
+		}()
+		waitQueued(t, b, prefix, "dead", 1)
+		time.Sleep(time.Until(elected.Add(2*ttl/3 + 200*time.Millisecond))) // past its second renewal
+		net.Cut()
+		cut := time.Now()
+		left, err := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Pttl().Key(key(prefix, "dead", "")).Build()
+		}).AsInt64()
+		if err != nil || left <= 0 {
+			t.Fatalf("PTTL of the dead leader's term: %d, %v", left, err)
+		}
+		expiry := cut.Add(time.Duration(left) * time.Millisecond)
+		select {
+		case err := <-res:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(ttl + 20*time.Second):
+			t.Fatal("the candidate never led after the leader died")
+		}
+		late := time.Since(expiry)
+		t.Logf("the candidate led %v after the dead leader's lease ran out (%v left at the cut)", late, time.Duration(left)*time.Millisecond)
+		if late > 350*time.Millisecond {
+			t.Fatalf("the candidate led %v after the dead leader's lease ran out, want within a few round trips", late)
+		}
+		net.Restore()
 	})
 }

@@ -588,3 +588,54 @@ func TestCloseEndsBlockedLock(t *testing.T) {
 		unlock(t, holder)
 	})
 }
+
+// A holder that dies (its network cut) is replaced as soon as its lease runs out, as a mutex
+// holder is: each renewal tells the head of the queue when the lease now ends, so the head
+// re-checks right after that, not up to a third of a lease later (its backstop), nor at its
+// place's next renewal (a third of the waiter lease, long here).
+func TestDeadHoldersLockIsTakenAtItsExpiry(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 3 * time.Second
+		prefix := b.Prefix(t)
+		opts := []distsync.Option{distsync.WithLeaseTTL(ttl), distsync.WithWaiterLease(30 * time.Second)}
+		net := redistest.NewNetwork()
+		holder := newFair(t, b.PodVia(t, prefix, net, opts...), "dead")
+		waiter := newFair(t, b.Pod(t, prefix, opts...), "dead")
+		locked := time.Now()
+		lock(t, holder)
+		res := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res <- waiter.Lock(ctx)
+		}()
+		waitQueued(t, b, prefix, "dead", 1)
+		// Past the holder's second renewal: a head that only knew the lease it saw when it
+		// queued would now wake half a second after the expiry, at the earliest.
+		time.Sleep(time.Until(locked.Add(2*ttl/3 + 200*time.Millisecond)))
+		net.Cut()
+		cut := time.Now()
+		left, err := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Pttl().Key(key(prefix, "dead", "")).Build()
+		}).AsInt64()
+		if err != nil || left <= 0 {
+			t.Fatalf("PTTL of the dead holder's lock: %d, %v", left, err)
+		}
+		expiry := cut.Add(time.Duration(left) * time.Millisecond)
+		select {
+		case err := <-res:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(ttl + 20*time.Second):
+			t.Fatal("the waiter never took the dead holder's lock")
+		}
+		late := time.Since(expiry)
+		t.Logf("the waiter took the dead holder's lock %v after its lease ran out (%v left at the cut)", late, time.Duration(left)*time.Millisecond)
+		if late > 350*time.Millisecond {
+			t.Fatalf("the waiter took the lock %v after the dead holder's lease ran out, want within a few round trips", late)
+		}
+		unlock(t, waiter)
+		net.Restore()
+	})
+}

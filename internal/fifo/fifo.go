@@ -42,6 +42,10 @@ type Lock struct {
 
 	// Script arguments that never change.
 	ttlArg, fenceArg, wleaseArg, slackArg string
+	// renewWith is the LeaseSpec.RenewWith of every hold: mutex_renew.lua, which also tells the
+	// head of the queue when the lease now ends, so that it takes the lock of a holder that
+	// died a round trip after its expiry.
+	renewWith func(owner string) scripts.Call
 
 	// Held, if set, is called with each hold before Acquire or TryAcquire returns it.
 	Held func(*core.Lease)
@@ -67,6 +71,10 @@ func New(c *core.Handle, kind, name string, set core.Settings, record bool) (*Lo
 	m.ttlArg, m.fenceArg = core.Ms(m.ttl), core.Ms(c.Config.FenceTTL)
 	m.wleaseArg, m.slackArg = core.Ms(m.wlease), core.Ms(2*m.ttl/core.RenewDivisor)
 	m.box = waitq.NewMailbox(c, m.chanPrefix+":"+m.proc, waitq.ParseQueued)
+	renewKeys := append([]string{m.keys[0], m.keys[2], m.keys[3]}, m.keys[4:]...) // lock, q, qx, and the record
+	m.renewWith = func(owner string) scripts.Call {
+		return scripts.Call{Script: scripts.MutexRenew, Keys: renewKeys, Args: []string{owner, m.ttlArg, m.chanPrefix, m.c.Pub}}
+	}
 	return m, nil
 }
 
@@ -254,6 +262,7 @@ func (m *Lock) hold(ctx context.Context, owner string, token int64, sent, deadli
 	l, err := m.c.Hold(core.LeaseSpec{
 		Key: m.keys[0], Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent,
 		Deadline: deadline, First: first, Keep: m.keys[4:], // the record lives as long as its holder
+		RenewWith: m.renewWith,
 		Release: func(ctx context.Context, l *core.Lease) error {
 			_, err := m.release(ctx, l)
 			return err

@@ -159,6 +159,12 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 						watch.Stop()
 					}
 					watchC = nil
+				case Extended:
+					// The holder renewed (the waiter heads the queue): its lease now ends in
+					// Window. Re-check just after that, not before: a holder that died renews
+					// no more, and its lock is taken a round trip after its expiry. (The
+					// waiter's place is kept by its own lease, not by re-checking.)
+					timer.Reset(sig.Window + 2*time.Millisecond)
 				default:
 					h.Note(ctx, core.EventWoken)
 					break listen
