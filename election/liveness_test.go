@@ -209,3 +209,66 @@ func TestDeadLeaderIsReplacedAtItsExpiry(t *testing.T) {
 		net.Restore()
 	})
 }
+
+// A burst on an empty election: candidates, each its own process, campaign at the same
+// instant while an observer watches; each winner but the last resigns 200 ms after it wins.
+// Every candidate leads in turn, and none is left waiting while nobody leads (the issue's
+// report: one Campaign still waiting 40 s later while Leader returned ErrNoLeader).
+func TestBurstOnAnEmptyElection(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const candidates, rounds = 8, 3
+		for r := range rounds {
+			prefix := b.Prefix(t)
+			pods := make([]*redistest.Pod, candidates)
+			for i := range pods {
+				pods[i] = b.Pod(t, prefix)
+			}
+			watcher := newElection(t, b.Pod(t, prefix), "burst")
+			c := observe(t, watcher)
+			start := make(chan struct{})
+			var mu sync.Mutex
+			led := 0
+			var last *election.Term
+			errs := make(chan error, candidates)
+			for i, p := range pods {
+				e := newElection(t, p, "burst")
+				go func() {
+					<-start
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					term, err := e.Campaign(ctx, fmt.Sprint("c", i))
+					if err != nil {
+						info, lerr := watcher.Leader(context.Background())
+						errs <- fmt.Errorf("round %d: candidate %d: %w (Leader: %+v, %v)", r, i, err, info, lerr)
+						return
+					}
+					mu.Lock()
+					led++
+					final := led == candidates
+					if final {
+						last = term
+					}
+					mu.Unlock()
+					if !final {
+						time.Sleep(200 * time.Millisecond)
+						err = term.Resign(context.Background())
+					}
+					errs <- err
+				}()
+			}
+			close(start)
+			for range candidates {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			info, err := watcher.Leader(context.Background())
+			if err != nil || info.Term != last.Token() {
+				t.Fatalf("round %d: Leader = %+v, %v after every candidate led; want the last, term %d", r, info, err, last.Token())
+			}
+			c.waitFor(t, last.Value())
+			c.checkOrder(t)
+			resign(t, last)
+		}
+	})
+}
