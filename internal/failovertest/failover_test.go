@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/election"
 	"github.com/distsync/distsync/fair"
 	"github.com/distsync/distsync/internal/redistest"
 	"github.com/distsync/distsync/mutex"
@@ -153,16 +154,51 @@ func heldAcrossFailover(t *testing.T, top topology, mk func(h *distsync.Handle) 
 	}
 }
 
-func kinds() map[string]func(h *distsync.Handle) (locker, error) {
+// candidate is an election seen as a locker: Campaign takes the lock, Resign gives it back.
+type candidate struct {
+	e    *election.Election
+	term *election.Term
+}
+
+func (c *candidate) LockLease(ctx context.Context) (*distsync.Lease, error) {
+	t, err := c.e.Campaign(ctx, "v")
+	if err != nil {
+		return nil, err
+	}
+	c.term = t
+	return t.Lease(), nil
+}
+
+func (c *candidate) Unlock(ctx context.Context) error { return c.term.Resign(ctx) }
+
+// kinds returns the locks the failover tests run. The quorum mutex takes its lock on the
+// topology's primary and on two independent redis-servers of the test: the failover moves one
+// of its three primaries.
+func kinds(t *testing.T) map[string]func(h *distsync.Handle) (locker, error) {
+	var others [2]*redistest.Proc
 	return map[string]func(h *distsync.Handle) (locker, error){
 		"mutex": func(h *distsync.Handle) (locker, error) { return mutex.New(h, name) },
 		"fair":  func(h *distsync.Handle) (locker, error) { return fair.New(h, name) },
+		"election": func(h *distsync.Handle) (locker, error) {
+			e, err := election.New(h, name)
+			return &candidate{e: e}, err
+		},
+		"quorum mutex": func(h *distsync.Handle) (locker, error) {
+			var hs []*distsync.Handle
+			for i := range others {
+				if others[i] == nil {
+					others[i] = redistest.StartRedis(t)
+				}
+				hs = append(hs, handle(t, others[i].Client(t), distsync.WithLeaseTTL(3*time.Second)))
+			}
+			return mutex.New(h, name, mutex.WithQuorum(hs...))
+		},
 	}
 }
 
 func TestSentinelFailover(t *testing.T) {
 	top := sentinel(t)
-	for kind, mk := range kinds() {
+	for kind, mk := range kinds(t) {
 		t.Run(kind, func(t *testing.T) { heldAcrossFailover(t, top, mk) })
 	}
 	t.Run("mutex with replica ack", func(t *testing.T) {
@@ -174,7 +210,7 @@ func TestSentinelFailover(t *testing.T) {
 func TestClusterFailover(t *testing.T) {
 	c := redistest.StartClusterReplicas(t)
 	top := topology{client: c.Client, failover: func(tb testing.TB) { c.Failover(tb, slotKey) }}
-	for kind, mk := range kinds() {
+	for kind, mk := range kinds(t) {
 		t.Run(kind, func(t *testing.T) { heldAcrossFailover(t, top, mk) })
 	}
 	// WithReplicaAck on a Cluster: WAIT goes to the node of the lock's slot, on the
