@@ -234,13 +234,49 @@ func newGroup[T any](c *core.Handle, kind, name string, ttl time.Duration, renew
 // [ErrPanicked]. If fn calls [runtime.Goexit], every caller, in every process, gets an error
 // matching [ErrGoexit], and the lead is given up at once.
 func (g *Group[T]) Do(ctx context.Context, key string, fn func(ctx context.Context) (T, error)) (v T, err error, shared bool) {
+	c, err := g.join(ctx, key, fn)
+	if err != nil {
+		return v, err, false
+	}
+	return g.wait(ctx, key, c)
+}
+
+// DoChan is like Do but returns a channel that receives the results when they are ready; it
+// is not closed. The call is joined (or started) before DoChan returns, as singleflight's
+// DoChan does: a Do or DoChan for key after it joins the same call. A panic in fn is
+// delivered as an error matching [ErrPanicked] (rather than crash a goroutine the caller does
+// not own); a cancelled wait, as an error matching both [distsync.ErrNotAcquired] and
+// ctx.Err().
+func (g *Group[T]) DoChan(ctx context.Context, key string, fn func(ctx context.Context) (T, error)) <-chan Result[T] {
+	ch := make(chan Result[T], 1)
+	c, err := g.join(ctx, key, fn)
+	if err != nil {
+		ch <- Result[T]{Err: err}
+		return ch
+	}
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				ch <- Result[T]{Err: fmt.Errorf("%w: %v", ErrPanicked, r), Shared: true}
+			}
+		}()
+		v, err, shared := g.wait(ctx, key, c)
+		ch <- Result[T]{v, err, shared}
+	}()
+	return ch
+}
+
+// join returns the call of key in this process that the caller joins, started with fn if
+// there is none, or the error of a caller whose ctx has ended or whose Handle is closed.
+func (g *Group[T]) join(ctx context.Context, key string, fn func(ctx context.Context) (T, error)) (*call[T], error) {
 	if err := ctx.Err(); err != nil {
-		return v, g.notAcquired(key, err), false
+		return nil, g.notAcquired(key, err)
 	}
 	if g.c.Closed() {
-		return v, g.wrap(key, distsync.ErrClosed), false
+		return nil, g.wrap(key, distsync.ErrClosed)
 	}
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	c := g.calls[key]
 	if c == nil {
 		c = &call[T]{done: make(chan struct{})}
@@ -251,8 +287,11 @@ func (g *Group[T]) Do(ctx context.Context, key string, fn func(ctx context.Conte
 	}
 	c.joined++
 	c.waiting++
-	g.mu.Unlock()
+	return c, nil
+}
 
+// wait waits for the results of c, a call of key the caller joined, until ctx ends.
+func (g *Group[T]) wait(ctx context.Context, key string, c *call[T]) (v T, err error, shared bool) {
 	select {
 	case <-c.done:
 		if c.panicked != nil {
@@ -271,24 +310,6 @@ func (g *Group[T]) Do(ctx context.Context, key string, fn func(ctx context.Conte
 		g.mu.Unlock()
 		return v, g.notAcquired(key, ctx.Err()), false
 	}
-}
-
-// DoChan is like Do but returns a channel that receives the results when they are ready; it
-// is not closed. A panic in fn is delivered as an error matching [ErrPanicked] (rather than
-// crash a goroutine the caller does not own); a cancelled wait, as an error matching both
-// [distsync.ErrNotAcquired] and ctx.Err().
-func (g *Group[T]) DoChan(ctx context.Context, key string, fn func(ctx context.Context) (T, error)) <-chan Result[T] {
-	ch := make(chan Result[T], 1)
-	go func() {
-		defer func() {
-			if r := recover(); r != nil {
-				ch <- Result[T]{Err: fmt.Errorf("%w: %v", ErrPanicked, r), Shared: true}
-			}
-		}()
-		v, err, shared := g.Do(ctx, key, fn)
-		ch <- Result[T]{v, err, shared}
-	}()
-	return ch
 }
 
 // Forget forgets key: the result kept for it (WithKeep) is deleted, and a call in flight in
