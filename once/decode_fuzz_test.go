@@ -223,7 +223,7 @@ func checkJSON[T any](t *testing.T, b []byte) {
 // and the key are joined with a length prefix, then escaped (internal/keys).
 //
 // Property: for any group names and keys, the keys of one (group, key) pair (lead, kept, every
-// res:<owner>, the channel) share one hash slot, and two different pairs never share a key:
+// res:<owner>, fence, forgot, the channel) share one hash slot, and two different pairs never share a key:
 // "a:b"+"c" is not "a"+"b:c".
 func FuzzGroupKeys(f *testing.F) {
 	f.Add("a:b", "c", "a", "b:c")
@@ -242,7 +242,7 @@ func FuzzGroupKeys(f *testing.F) {
 		}
 		for _, ks := range []keyset{a, b} {
 			want := slotOf(ks.lead)
-			for _, k := range []string{ks.kept, ks.resPrefix, ks.resPrefix + "AAECAwQFBgcICQoL:1", ks.fence, ks.channel} {
+			for _, k := range []string{ks.kept, ks.resPrefix, ks.resPrefix + "AAECAwQFBgcICQoL:1", ks.fence, ks.forgot, ks.channel} {
 				if got := slotOf(k); got != want {
 					t.Fatalf("%q in slot %d, %q in slot %d", ks.lead, want, k, got)
 				}
@@ -250,7 +250,7 @@ func FuzzGroupKeys(f *testing.F) {
 		}
 		same := g1 == g2 && k1 == k2
 		if (a == b) != same || (a.lead == b.lead) != same || (a.channel == b.channel) != same || (a.kept == b.kept) != same ||
-			(a.fence == b.fence) != same {
+			(a.fence == b.fence) != same || (a.forgot == b.forgot) != same {
 			t.Fatalf("group %q key %q: %+v; group %q key %q: %+v", g1, k1, a, g2, k2, b)
 		}
 	})

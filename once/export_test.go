@@ -9,3 +9,10 @@ func (g *Group[T]) Channel(key string) string {
 	}
 	return ks.channel
 }
+
+// InFlight reports whether a Do for key in this process would join a call in flight.
+func (g *Group[T]) InFlight(key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls[key] != nil
+}

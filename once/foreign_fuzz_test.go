@@ -3,6 +3,7 @@ package once
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,11 +20,12 @@ import (
 //	part 1  kept                 a kept result
 //	part 2  res:                 the result key begin reads while it knows no leader
 //	part 3  res:L, lead = L      the result of a leader L that holds the lead
-//	part 4  a PUBLISH of value on the key's channel, lead = L, while Do waits
+//	part 4  a PUBLISH of value on the key's channel, lead = L with fencing token 7, while Do
+//	        waits
 //
 // kind (parts 0-3) makes it a string, a hash field, a zset member, a list or a set element;
-// flags&1 gives it a TTL; flags&8 runs a Group[string] (String codec) instead of a
-// Group[int] (JSON).
+// flags&1 gives it a TTL; flags&4 marks L forgotten (a Forget ran during its lead: parts 3
+// and 4); flags&8 runs a Group[string] (String codec) instead of a Group[int] (JSON).
 //
 // What is correct (a result is the status byte 'v', 'e', 'p' or 'g' and a payload):
 //   - lead: someone leads; Do waits for them and ends with its ctx (an error matching both
@@ -31,9 +33,10 @@ import (
 //   - kept, res:, res:L: a string there is a result: Do returns without running fn, with
 //     exactly what decode makes of it, never another value: the codec's value for 'v' and a
 //     payload the codec reads; else an error matching ErrCodec, ErrLeaderFailed, ErrPanicked
-//     or ErrGoexit. (” and '!' in a res key are not results: see once_begin.lua.)
-//   - a published "<leader>\n<result>" with a result is the same; any other message makes
-//     Do look again (and wait on).
+//     or ErrGoexit. (An empty string and '!' in a res key are not results, see
+//     once_begin.lua; nor is res:L if L is forgotten.)
+//   - a published "<token>\n<result>" with a result and a token of at least L's (above it,
+//     if L is forgotten) is the same; any other message makes Do look again (and wait on).
 //   - A value of another type is an error; nothing panics; fn runs only where nobody leads
 //     and no result is there; a Do that waits issues a bounded number of commands.
 func FuzzGroupForeign(f *testing.F) {
@@ -49,6 +52,8 @@ func FuzzGroupForeign(f *testing.F) {
 		{2, 0, "v7", 1}, {2, 0, "", 1}, {2, 0, "!", 1}, {2, 0, "vjunk", 1}, {2, 2, "x", 1},
 		{3, 0, "v7", 1}, {3, 0, "!", 1}, {3, 0, "", 1}, {3, 0, "ejunk", 8}, {3, 1, "x", 1},
 		{4, 0, "L\nv5", 0}, {4, 0, "L\n", 0}, {4, 0, "L", 0}, {4, 0, "\nvjunk", 0}, {4, 0, "x\n\n", 8}, {4, 0, "L\nzz", 0},
+		{4, 0, "7\nv5", 0}, {4, 0, "8\nvjunk", 0}, {4, 0, "6\nv5", 0}, {4, 0, "7\n", 0}, {4, 0, "7\n\n", 8}, {4, 0, "f", 0},
+		{4, 0, "7\nv5", 4}, {4, 0, "8\nv5", 4}, {3, 0, "v7", 5},
 	} {
 		f.Add(s.part, s.kind, s.value, s.flags)
 	}
@@ -72,7 +77,7 @@ func fuzzGroup[T comparable](t *testing.T, r *redistest.FuzzRedis, name string, 
 		t.Fatal(err)
 	}
 	const leader = "L"
-	r.Cleanup(t, ks.lead, ks.kept, ks.resPrefix, ks.resPrefix+leader, ks.fence)
+	r.Cleanup(t, ks.lead, ks.kept, ks.resPrefix, ks.resPrefix+leader, ks.fence, ks.forgot)
 	fv := redistest.Foreign{Kind: kind % 5, Value: value, Member: value, Score: 1, TTL: flags&1 != 0}
 	part %= 5
 	switch part {
@@ -84,6 +89,10 @@ func fuzzGroup[T comparable](t *testing.T, r *redistest.FuzzRedis, name string, 
 		r.Write(t, ks.resPrefix, fv)
 	case 3, 4:
 		r.Do(t, "SET", ks.lead, leader, "PX", "60000")
+		r.Do(t, "SET", ks.fence, "7", "PX", "60000")
+		if flags&4 != 0 {
+			r.Do(t, "SET", ks.forgot, leader, "PX", "60000")
+		}
 		if part == 3 {
 			r.Write(t, ks.resPrefix+leader, fv)
 		}
@@ -95,13 +104,19 @@ func fuzzGroup[T comparable](t *testing.T, r *redistest.FuzzRedis, name string, 
 	switch {
 	case part == 1 && fv.Kind == 0:
 		isResult, stored = true, value
-	case (part == 2 || part == 3) && fv.Kind == 0:
+	case part == 2 && fv.Kind == 0, part == 3 && fv.Kind == 0 && flags&4 == 0:
 		isResult, stored = value != "" && value != "!", value
 	case part == 4:
-		_, after, ok := strings.Cut(value, "\n")
-		isResult, stored = ok && after != "", after
+		tok, after, ok := strings.Cut(value, "\n")
+		n, err := strconv.ParseInt(tok, 10, 64)
+		floor := int64(7)
+		if flags&4 != 0 {
+			floor = 8
+		}
+		isResult, stored = ok && err == nil && n >= floor && after != "", after
 	}
-	wrongType := part <= 3 && fv.Kind != 0
+	// A forgotten L's res:L is never read: what is there, of any type, does not matter.
+	wrongType := part <= 3 && fv.Kind != 0 && (part != 3 || flags&4 == 0)
 	// Nobody leads and no result is there only with a res: key that holds no result.
 	leads := part == 2 && !wrongType && !isResult
 

@@ -106,6 +106,7 @@ type call[T any] struct {
 	out      bool // Do's shared: shared, or more than one local caller
 	joined   int  // local callers that joined
 	waiting  int  // local callers still waiting
+	forgot   bool // a Forget detached the call: its result is not kept; guarded by the Group's mu
 	cancel   context.CancelFunc
 }
 
@@ -126,8 +127,8 @@ func option(name string, set func(o *options), kinds ...string) distsync.Option 
 
 // WithKeep keeps each successful result in Redis for d after it is computed: callers of the
 // key within d get it at once, from any process, without running fn (the cache-stampede
-// protection); the first caller after d runs fn again. d must be positive. By default a
-// result goes only to the callers that waited for it.
+// protection); the first caller after d, or after [Group.Forget], runs fn again. d must be
+// positive. By default a result goes only to the callers that waited for it.
 //
 // Applies to: NewGroup.
 func WithKeep(d time.Duration) distsync.Option {
@@ -234,13 +235,49 @@ func newGroup[T any](c *core.Handle, kind, name string, ttl time.Duration, renew
 // [ErrPanicked]. If fn calls [runtime.Goexit], every caller, in every process, gets an error
 // matching [ErrGoexit], and the lead is given up at once.
 func (g *Group[T]) Do(ctx context.Context, key string, fn func(ctx context.Context) (T, error)) (v T, err error, shared bool) {
+	c, err := g.join(ctx, key, fn)
+	if err != nil {
+		return v, err, false
+	}
+	return g.wait(ctx, key, c)
+}
+
+// DoChan is like Do but returns a channel that receives the results when they are ready; it
+// is not closed. The call is joined (or started) before DoChan returns, as singleflight's
+// DoChan does: a Do or DoChan for key after it joins the same call. A panic in fn is
+// delivered as an error matching [ErrPanicked] (rather than crash a goroutine the caller does
+// not own); a cancelled wait, as an error matching both [distsync.ErrNotAcquired] and
+// ctx.Err().
+func (g *Group[T]) DoChan(ctx context.Context, key string, fn func(ctx context.Context) (T, error)) <-chan Result[T] {
+	ch := make(chan Result[T], 1)
+	c, err := g.join(ctx, key, fn)
+	if err != nil {
+		ch <- Result[T]{Err: err}
+		return ch
+	}
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				ch <- Result[T]{Err: fmt.Errorf("%w: %v", ErrPanicked, r), Shared: true}
+			}
+		}()
+		v, err, shared := g.wait(ctx, key, c)
+		ch <- Result[T]{v, err, shared}
+	}()
+	return ch
+}
+
+// join returns the call of key in this process that the caller joins, started with fn if
+// there is none, or the error of a caller whose ctx has ended or whose Handle is closed.
+func (g *Group[T]) join(ctx context.Context, key string, fn func(ctx context.Context) (T, error)) (*call[T], error) {
 	if err := ctx.Err(); err != nil {
-		return v, g.notAcquired(key, err), false
+		return nil, g.notAcquired(key, err)
 	}
 	if g.c.Closed() {
-		return v, g.wrap(key, distsync.ErrClosed), false
+		return nil, g.wrap(key, distsync.ErrClosed)
 	}
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	c := g.calls[key]
 	if c == nil {
 		c = &call[T]{done: make(chan struct{})}
@@ -251,8 +288,11 @@ func (g *Group[T]) Do(ctx context.Context, key string, fn func(ctx context.Conte
 	}
 	c.joined++
 	c.waiting++
-	g.mu.Unlock()
+	return c, nil
+}
 
+// wait waits for the results of c, a call of key the caller joined, until ctx ends.
+func (g *Group[T]) wait(ctx context.Context, key string, c *call[T]) (v T, err error, shared bool) {
 	select {
 	case <-c.done:
 		if c.panicked != nil {
@@ -273,44 +313,55 @@ func (g *Group[T]) Do(ctx context.Context, key string, fn func(ctx context.Conte
 	}
 }
 
-// DoChan is like Do but returns a channel that receives the results when they are ready; it
-// is not closed. A panic in fn is delivered as an error matching [ErrPanicked] (rather than
-// crash a goroutine the caller does not own); a cancelled wait, as an error matching both
-// [distsync.ErrNotAcquired] and ctx.Err().
-func (g *Group[T]) DoChan(ctx context.Context, key string, fn func(ctx context.Context) (T, error)) <-chan Result[T] {
-	ch := make(chan Result[T], 1)
-	go func() {
-		defer func() {
-			if r := recover(); r != nil {
-				ch <- Result[T]{Err: fmt.Errorf("%w: %v", ErrPanicked, r), Shared: true}
-			}
-		}()
-		v, err, shared := g.Do(ctx, key, fn)
-		ch <- Result[T]{v, err, shared}
-	}()
-	return ch
-}
-
-// Forget forgets key: the result kept for it (WithKeep) is deleted, and a call in flight in
-// this process is no longer joined, so the next Do for key starts afresh. A call in flight in
-// another process is still waited for (it holds the key's lease). Forget returns Redis's error.
+// Forget forgets key, as singleflight's Forget does, across processes: a call of key that
+// starts after Forget never gets the result of a call that was in flight when Forget ran, nor
+// a result kept ([WithKeep]) from before it. It waits for that call's lead to end if it must
+// (two leaders of a key never run at once), then runs fn or gets the result of a call that
+// began after the Forget. The callers that had joined the call in flight still get its
+// result, but that result is not kept, whichever of its end and the Forget reaches Redis
+// first: Forget is for data that changed.
+//
+// A Do joins the call of its own process that is in flight, if any. In this process, Forget
+// detaches that call before it returns, so the next Do starts a call. In another process, a
+// call that waits for the forgotten one is detached when the Forget's notice (a pub/sub
+// message) reaches that process; a call that process leads itself is not (a leader does not
+// listen), and callers that join it there get its result until it ends.
+//
+// Forget returns Redis's error (the call in this process is detached all the same); ctx
+// bounds the round trip.
 func (g *Group[T]) Forget(ctx context.Context, key string) error {
 	g.mu.Lock()
-	delete(g.calls, key)
+	if c := g.calls[key]; c != nil {
+		c.forgot = true
+		delete(g.calls, key)
+	}
 	g.mu.Unlock()
 	ks, err := g.keys(key)
 	if err != nil {
 		return err
 	}
-	if err := g.c.Client.Do(ctx, g.c.Client.B().Del().Key(ks.kept).Build()).Error(); err != nil {
+	err = scripts.OnceForget.Exec(ctx, g.c.Client, []string{ks.lead, ks.kept, ks.forgot},
+		[]string{core.Ms(g.linger()), ks.channel, g.c.Pub}).Error()
+	if err != nil {
 		return fmt.Errorf("once %q: forget %q: %w", g.name, key, err)
 	}
 	return nil
 }
 
+// detach stops new callers from joining c, the call of key, after a Forget: its result is
+// not kept.
+func (g *Group[T]) detach(c *call[T], key string) {
+	g.mu.Lock()
+	c.forgot = true
+	if g.calls[key] == c {
+		delete(g.calls, key)
+	}
+	g.mu.Unlock()
+}
+
 // keyset is the keys of one key of a Group.
 type keyset struct {
-	lead, kept, resPrefix, fence, channel string
+	lead, kept, resPrefix, fence, forgot, channel string
 }
 
 func (g *Group[T]) keys(key string) (keyset, error) {
@@ -320,7 +371,7 @@ func (g *Group[T]) keys(key string) (keyset, error) {
 		return keyset{}, fmt.Errorf("once %q: %w", g.name, err)
 	}
 	return keyset{lead: ks.Key(), kept: ks.Part("kept"), resPrefix: ks.Part("res") + ":", fence: ks.Part("fence"),
-		channel: ks.Channel()}, nil
+		forgot: ks.Part("forgot"), channel: ks.Channel()}, nil
 }
 
 // run is the call of key in this process: it waits for a result in Redis, or leads.
@@ -372,7 +423,15 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 		}
 	}()
 
-	leader := "" // the leader waited for
+	// What the call may take while it waits: the result key of leader (its result, if the
+	// call missed its message), and published results whose fencing token is at least floor.
+	// A leader that Forget found leading is waited for, but its result is not taken (leader
+	// is "" then, and floor is above its token), unless the call waited for it before the
+	// Forget (joined is that leader): its callers came before the Forget. Tokens tell the
+	// results apart: a message that comes with a smaller one is an older lead's (published
+	// before this call looked, and delivered late), which may predate a Forget.
+	leader, floor := "", int64(-1) // -1: take no published result (look again instead)
+	joined := ""
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for backoff := 10 * time.Millisecond; ; {
@@ -380,13 +439,13 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 		owner := g.c.NewID()
 		sent := time.Now()
 		reply, err := scripts.OnceBegin.Exec(ctx, g.c.Client,
-			[]string{ks.lead, ks.kept, ks.resPrefix + leader, ks.resPrefix + owner, ks.fence},
+			[]string{ks.lead, ks.kept, ks.resPrefix + leader, ks.resPrefix + owner, ks.fence, ks.forgot},
 			[]string{owner, core.Ms(g.ttl), core.Ms(g.fenceTTL())}).ToArray()
 		if _, redisErr := rueidis.IsRedisErr(err); err != nil && !redisErr {
 			// The script may have run without its reply (a cancelled ctx does not cancel a
 			// command Redis received): if it made this call the leader, give the lead up.
 			g.c.Undo("giving up an unused lead", g.ttl, func(ctx context.Context) error {
-				return g.finish(ctx, ks, owner, "", 0)
+				return g.finish(ctx, ks, owner, "", 0, 0)
 			})
 		}
 		if err != nil {
@@ -417,8 +476,11 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 			if len(reply) > 1 {
 				token, _ = reply[1].AsInt64()
 			}
-			lease, err := g.c.Hold(core.LeaseSpec{Key: ks.lead, Owner: owner, Kind: "s", TTL: g.ttl, Renew: g.renew, Sent: sent, Token: token,
-				Release: func(ctx context.Context, _ *core.Lease) error { return g.finish(ctx, ks, owner, "", 0) }})
+			// The lease keeps the fence key (the lead's token, which waiters compare results
+			// with) and a Forget's mark alive as long as the lead.
+			lease, err := g.c.Hold(core.LeaseSpec{Key: ks.lead, Owner: owner, Kind: "s", Keep: []string{ks.fence, ks.forgot},
+				TTL: g.ttl, Renew: g.renew, Sent: sent, Token: token,
+				Release: func(ctx context.Context, _ *core.Lease) error { return g.finish(ctx, ks, owner, "", 0, token) }})
 			switch {
 			case errors.Is(err, core.ErrLate):
 				continue // the lead came too late to use and was given up: look again
@@ -426,7 +488,7 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 				c.err = g.wrap(key, err) // the Handle closed: fn must not run uncoordinated
 				return
 			}
-			if leader != "" {
+			if leader != "" { // it waited for a leader whose result it would have taken
 				obs.Once(core.EventOnceTakeover)
 			} else {
 				obs.Once(core.EventOnceLeader)
@@ -436,7 +498,21 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 			g.lead(c, ks, key, owner, lease, fn, ctx, sub != nil)
 			return
 		case "w":
+			// {'w', leader, pttl, token, forgotten}
 			leader, _ = reply[1].ToString()
+			floor = -1
+			if len(reply) > 4 {
+				floor, _ = reply[3].AsInt64()
+				switch forgotten, _ := reply[4].AsInt64(); {
+				case forgotten != 1 || leader == joined:
+					joined = leader
+				default:
+					leader = "" // it led when Forget ran: its result predates the Forget
+					if floor >= 0 {
+						floor++ // a later leader's result is newer
+					}
+				}
+			}
 			if !followed {
 				followed = true
 				obs.Once(core.EventOnceFollower)
@@ -466,10 +542,23 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 		for {
 			select {
 			case m := <-l.ch:
-				// "<leader>\n<result>": any leader's result is the call's result.
-				_, res, ok := strings.Cut(m, "\n")
-				if !ok || res == "" {
-					break wait // a leader gave up its lead: look again
+				if m == forgetNotice {
+					if leader != "" {
+						// A Forget marked the leader this call waits for and may take the
+						// result of: its callers came before the Forget and get that result;
+						// later ones must not join it.
+						g.detach(c, key)
+					}
+					continue
+				}
+				// "<token>\n<result>": a result this call may take, from the leader it waits
+				// for or a later one (who took over after a lost lease), or anything else:
+				// a lead given up ("<token>\n"), an older result, or one the call must not
+				// take. Then it looks again.
+				tok, res, ok := strings.Cut(m, "\n")
+				n, err := strconv.ParseInt(tok, 10, 64)
+				if !ok || err != nil || res == "" || floor < 0 || n < floor {
+					break wait
 				}
 				c.val, c.err = g.decode(key, res)
 				c.shared = true
@@ -528,7 +617,7 @@ func (g *Group[T]) share(c *call[T], ks keyset, key, owner string, lease *core.L
 		// are not (another leader's result, or a re-check, reaches them), and the lead is given
 		// up if Redis still has it.
 		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
-		_ = g.finish(rctx, ks, owner, "", 0)
+		_ = g.finish(rctx, ks, owner, "", 0, lease.Token())
 		rcancel()
 		if goexit {
 			err = ErrGoexit // for want of an error of fn's
@@ -563,13 +652,20 @@ func (g *Group[T]) share(c *call[T], ks keyset, key, owner string, lease *core.L
 	if err == nil && panicked == nil || err != nil && g.keepErrors && !goexit {
 		keep = g.keep
 	}
+	// A call that Forget detached keeps nothing, even if its lead began after the Forget
+	// reached Redis (the Forget's mark, which once_finish.lua reads, covers the others).
+	g.mu.Lock()
+	if c.forgot {
+		keep = 0
+	}
+	g.mu.Unlock()
 	// Publish the result, retrying a lost connection a few times: the waiters would otherwise
 	// wait for the lease to lapse and run fn again.
 	var n int64
 	ferr := core.RetryNow(context.Background(), func() (err error) {
 		fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer fcancel()
-		n, err = g.finishN(fctx, ks, owner, res, keep)
+		n, err = g.finishN(fctx, ks, owner, res, keep, lease.Token())
 		return err
 	})
 	if ferr != nil {
@@ -607,20 +703,24 @@ func (g *Group[T]) lostLead(c *call[T], key string, val T, err error, panicked a
 	c.val, c.err, c.panicked = val, g.wrap(key, e), panicked
 }
 
-// finish runs once_finish.lua; res "" gives the lead up without a result.
-func (g *Group[T]) finish(ctx context.Context, ks keyset, owner, res string, keep time.Duration) error {
-	_, err := g.finishN(ctx, ks, owner, res, keep)
+// finish runs once_finish.lua for the lead of owner, whose fencing token is token (0 if not
+// known: a lead given up before its reply came); res "" gives the lead up without a result.
+func (g *Group[T]) finish(ctx context.Context, ks keyset, owner, res string, keep time.Duration, token int64) error {
+	_, err := g.finishN(ctx, ks, owner, res, keep, token)
 	return err
 }
 
-func (g *Group[T]) finishN(ctx context.Context, ks keyset, owner, res string, keep time.Duration) (int64, error) {
+// linger is how long a leader's result key outlives its lead: longer than any waiter's
+// backstop.
+func (g *Group[T]) linger() time.Duration { return 2*g.ttl + time.Second }
+
+func (g *Group[T]) finishN(ctx context.Context, ks keyset, owner, res string, keep time.Duration, token int64) (int64, error) {
 	keepArg := core.Ms(keep)
 	if keep < 0 {
 		keepArg = "-1"
 	}
-	linger := 2*g.ttl + time.Second // longer than any waiter's backstop
-	return scripts.OnceFinish.Exec(ctx, g.c.Client, []string{ks.lead, ks.kept, ks.resPrefix + owner},
-		[]string{owner, res, keepArg, core.Ms(linger), ks.channel, g.c.Pub}).AsInt64()
+	return scripts.OnceFinish.Exec(ctx, g.c.Client, []string{ks.lead, ks.kept, ks.resPrefix + owner, ks.forgot},
+		[]string{owner, res, keepArg, core.Ms(g.linger()), ks.channel, g.c.Pub, strconv.FormatInt(token, 10)}).AsInt64()
 }
 
 // decode turns a shared result into Do's results.
@@ -653,6 +753,9 @@ func (g *Group[T]) wrap(key string, err error) error {
 func (g *Group[T]) notAcquired(key string, err error) error {
 	return g.wrap(key, fmt.Errorf("%w: %w", distsync.ErrNotAcquired, err))
 }
+
+// forgetNotice is the message once_forget.lua publishes when it marks a leader forgotten.
+const forgetNotice = "f"
 
 // listener receives a key's channel.
 type listener struct {

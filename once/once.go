@@ -76,7 +76,11 @@ func (o *Once) Done(ctx context.Context) (bool, error) {
 	return n == 1, nil
 }
 
-// Reset deletes the done-marker: the next Do runs fn again.
+// Reset forgets the success: a Do after Reset runs fn again, and Done reports false until a
+// run succeeds. A run in flight during Reset does not set the done-marker, whether it ends
+// before or after the Reset reaches Redis: its callers get its outcome, and a Do after Reset
+// waits for it to end, then runs fn itself. Reset is [Group.Forget] of the Once's key, with
+// its rules for calls in other processes. It returns Redis's error; ctx bounds the round trip.
 func (o *Once) Reset(ctx context.Context) error { return o.g.Forget(ctx, "") }
 
 // OnceFunc returns a function that calls fn until it succeeds once across processes, as

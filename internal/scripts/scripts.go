@@ -48,6 +48,7 @@ var (
 
 	OnceBegin  = load("once_begin.lua")
 	OnceFinish = load("once_finish.lua")
+	OnceForget = load("once_forget.lua")
 
 	RWMutexLock   = load("rwmutex_lock.lua")
 	RWMutexUnlock = load("rwmutex_unlock.lua")
