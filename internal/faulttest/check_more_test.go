@@ -16,27 +16,25 @@ import (
 const orderGrace = 300 * time.Millisecond
 
 // arrival returns when the request of an acquire call that worker w began at start can be
-// assumed to be in Redis: orderGrace after it began, or after the end of a blackout (Redis
-// paused or restarting: a paused Redis expires queue entries when it resumes, a restarted
-// one has none) or of w's own stop (its entry may have lapsed) that overlaps that; time the
-// machine did not run the processes pushes it further.
-func arrival(h *history, w string, start int64) int64 {
+// assumed to be in Redis, with its place in the queue: orderGrace after it began, or after the
+// end of a blackout (Redis paused or restarting: a paused Redis expires queue entries when it
+// resumes, a restarted one has none) or of w's own stop (its entry may have lapsed) that began
+// before until (the call's end, when its place is what matters); time the machine did not run
+// the processes pushes it further.
+func arrival(h *history, w string, start, until int64) int64 {
 	grace := int64(orderGrace)
 	t := start + grace
 	gaps := append([]span(nil), h.f.blackouts...)
 	gaps = append(gaps, h.f.stops[w]...)
-	for moved := true; moved; {
-		moved = false
-		for _, g := range gaps {
-			if g.from < t && g.to > start && g.to+grace > t {
-				t, moved = g.to+grace, true
-				if g.to == forever {
-					return forever
-				}
+	for _, g := range gaps {
+		if g.from < max(until, t) && g.to > start {
+			if g.to == forever {
+				return forever
 			}
+			t = max(t, g.to+grace)
 		}
 	}
-	return t + h.f.hiccupTime(start, t)
+	return t + h.f.hiccupTime(start, start+grace)
 }
 
 // orderRule says, for a primitive, whether the order of service is asserted and what the
@@ -81,7 +79,7 @@ func checkOrder(m model, h *history) ([]violation, orderStats) {
 		if end == forever {
 			end = min(h.f.term, h.f.end)
 		}
-		arr := arrival(h, w.w, w.start)
+		arr := arrival(h, w.w, w.start, end)
 		if arr >= end {
 			continue
 		}
@@ -293,9 +291,13 @@ func members(h *history) []member {
 				to = min(to, b.from)
 			}
 		}
+		restarted := false // pending when Redis restarted empty, which forgot it
+		for _, r := range h.f.restarts {
+			restarted = restarted || (r.from > x.start && r.from < x.exit)
+		}
 		fate := ""
 		switch {
-		case x.told() || x.killed:
+		case x.told() || x.killed || restarted:
 			fate = "lost"
 		case x.released != 0 && x.relErr == "":
 			fate = "done"
@@ -318,7 +320,24 @@ const wgAnchor = 300 * time.Millisecond
 // until wgAnchor later (its check ran in that round): every member surely pending at some
 // moment of that member's pending time is in the same round.
 func checkWaitGroup(m model, h *history) []violation {
+	vs, _ := judgeWaits(m, h)
+	return vs
+}
+
+// wgCounts says what checkWaitGroup could judge: Waits that returned, of which the round was
+// known, of which the round had a lost member, and how those returned.
+type wgCounts struct {
+	returned, known, withLost, reportedLost, expired int
+}
+
+func (c wgCounts) String() string {
+	return fmt.Sprintf("%d returned, %d with their round known, %d of them in a round with a lost member: %d reported ErrMembersLost, %d ErrExpired",
+		c.returned, c.known, c.withLost, c.reportedLost, c.expired)
+}
+
+func judgeWaits(m model, h *history) ([]violation, wgCounts) {
 	var out []violation
+	var cnt wgCounts
 	add := func(v violation) {
 		if len(out) < 8 {
 			out = append(out, v)
@@ -330,6 +349,7 @@ func checkWaitGroup(m model, h *history) []violation {
 		if w.end == forever || w.killed || w.x {
 			continue
 		}
+		cnt.returned++
 		var m0 *member
 		for i := range ms {
 			c := &ms[i]
@@ -344,6 +364,7 @@ func checkWaitGroup(m model, h *history) []violation {
 		if m0 == nil {
 			continue
 		}
+		cnt.known++
 		var lost []string
 		var lostW []string
 		for _, v := range ms {
@@ -354,6 +375,13 @@ func checkWaitGroup(m model, h *history) []violation {
 		}
 		if len(lost) == 0 {
 			continue
+		}
+		cnt.withLost++
+		if w.lost {
+			cnt.reportedLost++
+		}
+		if w.expired {
+			cnt.expired++
 		}
 		restarted := false
 		for _, r := range h.f.restarts {
@@ -404,7 +432,7 @@ func checkWaitGroup(m model, h *history) []violation {
 				msg: fmt.Sprintf("member %v was reported done by its Done, but %s: it was lost", v, why)})
 		}
 	}
-	return out
+	return out, cnt
 }
 
 // wgLiveness: no Wait is stranded, and no Join or Claim hangs. A Wait must return within the
@@ -458,7 +486,7 @@ func wgLiveness(m model, h *history) ([]violation, time.Duration) {
 		if w.killed {
 			continue
 		}
-		arr := arrival(h, w.w, w.start)
+		arr := arrival(h, w.w, w.start, w.start) // when its check surely ran
 		t := firstIdle(arr)
 		if t == forever || t >= h.f.term || t >= suspect {
 			continue

@@ -65,6 +65,16 @@ func base(prim, fault string, n int) config {
 	return c
 }
 
+// into is how far into a hold a fault on Redis comes: early, but, for a waitgroup, late enough
+// that the Waits its members began then ran their check before it (the checker then knows
+// their round).
+func into(prim string) time.Duration {
+	if prim == pWaitGroup {
+		return 2 * wgAnchor
+	}
+	return 100 * time.Millisecond
+}
+
 // withTrigger adds a worker that starts its calls only when the test triggers it, during a
 // fault: a reader of a rwmutex, a 2-permit request of a semaphore, a waiter of a waitgroup, a
 // candidate (and observer) of an election, a caller otherwise.
@@ -272,7 +282,7 @@ func TestRedisRestarted(t *testing.T) {
 			cfg.hold = 800 * time.Millisecond
 		}
 		r := start(t, cfg)
-		r.waitHolder(10*time.Second, 100*time.Millisecond, 1, nil)
+		r.waitHolder(10*time.Second, into(prim), 1, nil)
 		// A waiter that starts while Redis is down.
 		begin, done := r.restartRedisWith(func() { r.trigger(); r.sleep(300 * time.Millisecond) })
 		r.waitFor("an acquisition after the restart", 10*time.Second, func(evs []Event) bool {
@@ -343,7 +353,7 @@ func TestRedisPaused(t *testing.T) {
 		const pause = 3 * time.Second
 		const margin = time.Second
 		r := start(t, cfg)
-		r.waitHolder(10*time.Second, 100*time.Millisecond, 1, nil)
+		r.waitHolder(10*time.Second, into(prim), 1, nil)
 		p := r.pauseRedis()
 		r.sleep(pause / 3)
 		r.trigger() // a waiter that starts while Redis is paused

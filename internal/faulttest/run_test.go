@@ -682,6 +682,31 @@ func (r *run) finish() *history {
 	} else {
 		r.figure("longest stall", longest.Round(time.Millisecond))
 	}
+	switch {
+	case r.cfg.prim == pWaitGroup:
+		_, cnt := judgeWaits(r.model(), h)
+		r.figure("Waits judged", cnt)
+	case r.cfg.prim == pElection:
+		n := 0
+		for _, evs := range h.obs {
+			for _, e := range evs {
+				if e.Ev == evObserve {
+					n++
+				}
+			}
+		}
+		r.figure("Infos observed (every one matched with a term of the history)", n)
+	case resettable(r.cfg.prim):
+		ok, fails := 0, 0
+		for _, e := range h.doRets {
+			if e.OK {
+				ok++
+			} else {
+				fails++
+			}
+		}
+		r.figure("runs of fn / Resets / Do calls that returned nil / an error", fmt.Sprintf("%d / %d / %d / %d", len(h.holds), len(h.resets), ok, fails))
+	}
 	if lockLike(r.cfg.prim) {
 		_, st := checkOrder(r.model(), h)
 		r.figure("longest wait while others acquired", st.longest.Round(time.Millisecond))
@@ -697,7 +722,7 @@ func (r *run) finish() *history {
 	if exclusive(r.cfg.prim) || r.cfg.prim == pRWMutex {
 		r.checkStore(h)
 	}
-	if keep := os.Getenv("FAULTTEST_KEEP"); keep != "" && t.Failed() {
+	if keep := os.Getenv("FAULTTEST_KEEP"); keep != "" && (t.Failed() || os.Getenv("FAULTTEST_KEEP_ALL") == "1") {
 		dst := filepath.Join(keep, strings.NewReplacer("/", "_").Replace(t.Name()))
 		if err := os.MkdirAll(dst, 0o755); err == nil {
 			files, _ := filepath.Glob(filepath.Join(r.dir, "*"))
