@@ -16,6 +16,10 @@ import (
 var allPrims = []string{pMutex, pReentrant, pRWMutex, pFair, pSemaphore, pOnce, pOnceOnce, pOnceValue, pOnceValues,
 	pElection, pWaitGroup}
 
+// withQuorum is allPrims and the quorum mutex, for the faults of a worker (or of the
+// connections to its first primary).
+var withQuorum = append(allPrims[:len(allPrims):len(allPrims)], pQuorum)
+
 // base returns a scenario of prim with n workers, or, if n is 0, with 3 (4 for a rwmutex or
 // a semaphore, whose workers differ). A rwmutex gets writers and readers alternately, a
 // semaphore of size 3 weights 2 and 1 alternately. The hand-off window and the waiter lease
@@ -124,7 +128,7 @@ func acquiredBy(evs []Event, t int64, not string) (Event, bool) {
 // within its lease (or, if it died before confirming a hand-off, the hand-off's grant), and a
 // waiter gets it within that plus the liveness bound.
 func TestHolderKilled(t *testing.T) {
-	forEachPrim(t, allPrims, func(t *testing.T, prim string) {
+	forEachPrim(t, withQuorum, func(t *testing.T, prim string) {
 		cfg := withTrigger(base(prim, "holder-killed", 0))
 		r := start(t, cfg)
 		victim, _ := r.waitHolder(10*time.Second, 150*time.Millisecond, 1, heavy(prim))
@@ -155,7 +159,7 @@ func TestHolderKilled(t *testing.T) {
 // in meanwhile; the stopped one learns of the loss at once on resuming (Lease.Err when it
 // leaves the critical section), and the store rejects its late write.
 func TestHolderStopped(t *testing.T) {
-	forEachPrim(t, allPrims, func(t *testing.T, prim string) {
+	forEachPrim(t, withQuorum, func(t *testing.T, prim string) {
 		cfg := withTrigger(base(prim, "holder-stopped", 0))
 		cfg.hold = 1200 * time.Millisecond
 		const pause = 2500 * time.Millisecond
@@ -244,7 +248,7 @@ func TestClientKill(t *testing.T) {
 	t.Parallel()
 	for _, typ := range []string{"pubsub", "normal"} {
 		t.Run(typ, func(t *testing.T) {
-			forEachPrim(t, allPrims, func(t *testing.T, prim string) {
+			forEachPrim(t, withQuorum, func(t *testing.T, prim string) {
 				cfg := base(prim, "client-kill-"+typ, 4)
 				cfg.ttl, cfg.window, cfg.wlease = 5*time.Second, 5*time.Second, 5*time.Second
 				cfg.hold, cfg.gap = 200*time.Millisecond, 10*time.Millisecond
@@ -472,7 +476,7 @@ func TestWaiterKilled(t *testing.T) {
 // granted to nobody, for longer than the bound (the library's fallbacks are set far above
 // it), and the lock is free at once after all stop.
 func TestRandomCancellation(t *testing.T) {
-	forEachPrim(t, allPrims, func(t *testing.T, prim string) {
+	forEachPrim(t, withQuorum, func(t *testing.T, prim string) {
 		cfg := base(prim, "random-cancel", 4)
 		cfg.ttl, cfg.window, cfg.wlease = 5*time.Second, 5*time.Second, 5*time.Second
 		cfg.random = true
