@@ -88,7 +88,7 @@ func checkOrder(m model, h *history) ([]violation, orderStats) {
 		i := sort.Search(len(byStart), func(i int) bool { return byStart[i].start > arr })
 		for ; i < len(byStart) && byStart[i].start < end; i++ {
 			x := byStart[i]
-			if x.w == w.w {
+			if x.w == w.w || foundFree(m, h, byStart, i) {
 				continue
 			}
 			total++
@@ -145,6 +145,33 @@ func checkOrder(m model, h *history) ([]violation, orderStats) {
 		}
 	}
 	return out, st
+}
+
+// foundFree reports whether holds[i] may have found the lock free rather than been handed it,
+// for a mutex (and reentrant, which is to get the mutex's order): "a Lock that finds the mutex
+// free (a grant to a dead waiter lapsed, a lease expired) takes it even if others are queued"
+// (docs/guarantees.md, Order). It is so if the hold before it was a killed or stopped
+// holder's (its lease expired), or if it came well after the release before it while a killed
+// worker was still waiting then (the release may have granted the lock to the dead waiter,
+// whose grant lapsed).
+func foundFree(m model, h *history, holds []*hold, i int) bool {
+	if (m.prim != pMutex && m.prim != pReentrant) || i == 0 {
+		return false
+	}
+	x, prev := holds[i], holds[i-1]
+	if prev.killed || len(h.f.stops[prev.w]) > 0 && prev.claimEnd < prev.exit {
+		return true
+	}
+	rel := prev.released
+	if rel == 0 || x.start-rel < int64(100*time.Millisecond) {
+		return false
+	}
+	for _, w := range h.waits {
+		if w.killed && w.start < rel && w.end < rel {
+			return true
+		}
+	}
+	return false
 }
 
 // checkElection: every Info an observer received names a term of the history (the hold whose

@@ -31,6 +31,16 @@ func TestCheckerOrder(t *testing.T) {
 			cycle("w2", "w2#0", 20, 602, 700, 701, 12),
 			cycle("w1", "w1#2", 602, 702, 1000, 1001, 13),
 		)},
+		// w2, killed while it waited, may be granted the lock at w1's release; after that grant
+		// lapses, whoever re-checks first takes the free lock (documented for mutex).
+		{name: "an acquisition after a grant to a dead waiter lapsed does not count", evs: hist(
+			cycle("w1", "w1#0", 0, 1, 400, 401, 10),
+			at(5, "w2", evWait, "w2#0"),
+			drv(200, drvKill, "w2"),
+			cycle("w3", "w3#0", 10, 2100, 2200, 2201, 13),
+			cycle("w4", "w4#0", 8, 402, 800, 801, 11),
+			cycle("w4", "w4#1", 802, 1802, 2000, 2001, 12),
+		)},
 		// After Redis was paused, a request is assumed in Redis only a grace after it resumed
 		// (its queue entry may have lapsed meanwhile).
 		{name: "acquisitions right after a blackout do not count", evs: hist(
