@@ -77,7 +77,9 @@ func TestWaitersStartedDuringPause(t *testing.T) {
 						dur(began-trig).Round(time.Millisecond), limit)
 				}
 			}
-			r.sleep(500 * time.Millisecond)
+			// Ten seconds after the pause at least, so that the order of service is measured
+			// over a few rounds of holds.
+			r.sleep(max(500*time.Millisecond, time.Duration(res+int64(10*time.Second)-mono())))
 			r.finish()
 		})
 	}
