@@ -383,7 +383,8 @@ func judgeWaits(m model, h *history) ([]violation, wgCounts) {
 			if w.member != "" && c.id != w.member {
 				continue
 			}
-			if c.start <= w.start && w.start+anchor < c.sureTo && h.f.hiccupTime(w.start, w.start+anchor) == 0 {
+			if c.start <= w.start && w.start+anchor < c.sureTo && h.f.hiccupTime(w.start, w.start+anchor) == 0 &&
+				liveThrough(h, w.w, w.start, w.start+anchor) {
 				m0 = c
 				break
 			}
