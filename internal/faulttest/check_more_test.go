@@ -338,9 +338,9 @@ func members(h *history) []member {
 // check to have surely run while the member was pending: its round is then the member's.
 const wgAnchor = 300 * time.Millisecond
 
-// checkWaitGroup: a Wait whose round had a lost member never returns nil (the member is
-// never counted as done): it reports ErrMembersLost (or ErrExpired if Redis restarted empty);
-// and a member whose lease cannot have outlived a fault (its process stopped, or Redis paused,
+// checkWaitGroup: a Wait never returns nil while a member of its round is pending; a Wait
+// whose round had a lost member never returns nil (the member is never counted as done): it
+// reports ErrMembersLost (or ErrExpired if Redis restarted empty); and a member whose lease cannot have outlived a fault (its process stopped, or Redis paused,
 // past its lease; Redis restarted) is not reported done by its own Done.
 //
 // A Wait's round is known when a member was surely pending in Redis from the Wait's start
@@ -393,13 +393,25 @@ func judgeWaits(m model, h *history) ([]violation, wgCounts) {
 			continue
 		}
 		cnt.known++
-		var lost []string
-		var lostW []string
+		var lost, lostW, pending, pendingW []string
 		for _, v := range ms {
-			if v.fate == "lost" && v.start < m0.sureTo && m0.start < v.sureTo {
+			if v.start >= m0.sureTo || m0.start >= v.sureTo {
+				continue // not in the round
+			}
+			if v.fate == "lost" {
 				lost = append(lost, v.String())
 				lostW = append(lostW, v.w)
 			}
+			if v.start <= w.end && w.end < v.sureTo {
+				pending = append(pending, fmt.Sprintf("%v (pending from %s until %s)", v, rel(h, v.start), rel(h, v.sureTo)))
+				pendingW = append(pendingW, v.w)
+			}
+		}
+		if w.ok && len(pending) > 0 {
+			add(violation{at: w.end, from: min(w.start, m0.start), to: w.end + 1, workers: append([]string{w.w}, pendingW...),
+				msg: fmt.Sprintf("Wait %s (%s, begun at %s, its round the one of member %s) returned nil at %s while members of its round were still pending: %s",
+					w.id, w.w, rel(h, w.start), m0.id, rel(h, w.end), strings.Join(pending, ", "))})
+			continue
 		}
 		if len(lost) == 0 {
 			continue

@@ -139,6 +139,11 @@ func TestCheckerWaitGroup(t *testing.T) {
 	runChecks(t, m, []checkCase{
 		{name: "a Wait that reports the lost member passes", evs: round(lost, errs("1 member lost"))},
 		{name: "a Wait that returns nil for a round with a lost member fails", fails: "the lost members were counted as done", evs: round(ok)},
+		{name: "a Wait that returns nil before its round ended fails", fails: "while members of its round were still pending", evs: hist(
+			member("w1", "w1#0", 0, 1, 800, 801),
+			at(2, "w1", evWGWait, "w1#0/w", call("w1#0")),
+			at(400, "w1", evWGReturn, "w1#0/w", call("w1#0"), ok),
+		)},
 		{name: "a Wait that returns ErrExpired without a restart fails", fails: "although Redis did not restart",
 			evs: round(func(e *Event) { e.Expired = true }, errs("round no longer in Redis"))},
 		{name: "a member done across a restart fails", fails: "Redis restarted empty while it was pending", evs: hist(
