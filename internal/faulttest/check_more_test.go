@@ -75,10 +75,9 @@ func checkOrder(m model, h *history) ([]violation, orderStats) {
 	assert, promise := orderRule(m.prim)
 	byStart := append([]*hold(nil), h.holds...) // in start order already
 	for _, w := range h.waits {
-		end := w.end
-		if end == forever {
-			end = min(h.f.term, h.f.end)
-		}
+		// Counted until the call ended, or the run did: SIGTERM ends the calls that wait, and a
+		// place one of them leaves goes on to the next in line.
+		end := min(w.end, h.f.term, h.f.end)
 		arr := arrival(h, w.w, w.start, end)
 		if arr >= end {
 			continue

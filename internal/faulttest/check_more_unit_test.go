@@ -41,6 +41,15 @@ func TestCheckerOrder(t *testing.T) {
 			cycle("w4", "w4#0", 8, 402, 800, 801, 11),
 			cycle("w4", "w4#1", 802, 1802, 2000, 2001, 12),
 		)},
+		// w1 is cancelled at the end of the run, and its place passes to w3, behind it.
+		{name: "acquisitions after the end of the run do not count", evs: hist(
+			cycle("w2", "w2#0", 0, 1, 400, 401, 10),
+			cycle("w3", "w3#0", 10, 402, 800, 801, 11),
+			at(20, "w1", evWait, "w1#0"),
+			cycle("w3", "w3#1", 802, 1000, 1100, 1101, 12),
+			drv(999, drvTerm, ""),
+			at(1001, "w1", evFailed, "w1#0", func(e *Event) { e.Ctx = true }),
+		)},
 		// After Redis was paused, a request is assumed in Redis only a grace after it resumed
 		// (its queue entry may have lapsed meanwhile).
 		{name: "acquisitions right after a blackout do not count", evs: hist(

@@ -764,8 +764,13 @@ func (r *run) rejectedLate(w string) int {
 	return n
 }
 
+// tailFile returns the end of a worker's stderr, or, if the race detector reported there, its
+// first report.
 func tailFile(path string) string {
 	b, _ := os.ReadFile(path)
+	if i := strings.Index(string(b), "WARNING: DATA RACE"); i >= 0 {
+		return string(b[i:min(len(b), i+8000)])
+	}
 	if len(b) > 3000 {
 		b = b[len(b)-3000:]
 	}
