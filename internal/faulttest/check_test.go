@@ -43,6 +43,7 @@ type hold struct {
 	released int64 // the release returned (0 if not)
 	relErr   string
 	lostAt   int64 // first time the holder was told of a loss: 0 if never
+	asked    int64 // the acquire call (for once, the Do call) began
 	dead     bool  // the lease had ended when the acquire returned
 	killed   bool  // the worker was SIGKILLed while holding
 	claimEnd int64 // when the claim was free in Redis at the latest (forever if unknown)
@@ -83,7 +84,7 @@ func (h *hold) String() string {
 // wait is one acquire call (for once: one Do call) that had to wait, from its start until
 // it returned (or its worker died, or the history ended).
 type wait struct {
-	w          string
+	w, id      string // id: the hold (or once call) it is for
 	start, end int64
 	n          int64
 	role       string
@@ -100,10 +101,13 @@ type faults struct {
 	blackouts []span            // Redis unavailable: paused or restarting
 	restarts  []span
 	pauses    []span
-	hiccups   []span // some process of the run was not scheduled (merged, in order)
-	term      int64  // SIGTERM to every worker: the end of the run (forever if none)
-	t0        int64  // the first event
-	end       int64  // the last event
+	hiccups   []span  // some process of the run was not scheduled (merged, in order)
+	partial   []span  // one primary of a quorum down (killed until started again, or stopped)
+	kills2    []int64 // CLIENT KILL (any type)
+	trigger   int64   // the trigger was written (0 if never)
+	term      int64   // SIGTERM to every worker: the end of the run (forever if none)
+	t0        int64   // the first event
+	end       int64   // the last event
 }
 
 // history is a merged history, digested.
@@ -114,11 +118,29 @@ type history struct {
 	waits  []wait
 	byID   map[string]*hold
 	doRets map[string]Event // once: Do call -> its return
+	doArgs map[string]int64 // once: Do call -> its start
+
+	resets    []span             // once: Reset calls (to: forever if it never returned)
+	obs       map[string][]Event // election: observer -> its observe-start, observe and observe-end events
+	wgWaits   []*wgWait          // waitgroup: Wait calls
+	suspects  []int64            // waitgroup: a plain unit may be pending by nobody from then on
+	triggered map[string]int64   // worker -> when it saw the trigger
+	waitIDs   map[string]wait    // acquire call (hold id) -> its wait, for calls that did not acquire
+}
+
+// wgWait is one WaitGroup.Wait call.
+type wgWait struct {
+	w, id, member        string // member: the hold whose round a tied wait waits for
+	start, end           int64  // end: forever if it never returned
+	ret                  Event  // its return (if any)
+	killed               bool
+	ok, lost, expired, x bool // x: it returned with the ctx's error or the Handle's close
 }
 
 // digest builds holds and waits from the merged events.
 func digest(m model, evs []Event) *history {
-	h := &history{evs: evs, byID: map[string]*hold{}, doRets: map[string]Event{}}
+	h := &history{evs: evs, byID: map[string]*hold{}, doRets: map[string]Event{}, doArgs: map[string]int64{},
+		obs: map[string][]Event{}, triggered: map[string]int64{}, waitIDs: map[string]wait{}}
 	f := &h.f
 	f.kills, f.stops, f.term = map[string]int64{}, map[string][]span{}, forever
 	if len(evs) > 0 {
@@ -156,6 +178,21 @@ func digest(m model, evs []Event) *history {
 		case drvRestartDone:
 			f.restarts = append(f.restarts, span{restart, e.T})
 			f.blackouts = append(f.blackouts, span{restart, e.T})
+		case drvPrimaryDown:
+			f.partial = append(f.partial, span{e.T, forever})
+		case drvPrimaryUp:
+			for i := len(f.partial) - 1; i >= 0; i-- {
+				if f.partial[i].to == forever {
+					f.partial[i].to = e.T
+					break
+				}
+			}
+		case drvClientKill:
+			f.kills2 = append(f.kills2, e.T)
+		case drvTrigger:
+			if f.trigger == 0 {
+				f.trigger = e.T
+			}
 		}
 	}
 
@@ -172,24 +209,66 @@ func digest(m model, evs []Event) *history {
 	}
 	f.hiccups = union(f.hiccups)
 	waiting := map[string]wait{} // worker -> its acquire call in progress
-	endWait := func(w string, t int64) {
+	endWait := func(w string, t int64) int64 {
 		if x, ok := waiting[w]; ok {
 			x.end = t
 			h.waits = append(h.waits, x)
 			delete(waiting, w)
+			return x.start
 		}
+		return t
 	}
+	wgw := map[string]*wgWait{}
+	resetAt := map[string]int{}
 	for _, e := range evs {
 		if e.W == driver {
+			switch e.Ev {
+			case drvLead: // the test's own term (election)
+				x := &hold{id: e.Hold, w: driver, tok: e.Tok, start: e.T, asked: e.T, exit: forever, claimEnd: forever}
+				h.holds = append(h.holds, x)
+				h.byID[x.id] = x
+			case drvResign:
+				if x := h.byID[e.Hold]; x != nil {
+					x.exit, x.released, x.relErr = e.T, e.T, e.Err
+				}
+			}
 			continue
+		}
+		switch e.Ev {
+		case evTriggered:
+			h.triggered[e.W] = e.T
+		case evResetStart:
+			resetAt[e.Hold] = len(h.resets)
+			h.resets = append(h.resets, span{e.T, forever})
+		case evReset:
+			if i, ok := resetAt[e.Hold]; ok {
+				h.resets[i].to = e.T
+			}
+		case evObsStart, evObserve, evObsEnd:
+			h.obs[e.Hold] = append(h.obs[e.Hold], e)
+		case evWGWait:
+			x := &wgWait{w: e.W, id: e.Hold, member: e.Call, start: e.T, end: forever}
+			wgw[e.Hold] = x
+			h.wgWaits = append(h.wgWaits, x)
+		case evWGReturn:
+			if x := wgw[e.Hold]; x != nil {
+				x.end, x.ret = e.T, e
+				x.ok, x.lost, x.expired = e.OK, e.Lost, e.Expired
+				x.x = e.Ctx || strings.Contains(e.Err, "closed")
+			}
+		case evSuspect:
+			h.suspects = append(h.suspects, e.T)
 		}
 		switch e.Ev {
 		case evWait, evDoStart:
 			endWait(e.W, e.T)
-			waiting[e.W] = wait{w: e.W, start: e.T, n: e.N, role: e.Role}
+			waiting[e.W] = wait{w: e.W, id: e.Hold, start: e.T, n: e.N, role: e.Role}
+			if e.Ev == evDoStart {
+				h.doArgs[e.Hold] = e.T
+			}
 		case evAcquired:
-			endWait(e.W, e.T)
-			x := &hold{id: e.Hold, w: e.W, role: e.Role, tok: e.Tok, n: e.N, start: e.T, exit: forever, claimEnd: forever, dead: e.Dead}
+			asked := endWait(e.W, e.T)
+			x := &hold{id: e.Hold, w: e.W, role: e.Role, tok: e.Tok, n: e.N, start: e.T, asked: asked, exit: forever, claimEnd: forever, dead: e.Dead}
 			if e.Dead {
 				x.tell(e.T)
 			}
@@ -201,7 +280,11 @@ func digest(m model, evs []Event) *history {
 			endWait(e.W, e.T)
 			h.doRets[e.Hold] = e
 		case evFnEnter:
-			x := &hold{id: e.Hold, w: e.W, call: e.Call, start: e.T, exit: forever, claimEnd: forever}
+			asked := e.T
+			if a, ok := h.doArgs[e.Call]; ok {
+				asked = a
+			}
+			x := &hold{id: e.Hold, w: e.W, call: e.Call, start: e.T, asked: asked, exit: forever, claimEnd: forever}
 			h.holds = append(h.holds, x)
 			h.byID[x.id] = x
 		case evLost, evFnCtx:
@@ -239,6 +322,16 @@ func digest(m model, evs []Event) *history {
 			h.waits[i].end, h.waits[i].killed = k, true
 		}
 	}
+	for _, x := range h.wgWaits {
+		if k, ok := f.kills[x.w]; ok && x.end > k && x.start <= k {
+			x.end, x.killed = k, true
+		}
+	}
+	for _, x := range h.waits {
+		if _, ok := h.byID[x.id]; !ok && x.id != "" {
+			h.waitIDs[x.id] = x
+		}
+	}
 	sort.Slice(h.waits, func(i, j int) bool { return h.waits[i].start < h.waits[j].start })
 	lapse := m.claimMax()
 	for _, x := range h.holds {
@@ -250,7 +343,7 @@ func digest(m model, evs []Event) *history {
 		}
 		// The claim's end in Redis, at the latest.
 		end := int64(forever)
-		if m.prim == pOnce {
+		if onceKind(m.prim) {
 			// The lead ends when fn has returned and the leader has published; its Do returns
 			// after that, unless its ctx ended earlier (fn goes on for the others).
 			if !x.killed && x.exit <= f.end {
@@ -280,7 +373,7 @@ func digest(m model, evs []Event) *history {
 		}
 		x.claimEnd = end
 	}
-	if m.prim == pOnce {
+	if onceKind(m.prim) {
 		// A leader is told of a lost lead by fn's ctx, or, if fn returned first, by Do.
 		for _, x := range h.holds {
 			if r, ok := h.doRets[x.call]; ok && r.Lost && r.T >= x.start {
@@ -488,7 +581,7 @@ func checkEarlyLoss(m model, h *history) []violation {
 	var out []violation
 	ttl := int64(m.ttl)
 	for _, x := range h.holds {
-		if m.prim == pOnce || !x.told() || x.lostAt-x.start >= ttl/3-int64(20*time.Millisecond) {
+		if onceKind(m.prim) || !x.told() || x.lostAt-x.start >= ttl/3-int64(20*time.Millisecond) {
 			continue
 		}
 		excused := false
@@ -498,6 +591,9 @@ func checkEarlyLoss(m model, h *history) []violation {
 		}
 		for _, s := range h.f.pauses {
 			excused = excused || in(s.from)
+		}
+		for _, s := range h.f.partial { // one primary of a quorum down or back
+			excused = excused || in(s.from) || in(s.to)
 		}
 		for _, s := range h.f.stops[x.w] {
 			excused = excused || in(s.from) || in(s.to)
@@ -719,19 +815,44 @@ func checkLiveness(m model, h *history) ([]violation, time.Duration) {
 func check(m model, h *history) []violation {
 	var out []violation
 	switch {
-	case m.prim == pOnce:
+	case onceKind(m.prim):
 		out = append(out, checkOnce(m, h)...)
+		if resettable(m.prim) {
+			out = append(out, checkOnceKept(m, h)...)
+		}
 	case m.prim == pSemaphore:
 		out = append(out, checkCapacity(m, h)...)
+	case m.prim == pWaitGroup:
+		out = append(out, checkWaitGroup(m, h)...)
 	default:
 		out = append(out, checkExclusion(m, h)...)
 		out = append(out, checkTokens(m, h)...)
+		if m.prim == pElection {
+			out = append(out, checkElection(m, h)...)
+		}
 	}
 	out = append(out, checkEarlyLoss(m, h)...)
 	out = append(out, checkCtxErrors(h)...)
-	lv, _ := checkLiveness(m, h)
-	return append(out, lv...)
+	lv, _ := liveness(m, h)
+	out = append(out, lv...)
+	if lockLike(m.prim) {
+		ov, _ := checkOrder(m, h)
+		out = append(out, ov...)
+	}
+	return out
 }
+
+// liveness runs the primitive's liveness check and returns the longest stall.
+func liveness(m model, h *history) ([]violation, time.Duration) {
+	if m.prim == pWaitGroup {
+		return wgLiveness(m, h)
+	}
+	return checkLiveness(m, h)
+}
+
+// lockLike reports whether the primitive's acquire calls wait in turn for holds: the order
+// of service is measured for them.
+func lockLike(prim string) bool { return !onceKind(prim) && prim != pWaitGroup }
 
 // report formats violations with the slice of the history each one needs.
 func report(h *history, vs []violation, limit int) string {

@@ -11,13 +11,25 @@ import (
 // subtest with its own lock redis-server and worker processes; see TestMain for how many run
 // at once.
 
-var allPrims = []string{pMutex, pReentrant, pRWMutex, pFair, pSemaphore, pOnce}
+// allPrims are the primitives that go through every fault of one Redis. The quorum mutex has
+// faults of its own (TestPrimaryFaults) besides the holder's.
+var allPrims = []string{pMutex, pReentrant, pRWMutex, pFair, pSemaphore, pOnce, pOnceOnce, pOnceValue, pOnceValues,
+	pElection, pWaitGroup}
+
+// withQuorum is allPrims and the quorum mutex, for the faults of a worker (or of the
+// connections to its first primary).
+var withQuorum = append(allPrims[:len(allPrims):len(allPrims)], pQuorum)
 
 // base returns a scenario of prim with n workers, or, if n is 0, with 3 (4 for a rwmutex or
 // a semaphore, whose workers differ). A rwmutex gets writers and readers alternately, a
 // semaphore of size 3 weights 2 and 1 alternately. The hand-off window and the waiter lease
 // are short, near the lease: a holder killed or stopped before it confirmed a hand-off keeps
 // the claim that long. Scenarios about lost wake-ups make all three long.
+//
+// The once primitives that keep a success (once.Once, OnceValue, OnceValues) get a resetter
+// besides (a Reset every second), and once.Once's even workers call a function of OnceFunc.
+// A waitgroup always has three members, which join at the start of every 1.5 s slot and are
+// done 800 ms later (so that its rounds end), and two waiters.
 func base(prim, fault string, n int) config {
 	c := config{prim: prim, fault: fault, ttl: time.Second, window: 1500 * time.Millisecond, wlease: 1500 * time.Millisecond,
 		hold: 500 * time.Millisecond, gap: 20 * time.Millisecond, size: 3, bound: happyBound}
@@ -26,6 +38,14 @@ func base(prim, fault string, n int) config {
 		if prim == pRWMutex || prim == pSemaphore {
 			n = 4
 		}
+	}
+	switch {
+	case prim == pWaitGroup:
+		c.slot, c.hold = 1500*time.Millisecond, 800*time.Millisecond
+		c.workers = []workerRole{{role: "m"}, {role: "m"}, {role: "m"}, {role: "w"}, {role: "w"}}
+		return c
+	case resettable(prim):
+		c.gap, c.resetEvery = 100*time.Millisecond, time.Second
 	}
 	for i := range n {
 		var wr workerRole
@@ -38,9 +58,41 @@ func base(prim, fault string, n int) config {
 			wr.n = 2
 		case prim == pSemaphore:
 			wr.n = 1
+		case prim == pOnceOnce && i%2 == 1:
+			wr.role = "func"
 		}
 		c.workers = append(c.workers, wr)
 	}
+	if resettable(prim) {
+		c.workers = append(c.workers, workerRole{role: "reset"})
+	}
+	return c
+}
+
+// into is how far into a hold a fault on Redis comes: early, but, for a waitgroup, late enough
+// that the Waits its members began then ran their check before it (the checker then knows
+// their round).
+func into(prim string) time.Duration {
+	if prim == pWaitGroup {
+		return 2 * wgAnchor
+	}
+	return 100 * time.Millisecond
+}
+
+// withTrigger adds a worker that starts its calls only when the test triggers it, during a
+// fault: a reader of a rwmutex, a 2-permit request of a semaphore, a waiter of a waitgroup, a
+// candidate (and observer) of an election, a caller otherwise.
+func withTrigger(c config) config {
+	wr := workerRole{trigger: true}
+	switch c.prim {
+	case pRWMutex:
+		wr.role = "r"
+	case pSemaphore:
+		wr.n = 2
+	case pWaitGroup:
+		wr.role = "w"
+	}
+	c.workers = append(c.workers, wr)
 	return c
 }
 
@@ -76,17 +128,19 @@ func acquiredBy(evs []Event, t int64, not string) (Event, bool) {
 // within its lease (or, if it died before confirming a hand-off, the hand-off's grant), and a
 // waiter gets it within that plus the liveness bound.
 func TestHolderKilled(t *testing.T) {
-	forEachPrim(t, allPrims, func(t *testing.T, prim string) {
-		cfg := base(prim, "holder-killed", 0)
+	forEachPrim(t, withQuorum, func(t *testing.T, prim string) {
+		cfg := withTrigger(base(prim, "holder-killed", 0))
 		r := start(t, cfg)
 		victim, _ := r.waitHolder(10*time.Second, 150*time.Millisecond, 1, heavy(prim))
 		k := r.kill(victim, max(cfg.ttl, cfg.grant()))
+		r.trigger() // a waiter that starts while the dead holder's claim lives
 		evs := r.waitFor("an acquisition after the kill", cfg.ttl+10*time.Second, func(evs []Event) bool {
 			_, ok := acquiredBy(evs, k, victim.id)
 			return ok
 		})
 		next, _ := acquiredBy(evs, k, victim.id)
 		r.figure("recovery after holder SIGKILL (kill -> next acquire by another)", dur(next.T-k).Round(time.Millisecond))
+		r.waitServed(10 * time.Second)
 		r.sleep(500 * time.Millisecond)
 		r.after(func(h *history) []violation {
 			lapse := max(cfg.ttl, cfg.grant())
@@ -105,14 +159,16 @@ func TestHolderKilled(t *testing.T) {
 // in meanwhile; the stopped one learns of the loss at once on resuming (Lease.Err when it
 // leaves the critical section), and the store rejects its late write.
 func TestHolderStopped(t *testing.T) {
-	forEachPrim(t, allPrims, func(t *testing.T, prim string) {
-		cfg := base(prim, "holder-stopped", 0)
+	forEachPrim(t, withQuorum, func(t *testing.T, prim string) {
+		cfg := withTrigger(base(prim, "holder-stopped", 0))
 		cfg.hold = 1200 * time.Millisecond
 		const pause = 2500 * time.Millisecond
 		r := start(t, cfg)
 		victim, held := r.waitHolder(10*time.Second, 150*time.Millisecond, 1, heavy(prim))
 		s := r.stop(victim)
-		r.sleep(pause)
+		r.sleep(pause / 2)
+		r.trigger() // a waiter that starts while the holder is stopped
+		r.sleep(pause / 2)
 		c := r.cont(victim)
 		isExit := func(e Event) bool { return (e.Ev == evExit || e.Ev == evFnExit) && e.Hold == held.Hold }
 		evs := r.waitFor("the stopped holder to leave its critical section", 10*time.Second, func(evs []Event) bool {
@@ -124,6 +180,7 @@ func TestHolderStopped(t *testing.T) {
 				victim.id, ms(exit.T-r.t0), ms(s-r.t0))
 		}
 		exit, _ := firstAfter(evs, 0, isExit)
+		r.waitServed(10 * time.Second)
 		r.sleep(300 * time.Millisecond)
 		fenced := exclusive(prim) || prim == pRWMutex
 		rejected := 0
@@ -191,17 +248,24 @@ func TestClientKill(t *testing.T) {
 	t.Parallel()
 	for _, typ := range []string{"pubsub", "normal"} {
 		t.Run(typ, func(t *testing.T) {
-			forEachPrim(t, allPrims, func(t *testing.T, prim string) {
+			forEachPrim(t, withQuorum, func(t *testing.T, prim string) {
 				cfg := base(prim, "client-kill-"+typ, 4)
 				cfg.ttl, cfg.window, cfg.wlease = 5*time.Second, 5*time.Second, 5*time.Second
-				cfg.hold, cfg.gap = 200*time.Millisecond, 10*time.Millisecond
+				if prim != pWaitGroup { // its members keep their slots, so that its Waits' rounds are known
+					cfg.hold, cfg.gap = 200*time.Millisecond, 10*time.Millisecond
+				}
+				cfg = withTrigger(cfg)
 				r := start(t, cfg)
 				killed := int64(0)
-				for range 3 {
+				for i := range 3 {
 					r.waitHolder(10*time.Second, 50*time.Millisecond, 1, nil)
+					if i == 0 {
+						r.trigger() // a waiter whose first commands race with the kill
+					}
 					killed += r.clientKill(typ)
 					r.sleep(600 * time.Millisecond)
 				}
+				r.waitServed(10 * time.Second)
 				r.figure("connections killed", killed)
 				if killed == 0 {
 					t.Errorf("CLIENT KILL TYPE %s killed no connection: the scenario did not happen", typ)
@@ -218,11 +282,15 @@ func TestClientKill(t *testing.T) {
 // the restart are larger than every token before it.
 func TestRedisRestarted(t *testing.T) {
 	forEachPrim(t, allPrims, func(t *testing.T, prim string) {
-		cfg := base(prim, "redis-restarted", 0)
+		cfg := withTrigger(base(prim, "redis-restarted", 0))
 		cfg.ttl, cfg.hold = 1500*time.Millisecond, 600*time.Millisecond
+		if prim == pWaitGroup {
+			cfg.hold = 800 * time.Millisecond
+		}
 		r := start(t, cfg)
-		r.waitHolder(10*time.Second, 100*time.Millisecond, 1, nil)
-		begin, done := r.restartRedis()
+		r.waitHolder(10*time.Second, into(prim), 1, nil)
+		// A waiter that starts while Redis is down.
+		begin, done := r.restartRedisWith(func() { r.trigger(); r.sleep(300 * time.Millisecond) })
 		r.waitFor("an acquisition after the restart", 10*time.Second, func(evs []Event) bool {
 			_, ok := firstAfter(evs, done, isAcquire)
 			return ok
@@ -231,6 +299,7 @@ func TestRedisRestarted(t *testing.T) {
 		next, _ := firstAfter(evs, done, isAcquire)
 		r.figure("restart (SIGKILL -> answering)", dur(done-begin).Round(time.Millisecond))
 		r.figure("first acquisition after the restart (answering -> acquired)", dur(next.T-done).Round(time.Millisecond))
+		r.waitServed(10 * time.Second)
 		r.sleep(1500 * time.Millisecond)
 		r.after(func(h *history) []violation {
 			var vs []violation
@@ -240,7 +309,7 @@ func TestRedisRestarted(t *testing.T) {
 			// reports an error, not the loss.)
 			inside := done + int64(cfg.ttl/3+500*time.Millisecond)
 			for _, x := range h.holds {
-				if x.start >= begin || x.exit <= begin || x.killed || prim == pOnce {
+				if x.start >= begin || x.exit <= begin || x.killed || onceKind(prim) {
 					continue // once: checkOnce requires a run overtaken after the restart to be told
 				}
 				if x.released != 0 && x.relErr == "" {
@@ -282,19 +351,25 @@ func TestRedisRestarted(t *testing.T) {
 // after the pause began), not when Redis comes back.
 func TestRedisPaused(t *testing.T) {
 	forEachPrim(t, allPrims, func(t *testing.T, prim string) {
-		cfg := base(prim, "redis-paused", 0)
+		cfg := withTrigger(base(prim, "redis-paused", 0))
 		cfg.hold = 2 * time.Second // longer than the lease: a holder is still inside at its deadline
+		if prim == pWaitGroup {
+			cfg.slot = 3 * time.Second
+		}
 		const pause = 3 * time.Second
 		const margin = time.Second
 		r := start(t, cfg)
-		r.waitHolder(10*time.Second, 100*time.Millisecond, 1, nil)
+		r.waitHolder(10*time.Second, into(prim), 1, nil)
 		p := r.pauseRedis()
-		r.sleep(pause)
+		r.sleep(pause / 3)
+		r.trigger() // a waiter that starts while Redis is paused
+		r.sleep(pause - pause/3)
 		res := r.resumeRedis()
 		r.waitFor("an acquisition after Redis resumed", 10*time.Second, func(evs []Event) bool {
 			_, ok := firstAfter(evs, res, isAcquire)
 			return ok
 		})
+		r.waitServed(10 * time.Second)
 		r.sleep(time.Second)
 		r.after(func(h *history) []violation {
 			var vs []violation
@@ -344,7 +419,7 @@ func roundAll(ds []time.Duration) []time.Duration {
 // is released. The others are held up no longer than the documented bound: one hand-off
 // window for mutex, one waiter lease for fair and semaphore.
 func TestWaiterKilled(t *testing.T) {
-	forEachPrim(t, []string{pMutex, pFair, pSemaphore}, func(t *testing.T, prim string) {
+	forEachPrim(t, []string{pMutex, pFair, pSemaphore, pElection}, func(t *testing.T, prim string) {
 		cfg := base(prim, "waiter-killed", 4)
 		cfg.ttl, cfg.window, cfg.wlease = 3*time.Second, time.Second, 1500*time.Millisecond
 		cfg.hold = 1500 * time.Millisecond
@@ -403,7 +478,7 @@ func TestWaiterKilled(t *testing.T) {
 // granted to nobody, for longer than the bound (the library's fallbacks are set far above
 // it), and the lock is free at once after all stop.
 func TestRandomCancellation(t *testing.T) {
-	forEachPrim(t, allPrims, func(t *testing.T, prim string) {
+	forEachPrim(t, withQuorum, func(t *testing.T, prim string) {
 		cfg := base(prim, "random-cancel", 4)
 		cfg.ttl, cfg.window, cfg.wlease = 5*time.Second, 5*time.Second, 5*time.Second
 		cfg.random = true
@@ -411,4 +486,58 @@ func TestRandomCancellation(t *testing.T) {
 		r.sleep(3 * time.Second)
 		r.finish()
 	})
+}
+
+// TestPrimaryFaults: a mutex on a quorum of three independent primaries (Redlock), one of which
+// fails while the lock is held and waited for: SIGKILLed and left down for 3 s (then started
+// again, empty), SIGSTOPped for 3 s, or restarted empty at once. The lock goes on with the
+// other two: exclusion up to told losses, tokens increasing, fenced writes, nobody stranded,
+// and a waiter that starts while the primary is down is served.
+func TestPrimaryFaults(t *testing.T) {
+	t.Parallel()
+	for _, fault := range []string{"killed", "stopped", "restarted"} {
+		t.Run(fault, func(t *testing.T) {
+			t.Parallel()
+			cfg := withTrigger(base(pQuorum, "primary-"+fault, 0))
+			r := start(t, cfg)
+			r.waitHolder(10*time.Second, 100*time.Millisecond, 1, nil)
+			var down, up int64
+			switch fault {
+			case "killed":
+				down = r.primaryDown(0, "kill")
+				r.sleep(time.Second)
+				r.trigger()
+				r.sleep(2 * time.Second)
+				up = r.primaryUp(0, "start")
+			case "stopped":
+				down = r.primaryDown(0, "stop")
+				r.sleep(time.Second)
+				r.trigger()
+				r.sleep(2 * time.Second)
+				up = r.primaryUp(0, "cont")
+			case "restarted":
+				down = r.primaryDown(0, "kill")
+				r.trigger()
+				up = r.primaryUp(0, "start")
+			}
+			r.waitServed(10 * time.Second)
+			r.sleep(1500 * time.Millisecond)
+			r.after(func(h *history) []violation {
+				n := 0
+				for _, x := range h.holds {
+					if x.start > down && x.start < up+int64(time.Second) {
+						n++
+					}
+				}
+				r.figure("acquisitions while the primary was down (and a second after)", n)
+				if n == 0 && fault != "restarted" {
+					return []violation{{at: down, from: down - int64(time.Second), to: up + int64(time.Second),
+						msg: fmt.Sprintf("nobody acquired the quorum lock while primary p1 was %s (%v): two primaries of three are a majority",
+							fault, dur(up-down).Round(time.Millisecond))}}
+				}
+				return nil
+			})
+			r.finish()
+		})
+	}
 }

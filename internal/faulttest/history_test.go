@@ -47,6 +47,22 @@ const (
 	evFnCtx    = "fn-ctx"    // fn saw its ctx end (Hold, Err: the cause, Lost: the cause is ErrLost)
 	evFnExit   = "fn-exit"   // fn returns (Hold, Lost: its ctx had ended with a loss, Err: the cause)
 	evDoReturn = "do-return" // Do returned (Hold: the call id, OK: nil error, Val: the run whose result it got, Err, Shared)
+
+	// once.Once and the Once functions: the resetter
+	evResetStart = "reset-start" // Once.Reset is called (Hold: the call id)
+	evReset      = "reset"       // it returned (Hold, Err)
+
+	// election observers
+	evObsStart = "observe-start" // Election.Observe is called (Hold: the observer id)
+	evObserve  = "observe"       // it sent an Info (Hold: the observer id, Tok: Term, N: Rev, Val: Value)
+	evObsEnd   = "observe-end"   // its channel closed before the worker stopped (Hold)
+
+	// waitgroup
+	evWGWait   = "wg-wait"   // WaitGroup.Wait is called (Hold: the wait id; Call: the member hold whose round it waits for, if tied)
+	evWGReturn = "wg-return" // it returned (Hold, OK: nil, Lost: ErrMembersLost, Expired: ErrExpired, Err, Ctx, Alive)
+	evSuspect  = "suspect"   // a plain unit may be left pending by nobody (an Add whose outcome is unknown): Err
+
+	evTriggered = "triggered" // the worker saw its trigger and starts its calls
 )
 
 // Event kinds written by the test (worker "test").
@@ -61,6 +77,11 @@ const (
 	drvRestartDone  = "restart-done"  // the new one answers
 	drvClientKill   = "client-kill"   // CLIENT KILL TYPE Err; N connections
 	drvBegin        = "begin"         // every worker is ready
+	drvTrigger      = "trigger"       // the trigger file is written: triggered workers start their calls
+	drvPrimaryDown  = "primary-down"  // one primary of a quorum (Target p1..p3) is SIGKILLed (Err "kill") or SIGSTOPped (Err "stop")
+	drvPrimaryUp    = "primary-up"    // it answers again: started empty (Err "start") or SIGCONTed (Err "cont")
+	drvLead         = "lead"          // election: the test itself leads (Hold, Tok: its term)
+	drvResign       = "resign"        // ...and resigned (Hold, Err)
 )
 
 // driver is the W of the test's own events.
@@ -85,6 +106,7 @@ type Event struct {
 	Alive   bool   `json:"alive,omitempty"` // ...while the call's own ctx had not ended
 	Dead    bool   `json:"dead,omitempty"`
 	Shared  bool   `json:"shared,omitempty"`
+	Expired bool   `json:"expired,omitempty"`
 	Target  string `json:"target,omitempty"`
 	PID     int    `json:"pid,omitempty"`
 	Err     string `json:"err,omitempty"`
@@ -124,7 +146,7 @@ func (e Event) String() string {
 	for _, f := range []struct {
 		k string
 		v bool
-	}{{"ok", e.OK}, {"lost", e.Lost}, {"notheld", e.NotHeld}, {"ctx", e.Ctx}, {"alive", e.Alive}, {"dead", e.Dead}, {"shared", e.Shared}} {
+	}{{"ok", e.OK}, {"lost", e.Lost}, {"notheld", e.NotHeld}, {"ctx", e.Ctx}, {"alive", e.Alive}, {"dead", e.Dead}, {"shared", e.Shared}, {"expired", e.Expired}} {
 		if f.v {
 			b.WriteString(" " + f.k)
 		}

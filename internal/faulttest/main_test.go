@@ -1,13 +1,17 @@
 // Package faulttest drives real worker processes (this test binary, re-executed) against real
 // redis-server processes, injects faults — a holder killed or stopped, connections killed,
-// Redis restarted empty or paused, a waiter killed in the queue, random cancellation — and
-// checks the recorded history afterwards: mutual exclusion or capacity up to told losses,
-// fencing, liveness within a stated bound, and what is left in Redis and in the process
-// table at the end.
+// Redis restarted empty or paused, one primary of a quorum down, a waiter killed in the
+// queue, random cancellation — and checks the recorded history afterwards: mutual exclusion
+// or capacity up to told losses, fencing, liveness within a stated bound, the order in which
+// waiters are served, what election observers saw, what waitgroup Waits reported, what the
+// once primitives ran and returned, and what is left in Redis and in the process table at
+// the end. In every fault some worker begins its first call while the fault is in effect.
 //
 // Run it with the rest: go test -race ./... (DISTSYNC_REQUIRE_REDIS=1 makes a missing
 // redis-server a failure). FAULTTEST_FIGURES=<file> appends the measured figures there as
-// JSON lines.
+// JSON lines. FAULTTEST_KEEP=<dir> keeps the histories of the scenarios that failed there
+// (FAULTTEST_KEEP_ALL=1: of every scenario); FAULTTEST_VERBOSE=1 makes every worker log its
+// Handle's messages and observer events to its stderr, which is kept with them.
 package faulttest
 
 import (

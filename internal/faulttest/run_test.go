@@ -19,6 +19,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/election"
 	"github.com/distsync/distsync/fair"
 	"github.com/distsync/distsync/internal/redistest"
 	"github.com/distsync/distsync/mutex"
@@ -26,6 +27,7 @@ import (
 	"github.com/distsync/distsync/reentrant"
 	"github.com/distsync/distsync/rwmutex"
 	"github.com/distsync/distsync/semaphore"
+	"github.com/distsync/distsync/waitgroup"
 )
 
 // Bounds of every scenario: the happy path never comes near them on a loaded 2-core machine,
@@ -43,8 +45,9 @@ const (
 
 // workerRole is one worker of a scenario.
 type workerRole struct {
-	role string // rwmutex: "r" or "w"
-	n    int64  // semaphore weight
+	role    string // rwmutex: "r" or "w"; waitgroup: "m" or "w"; election: "" or "o"; once: "", "func" or "reset"
+	n       int64  // semaphore weight
+	trigger bool   // starts its calls only when the test triggers it (during a fault)
 }
 
 // config is one scenario.
@@ -60,6 +63,10 @@ type config struct {
 	size    int64 // semaphore
 	workers []workerRole
 	bound   time.Duration // liveness bound
+	slot    time.Duration // waitgroup: members start their rounds on multiples of it
+	// resetEvery: once primitives that keep a success: how often the resetter resets
+	resetEvery time.Duration
+	burst      int // election burst: rounds (see TestElectionBurst)
 }
 
 func (c config) settings() string {
@@ -109,7 +116,9 @@ type run struct {
 	drvTail *tailer
 	t0      int64
 	checks  []func(h *history) []violation
-	lapse   int64 // what the killed workers left in Redis has lapsed by then
+	lapse   int64             // what the killed workers left in Redis has lapsed by then
+	others  []*redistest.Proc // quorum: the other primaries (lock is the first)
+	trig    string            // the trigger file of the workers that wait for one
 }
 
 // start starts the lock's redis-server and the workers, and waits until every worker is ready.
@@ -123,7 +132,22 @@ func start(t *testing.T, cfg config) *run {
 	dir := t.TempDir()
 	tag := strings.NewReplacer("/", ".", " ", "_").Replace(t.Name())
 	r := &run{t: t, cfg: cfg, dir: dir, lock: lock, store: store,
-		ns: fmt.Sprintf("fence:%s:%d", tag, time.Now().UnixNano()), prefix: "ft." + tag + ":", name: "res"}
+		ns: fmt.Sprintf("fence:%s:%d", tag, time.Now().UnixNano()), prefix: "ft." + tag + ":", name: "res",
+		trig: filepath.Join(dir, "trigger")}
+	var quorum []string
+	if cfg.prim == pQuorum {
+		for range 2 {
+			p := redistest.StartRedis(t)
+			r.others = append(r.others, p)
+			quorum = append(quorum, p.Addr())
+		}
+	}
+	candidates := int64(0)
+	for _, wr := range cfg.workers {
+		if wr.role != "o" {
+			candidates++
+		}
+	}
 	f, err := os.OpenFile(filepath.Join(dir, "test.jsonl"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -148,11 +172,23 @@ func start(t *testing.T, cfg config) *run {
 	for i, wr := range cfg.workers {
 		id := fmt.Sprintf("w%d", i+1)
 		sp := spec{ID: id, Prim: cfg.prim, Role: wr.role, N: wr.n, Size: cfg.size,
-			Addr: lock.Addr(), Prefix: r.prefix, Name: r.name,
+			Addr: lock.Addr(), Quorum: quorum, Prefix: r.prefix, Name: r.name, Slot: cfg.slot,
 			LeaseTTL: cfg.ttl, Window: cfg.window, WaiterLease: cfg.wlease, FenceRetention: fenceRetain,
 			Hold: cfg.hold, Gap: cfg.gap, Random: cfg.random, Seed: uint64(time.Now().UnixNano()) + uint64(i),
 			MaxIter: 1_000_000, MaxRun: workerMaxRun, Out: filepath.Join(dir, id+".jsonl"),
 			Stderr: filepath.Join(dir, id+".stderr"), Verbose: verbose}
+		if wr.trigger {
+			sp.Trigger = r.trig
+		}
+		if wr.role == "reset" {
+			sp.Hold = cfg.resetEvery
+		}
+		if cfg.prim == pElection && (cfg.burst == 0 || i%2 == 0) {
+			sp.Observe = true // every candidate observes too (in the burst, every other one)
+		}
+		if cfg.burst > 0 {
+			sp.Burst, sp.Rounds, sp.N = filepath.Join(dir, "burst"), cfg.burst, candidates
+		}
 		if exclusive(cfg.prim) || (cfg.prim == pRWMutex && wr.role == "w") {
 			sp.Store, sp.StoreNS = store, r.ns
 		}
@@ -285,7 +321,9 @@ func stateOf(evs []Event) state {
 		case evAcquired, evFnEnter:
 			delete(s.waiting, e.W)
 			s.holding[e.W] = e
-		case evFailed, evDoReturn:
+		case evWGWait:
+			s.waiting[e.W] = e
+		case evFailed, evDoReturn, evWGReturn:
 			delete(s.waiting, e.W)
 		case evExit, evFnExit:
 			delete(s.holding, e.W)
@@ -387,11 +425,151 @@ func (r *run) resumeRedis() int64 {
 
 func (r *run) restartRedis() (int64, int64) {
 	r.t.Helper()
+	return r.restartRedisWith(nil)
+}
+
+// restartRedisWith kills the lock's redis-server, runs during (if not nil) while it is down,
+// and starts it again, empty.
+func (r *run) restartRedisWith(during func()) (int64, int64) {
+	r.t.Helper()
 	begin := r.mark(Event{Ev: drvRestartBegin})
-	if err := r.lock.Restart(20 * time.Second); err != nil {
+	r.lock.Kill()
+	if during != nil {
+		during()
+	}
+	if err := r.lock.Start(20 * time.Second); err != nil {
 		r.t.Fatalf("restart redis-server: %v", err)
 	}
 	return begin, r.mark(Event{Ev: drvRestartDone})
+}
+
+// primary returns primary i of a quorum (0 is the lock's, the one the Mutex is made on) and
+// its name in the history (p1..p3).
+func (r *run) primary(i int) (*redistest.Proc, string) {
+	if i == 0 {
+		return r.lock, "p1"
+	}
+	return r.others[i-1], fmt.Sprintf("p%d", i+1)
+}
+
+// primaryDown takes primary i of a quorum down: "kill" (SIGKILL; it stays down until
+// primaryUp) or "stop" (SIGSTOP).
+func (r *run) primaryDown(i int, how string) int64 {
+	r.t.Helper()
+	p, name := r.primary(i)
+	t := r.mark(Event{Ev: drvPrimaryDown, Target: name, Err: how})
+	switch how {
+	case "kill":
+		p.Kill()
+	case "stop":
+		if err := p.Pause(); err != nil {
+			r.t.Fatalf("SIGSTOP %s: %v", name, err)
+		}
+	}
+	return t
+}
+
+// primaryUp brings primary i back: "start" (empty) after a kill, "cont" after a stop.
+func (r *run) primaryUp(i int, how string) int64 {
+	r.t.Helper()
+	p, name := r.primary(i)
+	switch how {
+	case "start":
+		if err := p.Start(20 * time.Second); err != nil {
+			r.t.Fatalf("start %s again: %v", name, err)
+		}
+	case "cont":
+		if err := p.Resume(); err != nil {
+			r.t.Fatalf("SIGCONT %s: %v", name, err)
+		}
+	}
+	return r.mark(Event{Ev: drvPrimaryUp, Target: name, Err: how})
+}
+
+// trigger starts the workers that wait for the trigger: their first call begins now.
+func (r *run) trigger() int64 {
+	r.t.Helper()
+	t := r.mark(Event{Ev: drvTrigger})
+	if err := os.WriteFile(r.trig, nil, 0o644); err != nil {
+		r.t.Fatalf("trigger: %v", err)
+	}
+	// Every triggered worker began its first call and was served by the end of the run.
+	r.after(func(h *history) []violation {
+		var vs []violation
+		for _, p := range r.triggered() {
+			if p.killed {
+				continue
+			}
+			began, got := served(h.evs, p.id)
+			switch {
+			case began == 0:
+				vs = append(vs, violation{at: t, from: t, to: t + int64(time.Second), workers: []string{p.id},
+					msg: fmt.Sprintf("%s, triggered at %s, never began a call: the scenario did not happen", p.id, rel(h, t))})
+			case got == 0:
+				vs = append(vs, violation{at: began, from: began - int64(500*time.Millisecond), to: h.f.end, workers: []string{p.id},
+					msg: fmt.Sprintf("%s began its first call at %s, during the fault, and was never served (acquired, returned, observed) by the end of the run at %s",
+						p.id, rel(h, began), rel(h, h.f.term))})
+			default:
+				r.figure("waiter begun during the fault: trigger -> first call, -> served", fmt.Sprintf("%v, %v",
+					dur(began-t).Round(time.Millisecond), dur(got-t).Round(time.Millisecond)))
+			}
+		}
+		return vs
+	})
+	return t
+}
+
+// served returns, for a worker that waited for the trigger, when it began its first call
+// after it and when it was first served (0 if not yet): acquired, its Do or Wait returned
+// (other than by its context), or, an observer, it received an Info.
+func served(evs []Event, w string) (began, got int64) {
+	trig := int64(0)
+	for _, e := range evs {
+		if e.W != w {
+			continue
+		}
+		switch {
+		case e.Ev == evTriggered:
+			trig = e.T
+		case trig == 0:
+		case began == 0 && (e.Ev == evWait || e.Ev == evDoStart || e.Ev == evWGWait || e.Ev == evObsStart):
+			began = e.T
+		case began != 0 && (e.Ev == evAcquired || e.Ev == evObserve ||
+			(e.Ev == evDoReturn || e.Ev == evWGReturn) && !e.Ctx):
+			return began, e.T
+		}
+	}
+	return began, 0
+}
+
+// waitServed waits, up to limit, until every worker that waited for the trigger has been
+// served (the check itself is the one trigger registered).
+func (r *run) waitServed(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		evs := r.events()
+		all := true
+		for _, p := range r.triggered() {
+			if _, got := served(evs, p.id); got == 0 && !p.killed {
+				all = false
+			}
+		}
+		if all {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// triggered returns the workers that wait for the trigger.
+func (r *run) triggered() []*proc {
+	var ps []*proc
+	for _, p := range r.procs {
+		if p.sp.Trigger != "" {
+			ps = append(ps, p)
+		}
+	}
+	return ps
 }
 
 // clientKill runs CLIENT KILL TYPE typ SKIPME yes and returns how many connections it killed.
@@ -433,9 +611,9 @@ func (r *run) model() model {
 // hand-off window (mutex; rwmutex reader admissions), the waiter lease (fair, semaphore).
 func (c config) grant() time.Duration {
 	switch c.prim {
-	case pMutex, pRWMutex:
+	case pMutex, pRWMutex, pQuorum:
 		return c.window
-	case pFair, pSemaphore:
+	case pFair, pSemaphore, pElection:
 		return c.wlease
 	}
 	return 0
@@ -450,6 +628,9 @@ func (r *run) finish() *history {
 		if p.stopped {
 			r.cont(p)
 		}
+	}
+	if r.cfg.prim == pElection && r.cfg.burst == 0 {
+		r.settleElection()
 	}
 	r.mark(Event{Ev: drvTerm})
 	for _, p := range r.procs {
@@ -495,8 +676,45 @@ func (r *run) finish() *history {
 	if len(vs) > 0 {
 		t.Errorf("%d violations (%s, %s):\n%s", len(vs), r.cfg.prim, r.cfg.settings(), report(h, vs, 6))
 	}
-	_, longest := checkLiveness(r.model(), h)
-	r.figure("longest stall", longest.Round(time.Millisecond))
+	_, longest := liveness(r.model(), h)
+	if r.cfg.prim == pWaitGroup {
+		r.figure("longest Wait after nothing was pending (stranded waiter)", longest.Round(time.Millisecond))
+	} else {
+		r.figure("longest stall", longest.Round(time.Millisecond))
+	}
+	switch {
+	case r.cfg.prim == pWaitGroup:
+		_, cnt := judgeWaits(r.model(), h)
+		r.figure("Waits judged", cnt)
+	case r.cfg.prim == pElection:
+		n := 0
+		for _, evs := range h.obs {
+			for _, e := range evs {
+				if e.Ev == evObserve {
+					n++
+				}
+			}
+		}
+		r.figure("Infos observed (every one matched with a term of the history)", n)
+	case resettable(r.cfg.prim):
+		ok, fails := 0, 0
+		for _, e := range h.doRets {
+			if e.OK {
+				ok++
+			} else {
+				fails++
+			}
+		}
+		r.figure("runs of fn / Resets / Do calls that returned nil / an error", fmt.Sprintf("%d / %d / %d / %d", len(h.holds), len(h.resets), ok, fails))
+	}
+	if lockLike(r.cfg.prim) {
+		_, st := checkOrder(r.model(), h)
+		r.figure("longest wait while others acquired", st.longest.Round(time.Millisecond))
+		r.figure("most acquisitions by one other process during one wait", fmt.Sprintf("%d (%s)", st.most, st.mostWho))
+		if r.cfg.prim == pRWMutex {
+			r.figure("most writer acquisitions during one reader's wait", st.readersW)
+		}
+	}
 	if frozen := h.f.hiccupTime(h.f.t0, h.f.end); frozen > 0 {
 		r.figure("machine stalls (time some process was not scheduled, not counted above)", dur(frozen).Round(time.Millisecond))
 	}
@@ -504,7 +722,7 @@ func (r *run) finish() *history {
 	if exclusive(r.cfg.prim) || r.cfg.prim == pRWMutex {
 		r.checkStore(h)
 	}
-	if keep := os.Getenv("FAULTTEST_KEEP"); keep != "" && t.Failed() {
+	if keep := os.Getenv("FAULTTEST_KEEP"); keep != "" && (t.Failed() || os.Getenv("FAULTTEST_KEEP_ALL") == "1") {
 		dst := filepath.Join(keep, strings.NewReplacer("/", "_").Replace(t.Name()))
 		if err := os.MkdirAll(dst, 0o755); err == nil {
 			files, _ := filepath.Glob(filepath.Join(r.dir, "*"))
@@ -546,8 +764,13 @@ func (r *run) rejectedLate(w string) int {
 	return n
 }
 
+// tailFile returns the end of a worker's stderr, or, if the race detector reported there, its
+// first report.
 func tailFile(path string) string {
 	b, _ := os.ReadFile(path)
+	if i := strings.Index(string(b), "WARNING: DATA RACE"); i >= 0 {
+		return string(b[i:min(len(b), i+8000)])
+	}
 	if len(b) > 3000 {
 		b = b[len(b)-3000:]
 	}
@@ -555,10 +778,18 @@ func tailFile(path string) string {
 }
 
 // checkKeys: after every worker stopped and closed its Handle, every key under the prefix has
-// a TTL no larger than the documented maximum for its kind.
+// a TTL no larger than the documented maximum for its kind (on every primary of a quorum).
+// The done-marker of once.Once and the Once functions has none, on purpose.
 func (r *run) checkKeys() {
+	r.checkKeysOf(r.lock)
+	for _, p := range r.others {
+		r.checkKeysOf(p)
+	}
+}
+
+func (r *run) checkKeysOf(p *redistest.Proc) {
 	t := r.t
-	c := r.client()
+	c := r.clientOf(p.Addr())
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -586,6 +817,7 @@ func (r *run) checkKeys() {
 			limit = fenceRetain + time.Second
 		}
 		switch {
+		case pttl == -1 && resettable(r.cfg.prim) && strings.HasSuffix(k, ":kept"):
 		case pttl == -1:
 			t.Errorf("key %s has no TTL after every worker stopped", k)
 		case pttl >= 0 && time.Duration(pttl)*time.Millisecond > limit:
@@ -595,8 +827,10 @@ func (r *run) checkKeys() {
 	r.figure("keys left (all with a TTL)", len(keys))
 }
 
-func (r *run) client() rueidis.Client {
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{r.lock.Addr()}, DisableCache: true, ForceSingleClient: true})
+func (r *run) client() rueidis.Client { return r.clientOf(r.lock.Addr()) }
+
+func (r *run) clientOf(addr string) rueidis.Client {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true})
 	if err != nil {
 		r.t.Fatalf("rueidis.NewClient: %v", err)
 	}
@@ -665,6 +899,44 @@ func (r *run) checkFree() {
 		m, _ := mutex.New(h, r.name)
 		took, err = m.TryLock(ctx)
 		release = func() error { return m.Unlock(ctx) }
+	case pQuorum:
+		var hs []*distsync.Handle
+		for _, p := range r.others {
+			oc := r.clientOf(p.Addr())
+			defer oc.Close()
+			oh, err := distsync.New(oc, distsync.WithKeyPrefix(r.prefix), distsync.WithLeaseTTL(30*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = oh.Close(ctx)
+			}()
+			hs = append(hs, oh)
+		}
+		m, merr := mutex.New(h, r.name, mutex.WithQuorum(hs...))
+		if merr != nil {
+			t.Fatal(merr)
+		}
+		took, err = m.TryLock(ctx)
+		release = func() error { return m.Unlock(ctx) }
+	case pElection:
+		e, _ := election.New(h, r.name)
+		var term *election.Term
+		term, took, err = e.TryCampaign(ctx, "free")
+		release = func() error { return term.Resign(ctx) }
+	case pWaitGroup:
+		// Free means that a Wait returns at once: nothing is pending, whatever the last round's
+		// outcome.
+		wg, _ := waitgroup.New(h, r.name)
+		if werr := wg.Wait(ctx); isCtxErr(werr) || errors.Is(werr, distsync.ErrNotAcquired) {
+			t.Errorf("waitgroup: a Wait after every worker stopped did not return: %v; keys left:\n%s", werr, r.dumpKeys())
+		}
+		return
+	case pOnceOnce, pOnceValue, pOnceValues:
+		r.checkOnceFree(ctx, c, h)
+		return
 	case pFair:
 		m, _ := fair.New(h, r.name)
 		took, err = m.TryLock(ctx)
@@ -685,16 +957,8 @@ func (r *run) checkFree() {
 	case pOnce:
 		// Free means no lead is left in Redis (a Do would wait for it); then a Do leads. Its
 		// time is not asserted: on a loaded machine a round trip can take long.
-		keys, kerr := c.Do(ctx, c.B().Keys().Pattern(r.prefix+"*").Build()).AsStrSlice()
-		if kerr != nil {
-			t.Errorf("once: listing keys: %v", kerr)
+		if !r.noLeadLeft(ctx, c) {
 			return
-		}
-		for _, k := range keys {
-			if strings.HasSuffix(k, ":once") {
-				t.Errorf("once: a lead was left after every worker stopped: %s; keys left:\n%s", k, r.dumpKeys())
-				return
-			}
 		}
 		g, _ := once.NewGroup[string](h, r.name)
 		var ran atomic.Bool // fn runs on the Group's goroutine
@@ -729,3 +993,124 @@ func firstAfter(evs []Event, t int64, ok func(Event) bool) (Event, bool) {
 }
 
 func isAcquire(e Event) bool { return e.Ev == evAcquired || e.Ev == evFnEnter }
+
+// noLeadLeft reports whether no once lead is left in Redis (a Do would wait for it), failing
+// the test if one is.
+func (r *run) noLeadLeft(ctx context.Context, c rueidis.Client) bool {
+	keys, err := c.Do(ctx, c.B().Keys().Pattern(r.prefix+"*").Build()).AsStrSlice()
+	if err != nil {
+		r.t.Errorf("once: listing keys: %v", err)
+		return false
+	}
+	for _, k := range keys {
+		if strings.HasSuffix(k, ":once") {
+			r.t.Errorf("once: a lead was left after every worker stopped: %s; keys left:\n%s", k, r.dumpKeys())
+			return false
+		}
+	}
+	return true
+}
+
+// checkOnceFree: no lead is left, and after a Reset a Do runs fn.
+func (r *run) checkOnceFree(ctx context.Context, c rueidis.Client, h *distsync.Handle) {
+	if !r.noLeadLeft(ctx, c) {
+		return
+	}
+	o, _ := once.NewOnce(h, r.name)
+	if err := o.Reset(ctx); err != nil {
+		r.t.Errorf("%s: Reset after every worker stopped: %v", r.cfg.prim, err)
+		return
+	}
+	var ran atomic.Bool
+	start := time.Now()
+	var err error
+	switch r.cfg.prim {
+	case pOnceOnce:
+		err = o.Do(ctx, func(context.Context) error { ran.Store(true); return nil })
+	case pOnceValue:
+		f, _ := once.OnceValue(h, r.name, func(context.Context) (string, error) { ran.Store(true); return "end", nil })
+		_, err = f(ctx)
+	case pOnceValues:
+		f, _ := once.OnceValues(h, r.name, func(context.Context) (string, string, error) { ran.Store(true); return "end", "end'", nil })
+		_, _, err = f(ctx)
+	}
+	if !ran.Load() || err != nil {
+		r.t.Errorf("%s: a Do after every worker stopped and a Reset did not run fn (ran fn: %v, err: %v, after %v); keys left:\n%s",
+			r.cfg.prim, ran.Load(), err, time.Since(start), r.dumpKeys())
+	}
+}
+
+// settleElection ends an election scenario with a leader that stays: the test campaigns
+// itself (its Campaign queues behind the workers' and leads in its turn), gives every observer
+// still running a while to see its term (the checker asserts that they did: Observe
+// converges), and resigns.
+func (r *run) settleElection() {
+	t := r.t
+	c := r.client()
+	defer c.Close()
+	h, err := distsync.New(c, distsync.WithKeyPrefix(r.prefix), distsync.WithLeaseTTL(30*time.Second),
+		distsync.WithFenceRetention(fenceRetain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = h.Close(ctx)
+	}()
+	e, err := election.New(h, r.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	term, err := e.Campaign(ctx, finalHold)
+	if err != nil {
+		t.Errorf("the test's own Campaign at the end did not lead: %v; keys:\n%s", err, r.dumpKeys())
+		return
+	}
+	at := r.mark(Event{Ev: drvLead, Hold: finalHold, Tok: term.Token()})
+	if info, err := e.Leader(ctx); err != nil || info.Term != term.Token() || info.Value != finalHold {
+		t.Errorf("the test leads with term %d, and Leader returned %+v, %v", term.Token(), info, err)
+	}
+	// Observe converges: every observer still running sees the leader that Leader names.
+	deadline := time.Now().Add(settleLimit)
+	var behind []string
+	for {
+		last := map[string]Event{}
+		for _, ev := range r.events() {
+			if ev.Ev == evObserve {
+				last[ev.W] = ev
+			}
+		}
+		behind = nil
+		for _, p := range r.procs {
+			if e := last[p.id]; p.alive() && !p.stopped && e.Tok != term.Token() {
+				behind = append(behind, fmt.Sprintf("%s last saw term %d (%q)", p.id, e.Tok, e.Val))
+			}
+		}
+		if len(behind) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(behind) > 0 {
+		t.Errorf("observers did not converge on the leader (the test, term %d) within %v: %s", term.Token(), settleLimit,
+			strings.Join(behind, "; "))
+	} else {
+		r.figure("every live observer saw the test's final term (lead -> last observer)", dur(mono()-at).Round(time.Millisecond))
+	}
+	// The test's term ends when it calls Resign (as a worker's hold ends at its exit): the next
+	// leader may be told before Resign returns.
+	r.mark(Event{Ev: drvResign, Hold: finalHold})
+	if err := term.Resign(ctx); err != nil {
+		t.Errorf("the test's own Resign at the end: %v", err)
+	}
+}
+
+// finalHold is the value (and hold id) of the test's own term at the end of an election
+// scenario; settleLimit is how long observers are given to see it.
+const (
+	finalHold   = "final"
+	settleLimit = 5 * time.Second
+)

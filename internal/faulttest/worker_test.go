@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -15,12 +17,14 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/election"
 	"github.com/distsync/distsync/fair"
 	"github.com/distsync/distsync/mutex"
 	"github.com/distsync/distsync/once"
 	"github.com/distsync/distsync/reentrant"
 	"github.com/distsync/distsync/rwmutex"
 	"github.com/distsync/distsync/semaphore"
+	"github.com/distsync/distsync/waitgroup"
 )
 
 // envWorker holds a worker's spec: TestMain runs the worker instead of the tests when it is set.
@@ -33,36 +37,54 @@ const (
 	pRWMutex   = "rwmutex"
 	pFair      = "fair"
 	pSemaphore = "semaphore"
-	pOnce      = "once"
-	// pElection: package election does not exist yet. When it does, add a claim for it in
-	// newClaim (Campaign as the acquire, Resign as the release, the term's lease and token)
-	// and add it to exclusive() and to the scenario tables: the checker treats it as any other
-	// exclusive lock with fencing tokens.
-	pElection = "election"
+	pOnce      = "once" // once.Group
+	// pOnceOnce is once.Once: odd workers call Once.Do, even ones a function of OnceFunc of
+	// the same name (the same kind and record); a resetter worker calls Once.Reset.
+	pOnceOnce   = "Once"
+	pOnceValue  = "OnceValue"  // once.OnceValue[string], with a resetter
+	pOnceValues = "OnceValues" // once.OnceValues[string, string], with a resetter
+	// pElection: Campaign is the acquire (its value the hold's id), Resign the release, the
+	// term's lease and token the hold's; workers may also observe (Role "o": only observe).
+	pElection  = "election"
+	pWaitGroup = "waitgroup" // Role "m": a member (Join, or Add(1)+Claim), Done; Role "w": Wait
+	pQuorum    = "quorum"    // a mutex WithQuorum over three independent redis-servers
 )
 
 // exclusive reports whether a primitive has one holder at a time and fencing tokens.
 func exclusive(prim string) bool {
 	switch prim {
-	case pMutex, pReentrant, pFair, pElection:
+	case pMutex, pReentrant, pFair, pElection, pQuorum:
 		return true
 	}
 	return false
 }
 
+// onceKind reports whether a primitive is of package once (its holds are runs of fn).
+func onceKind(prim string) bool {
+	switch prim {
+	case pOnce, pOnceOnce, pOnceValue, pOnceValues:
+		return true
+	}
+	return false
+}
+
+// resettable reports whether a once primitive keeps its success until Reset.
+func resettable(prim string) bool { return onceKind(prim) && prim != pOnce }
+
 // spec is what one worker process does.
 type spec struct {
 	ID   string `json:"id"`
 	Prim string `json:"prim"`
-	Role string `json:"role,omitempty"` // rwmutex: "r" reader, "w" writer
+	Role string `json:"role,omitempty"` // rwmutex: "r" reader, "w" writer; see the primitives
 	N    int64  `json:"n,omitempty"`    // semaphore: the weight of each acquisition
 	Size int64  `json:"size,omitempty"` // semaphore: its size
 
-	Addr    string `json:"addr"`               // the lock's Redis
-	Store   string `json:"store,omitempty"`    // the fenced store ("" for no fenced writes)
-	StoreNS string `json:"store_ns,omitempty"` // its key namespace
-	Prefix  string `json:"prefix"`
-	Name    string `json:"name"`
+	Addr    string   `json:"addr"`               // the lock's Redis
+	Quorum  []string `json:"quorum,omitempty"`   // quorum: the other primaries
+	Store   string   `json:"store,omitempty"`    // the fenced store ("" for no fenced writes)
+	StoreNS string   `json:"store_ns,omitempty"` // its key namespace
+	Prefix  string   `json:"prefix"`
+	Name    string   `json:"name"`
 
 	LeaseTTL       time.Duration `json:"lease_ttl"`
 	Window         time.Duration `json:"window,omitempty"`
@@ -78,24 +100,34 @@ type spec struct {
 	Out     string        `json:"out"`               // the history file
 	Stderr  string        `json:"stderr,omitempty"`  // informational
 	Verbose bool          `json:"verbose,omitempty"` // log the Handle's warnings to stderr
+
+	// Trigger: a file whose appearance the worker waits for before its first call (a waiter
+	// that starts during a fault). If it holds a CLOCK_MONOTONIC time (ns), the worker starts
+	// at that time.
+	Trigger string        `json:"trigger,omitempty"`
+	Slot    time.Duration `json:"slot,omitempty"`    // waitgroup: members start on multiples of it; waiters wait up to it between Waits
+	Observe bool          `json:"observe,omitempty"` // election: a candidate also observes
+	Burst   string        `json:"burst,omitempty"`   // election burst: round k starts at trigger Burst.k (see burstLoop)
+	Rounds  int           `json:"rounds,omitempty"`  // election burst: how many rounds
 }
 
-// claim is one exclusive-or-shared primitive, seen the same way by the worker loop.
+// claim is one exclusive-or-shared primitive, seen the same way by the worker loop. hold is
+// the id of the hold the acquire is for.
 type claim interface {
-	acquire(ctx context.Context) (*distsync.Lease, error)
+	acquire(ctx context.Context, hold string) (*distsync.Lease, error)
 	release(ctx context.Context) error
 }
 
 type mutexClaim struct{ m *mutex.Mutex }
 
-func (c mutexClaim) acquire(ctx context.Context) (*distsync.Lease, error) {
+func (c mutexClaim) acquire(ctx context.Context, _ string) (*distsync.Lease, error) {
 	return c.m.LockLease(ctx)
 }
 func (c mutexClaim) release(ctx context.Context) error { return c.m.Unlock(ctx) }
 
 type fairClaim struct{ m *fair.Mutex }
 
-func (c fairClaim) acquire(ctx context.Context) (*distsync.Lease, error) {
+func (c fairClaim) acquire(ctx context.Context, _ string) (*distsync.Lease, error) {
 	return c.m.LockLease(ctx)
 }
 func (c fairClaim) release(ctx context.Context) error { return c.m.Unlock(ctx) }
@@ -105,7 +137,7 @@ type rwClaim struct {
 	reader bool
 }
 
-func (c rwClaim) acquire(ctx context.Context) (*distsync.Lease, error) {
+func (c rwClaim) acquire(ctx context.Context, _ string) (*distsync.Lease, error) {
 	if c.reader {
 		return c.m.RLockLease(ctx)
 	}
@@ -124,7 +156,7 @@ type semClaim struct {
 	n int64
 }
 
-func (c semClaim) acquire(ctx context.Context) (*distsync.Lease, error) {
+func (c semClaim) acquire(ctx context.Context, _ string) (*distsync.Lease, error) {
 	return c.s.AcquireLease(ctx, c.n)
 }
 func (c semClaim) release(ctx context.Context) error { return c.s.Release(ctx, c.n) }
@@ -135,7 +167,7 @@ type reentrantClaim struct {
 	owner reentrant.Owner
 }
 
-func (c reentrantClaim) acquire(ctx context.Context) (*distsync.Lease, error) {
+func (c reentrantClaim) acquire(ctx context.Context, _ string) (*distsync.Lease, error) {
 	return c.m.LockLease(reentrant.WithOwner(ctx, c.owner))
 }
 
@@ -153,12 +185,22 @@ func (c reentrantClaim) release(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// newClaim makes the primitive of sp on h.
-func newClaim(h *distsync.Handle, sp spec) (claim, error) {
+// newClaim makes the primitive of sp on h (and, for a quorum, the other primaries' Handles).
+func newClaim(h *distsync.Handle, others []*distsync.Handle, sp spec) (claim, error) {
 	switch sp.Prim {
 	case pMutex:
 		m, err := mutex.New(h, sp.Name)
 		return mutexClaim{m}, err
+	case pQuorum:
+		m, err := mutex.New(h, sp.Name, mutex.WithQuorum(others...))
+		return mutexClaim{m}, err
+	case pElection:
+		// Its own Election value: the observer has another.
+		e, err := election.New(h, sp.Name)
+		return &electionClaim{e: e}, err
+	case pWaitGroup:
+		wg, err := waitgroup.New(h, sp.Name, waitgroup.WithExpiry(wgExpiry))
+		return &wgClaim{wg: wg, claims: !sp.Random}, err
 	case pFair:
 		m, err := fair.New(h, sp.Name)
 		return fairClaim{m}, err
@@ -203,6 +245,7 @@ type worker struct {
 	rnd   *rand.Rand
 	store *fencedStore
 	stop  context.Context // ends at SIGTERM or MaxRun
+	bg    sync.WaitGroup  // goroutines besides the loop: an observer, tied waits
 }
 
 func (w *worker) fatal(format string, a ...any) int {
@@ -253,29 +296,113 @@ func (w *worker) run() int {
 	if sp.FenceRetention > 0 {
 		opts = append(opts, distsync.WithFenceRetention(sp.FenceRetention))
 	}
+	if sp.Verbose {
+		// For diagnosis: the Handle's log and its observer's events, on the worker's stderr,
+		// with CLOCK_MONOTONIC times that match the history's.
+		var mu sync.Mutex
+		opts = append(opts, distsync.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))),
+			distsync.WithObserver(func(e distsync.Event) {
+				mu.Lock()
+				defer mu.Unlock()
+				fmt.Fprintf(os.Stderr, "%d observer %s %s call=%d tok=%d wait=%v err=%v\n", mono(), e.Kind, e.Primitive, e.Call, e.Token, e.Wait, e.Err)
+			}))
+	}
 	h, err := distsync.New(client, opts...)
 	if err != nil {
 		return w.fatal("distsync.New: %v", err)
 	}
-	if sp.Prim == pOnce {
+	var others []*distsync.Handle // quorum: the other primaries
+	for _, addr := range sp.Quorum {
+		var oc rueidis.Client
+		for i := 0; i < 4; i++ {
+			if oc, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}}); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			return w.fatal("rueidis.NewClient(%s): %v", addr, err)
+		}
+		defer oc.Close()
+		oh, err := distsync.New(oc, opts...)
+		if err != nil {
+			return w.fatal("distsync.New: %v", err)
+		}
+		others = append(others, oh)
+	}
+	var loop func()
+	switch {
+	case sp.Prim == pOnce:
 		g, err := once.NewGroup[string](h, sp.Name, distsync.WithLeaseTTL(sp.LeaseTTL))
 		if err != nil {
 			return w.fatal("once.NewGroup: %v", err)
 		}
-		w.r.rec(Event{Ev: evStart, PID: os.Getpid()})
-		w.onceLoop(g)
-	} else {
-		c, err := newClaim(h, sp)
+		loop = func() {
+			w.onceLoop(func(ctx context.Context, fn func(context.Context) (string, error)) (string, error, bool) {
+				return g.Do(ctx, "k", fn)
+			})
+		}
+	case onceKind(sp.Prim) && sp.Role == "reset":
+		o, err := once.NewOnce(h, sp.Name)
+		if err != nil {
+			return w.fatal("once.NewOnce: %v", err)
+		}
+		loop = func() { w.resetLoop(o) }
+	case onceKind(sp.Prim):
+		do, err := w.onceDoer(h)
+		if err != nil {
+			return w.fatal("%s: %v", sp.Prim, err)
+		}
+		loop = func() { w.onceLoop(do) }
+	case sp.Prim == pWaitGroup && sp.Role == "w":
+		wg, err := waitgroup.New(h, sp.Name, waitgroup.WithExpiry(wgExpiry))
+		if err != nil {
+			return w.fatal("waitgroup.New: %v", err)
+		}
+		loop = func() { w.waitLoop(wg) }
+	case sp.Prim == pElection && sp.Role == "o":
+		loop = func() { <-w.stop.Done() } // the observer alone
+	case sp.Prim == pElection && sp.Burst != "":
+		e, err := election.New(h, sp.Name)
+		if err != nil {
+			return w.fatal("election.New: %v", err)
+		}
+		loop = func() { w.burstLoop(e) }
+	default:
+		c, err := newClaim(h, others, sp)
 		if err != nil {
 			return w.fatal("%v", err)
 		}
-		w.r.rec(Event{Ev: evStart, PID: os.Getpid()})
-		w.lockLoop(c)
+		if wc, ok := c.(*wgClaim); ok {
+			wc.w = w
+			if wc.tied, err = waitgroup.New(h, sp.Name, waitgroup.WithExpiry(wgExpiry)); err != nil {
+				return w.fatal("waitgroup.New: %v", err)
+			}
+		}
+		loop = func() { w.lockLoop(c) }
+	}
+	w.r.rec(Event{Ev: evStart, PID: os.Getpid()})
+	if w.waitTrigger(sp.Trigger) {
+		if sp.Prim == pElection && (sp.Observe || sp.Role == "o") {
+			e, err := election.New(h, sp.Name)
+			if err != nil {
+				return w.fatal("election.New: %v", err)
+			}
+			w.bg.Add(1)
+			go func() {
+				defer w.bg.Done()
+				w.observe(e)
+			}()
+		}
+		loop()
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err = h.Close(cctx)
+	for _, oh := range others {
+		err = errors.Join(err, oh.Close(cctx))
+	}
 	ccancel()
 	w.r.rec(Event{Ev: evClosed, Err: errText(err)})
+	w.bg.Wait() // observers and tied waits end with the worker's stop and the Handle's Close
 	return 0
 }
 
@@ -357,10 +484,13 @@ func (w *worker) lockLoop(c claim) {
 	sp := w.sp
 	role := sp.Role
 	for i := 0; i < sp.MaxIter && w.stop.Err() == nil; i++ {
+		if sp.Slot > 0 && !sp.Random && !w.sleep(untilSlot(sp.Slot)) {
+			break
+		}
 		hold := fmt.Sprintf("%s#%d", sp.ID, i)
 		w.r.rec(Event{Ev: evWait, Hold: hold, Role: role, N: sp.N})
 		ctx, cancel := w.callCtx(false)
-		lease, err := c.acquire(ctx)
+		lease, err := c.acquire(ctx, hold)
 		alive := ctx.Err() == nil
 		cancel()
 		if err == nil && lease == nil {
@@ -374,8 +504,8 @@ func (w *worker) lockLoop(c claim) {
 			continue
 		}
 		tok := lease.Token()
-		if sp.Prim == pSemaphore {
-			tok = 0 // permits carry no fencing token
+		if sp.Prim == pSemaphore || sp.Prim == pWaitGroup {
+			tok = 0 // permits and members carry no fencing token
 		}
 		w.r.rec(Event{Ev: evAcquired, Hold: hold, Tok: tok, N: sp.N, Role: role, Dead: lease.Err() != nil, Err: errText(lease.Err())})
 		quit := make(chan struct{})
@@ -390,6 +520,9 @@ func (w *worker) lockLoop(c claim) {
 			case <-quit:
 			}
 		}()
+		if wc, ok := c.(*wgClaim); ok {
+			wc.tiedWait(hold) // a Wait for the round this member is in
+		}
 		if rc, ok := c.(reentrantClaim); ok {
 			ctx, cancel := w.callCtx(false)
 			err := rc.reenter(ctx)
@@ -445,7 +578,10 @@ func leadEnded(cause error) bool {
 	return errors.Is(cause, distsync.ErrLost) || errors.Is(cause, distsync.ErrClosed)
 }
 
-func (w *worker) onceLoop(g *once.Group[string]) {
+// doer is one Do of a once primitive: v is the run whose value it got ("" if it has none).
+type doer func(ctx context.Context, fn func(context.Context) (string, error)) (v string, err error, shared bool)
+
+func (w *worker) onceLoop(do doer) {
 	sp := w.sp
 	var runs atomic.Int64 // fn may outlive a cancelled Do and run on the Group's goroutine
 	for i := 0; i < sp.MaxIter && w.stop.Err() == nil; i++ {
@@ -453,7 +589,7 @@ func (w *worker) onceLoop(g *once.Group[string]) {
 		w.r.rec(Event{Ev: evDoStart, Hold: call})
 		ctx, cancel := w.callCtx(false)
 		hold := w.holdTime()
-		v, err, shared := g.Do(ctx, "k", func(fctx context.Context) (string, error) {
+		v, err, shared := do(ctx, func(fctx context.Context) (string, error) {
 			run := fmt.Sprintf("%s@%d", sp.ID, runs.Add(1))
 			w.r.rec(Event{Ev: evFnEnter, Hold: run, Call: call})
 			t := time.NewTimer(hold)

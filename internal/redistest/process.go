@@ -107,14 +107,29 @@ func (p *Proc) Resume() error {
 // same port and with the same configuration, and waits until it answers. If the port is
 // taken meanwhile it retries for up to limit.
 func (p *Proc) Restart(limit time.Duration) error {
+	p.Kill()
+	return p.Start(limit)
+}
+
+// Kill kills the server with SIGKILL (continuing it first if it was paused) and waits until
+// it is gone. It stays down, its port free, until Start.
+func (p *Proc) Kill() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old := p.s.cmd
 	_ = old.Process.Signal(syscall.SIGCONT)
 	_ = old.Process.Kill()
 	_ = old.Wait()
+}
+
+// Start starts a server that Kill stopped again, empty (no persistence), on the same port and
+// with the same configuration, and waits until it answers. If the port is taken meanwhile it
+// retries for up to limit.
+func (p *Proc) Start(limit time.Duration) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	// The binary the server was started from ([ServerBin]), whatever the environment says now.
-	bin := old.Path
+	bin := p.s.cmd.Path
 	cfg := filepath.Join(p.s.Dir, "redis.conf")
 	deadline := time.Now().Add(limit)
 	var lastErr error
