@@ -140,7 +140,7 @@ func TestTwoDeadWaitersInARowCostTwoWindows(t *testing.T) {
 		waitQueued(t, b, prefix, "dead2", 3)
 
 		start := time.Now()
-		unlock(t, holder) // grants the lock to the first dead waiter
+		unlock(t, holder)                     // grants the lock to the first dead waiter
 		r := wait(t, liveRes, 10*time.Second) // its backstop is a lease (30 s) away
 		if r.err != nil {
 			t.Fatal(r.err)
