@@ -575,7 +575,8 @@ func wgLiveness(m model, h *history) ([]violation, time.Duration) {
 // OnceValue, OnceValues):
 //   - after a run succeeded (fn returned its value, and its Do returned it), fn does not run
 //     again until a Reset (or a restart of Redis, which forgets the done-marker: its data is
-//     not persisted);
+//     not persisted). A Reset made while the run led also counts: Reset is an invalidation,
+//     and the success of a run it found in flight is not kept (once.Group.Forget);
 //   - every caller gets the success: a Do that returned a value got the value of a run that
 //     succeeded, and Do calls between the same two Resets got the same value;
 //   - a caller that waited while a run succeeded does not get an error (unless its own
@@ -588,14 +589,25 @@ func checkOnceKept(m model, h *history) []violation {
 		}
 	}
 	exits := map[string]Event{}
+	calls := map[string]int64{} // Do call -> when it started: its lead began after that
 	for _, e := range h.evs {
-		if e.Ev == evFnExit {
+		switch e.Ev {
+		case evFnExit:
 			exits[e.Hold] = e
+		case evDoStart:
+			calls[e.Hold] = e.T
 		}
 	}
 	okRun := func(x *hold) bool {
 		e, ok := exits[x.id]
 		return ok && e.Err == "" && !e.Lost && !x.told()
+	}
+	// led returns the earliest its lead can have begun: when the Do call that ran it started.
+	led := func(x *hold) int64 {
+		if t, ok := calls[x.call]; ok {
+			return t
+		}
+		return x.start
 	}
 	// resetBetween reports whether a Reset or a restart may have deleted the marker between
 	// from and to.
@@ -625,7 +637,7 @@ func checkOnceKept(m model, h *history) []violation {
 	}
 	for _, s := range succs {
 		for _, y := range h.holds {
-			if y.start <= s.at || resetBetween(s.x.exit, y.start) {
+			if y.start <= s.at || resetBetween(led(s.x), y.start) {
 				continue
 			}
 			add(violation{at: y.start, from: s.x.start, to: y.start + 1, workers: []string{s.x.w, y.w},
