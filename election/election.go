@@ -16,8 +16,8 @@
 // its Campaign returns after one round trip that records it as the leader), and every
 // candidate keeping a short lease on its place ([distsync.DefaultWaiterLease]), so that a
 // candidate whose process died is skipped within that lease. [Election.Leader] and
-// [Election.Observe] name a new leader only once its own command has taken its term: never a
-// candidate that died before it could. A candidate whose context ends leaves the queue
+// [Election.Observe] name a new leader only once its Campaign holds the term and has recorded
+// it: never a candidate that died before it could, nor one whose take came too late to use. A candidate whose context ends leaves the queue
 // before Campaign returns, and leaves nothing in Redis. Nobody polls: candidates and
 // observers are woken by pub/sub.
 package election

@@ -138,10 +138,6 @@ func (m *Lock) acquire(ctx context.Context, value string) (*core.Lease, error) {
 func (m *Lock) wait(ctx context.Context, w, value string, slot *waitq.Slot) error {
 	return waitq.WaitTurn(ctx, m.c, m.wlease, waitq.Turn{
 		ID: w, Slot: slot, Place: m.keys[3], PlaceKeep: m.keys[2:3],
-		// With a record, a grant is adopted in Redis, which records the new holder, before
-		// the call returns: the record never names a waiter that did not come for its grant
-		// (it may be dead), and names the holder from the moment its call returns.
-		Adopt: m.observers != "",
 		// The renewal of a place also hands a lock that lapsed free to the head: a stalled
 		// hand-off (a dead grantee watched by a dead waiter) lasts at most a renewal period.
 		PlaceRenewal: &scripts.Call{Script: scripts.FairPlace, Keys: m.keys,
@@ -259,7 +255,7 @@ func (m *Lock) Holders(ctx context.Context) ([]distsync.Holder, error) {
 // hold records an acquisition under owner, with its lease on the renewal loop, and delivers
 // the lease to ctx's sink.
 func (m *Lock) hold(ctx context.Context, owner string, token int64, sent, deadline time.Time, first *scripts.Call) error {
-	l, err := m.c.Hold(core.LeaseSpec{
+	spec := core.LeaseSpec{
 		Key: m.keys[0], Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent,
 		Deadline: deadline, First: first, Keep: m.keys[4:], // the record lives as long as its holder
 		RenewWith: m.renewWith,
@@ -267,9 +263,27 @@ func (m *Lock) hold(ctx context.Context, owner string, token int64, sent, deadli
 			_, err := m.release(ctx, l)
 			return err
 		},
-	})
+	}
+	if m.observers != "" {
+		// An election's renewal also records the leader (election_renew.lua).
+		spec.Renewal = &scripts.Call{Script: scripts.ElectionRenew, Keys: []string{m.keys[0], m.keys[2], m.keys[3], m.keys[4]},
+			Args: []string{owner, m.ttlArg, m.chanPrefix, m.c.Pub, m.observers, Waiter(owner), strconv.FormatInt(token, 10)}}
+	}
+	l, err := m.c.Hold(spec)
 	if err != nil { // given back: the handle closed, or the reply came too late to use
 		return err
+	}
+	if m.observers != "" {
+		// Record the leader now, before the call returns, with one renewal: the record names a
+		// holder only once its take, whose reply came in time to use, was followed by this
+		// (never a candidate that died, nor a take given back as too late). If Redis does not
+		// answer, the hold stands, and the renewal loop records it at its next renewal.
+		rctx, cancel := m.c.Detached(m.ttl)
+		err := l.Refresh(rctx, 0)
+		cancel()
+		if errors.Is(err, core.ErrLost) {
+			return fmt.Errorf("%w: the lock was gone when its holder was recorded", core.ErrLate)
+		}
 	}
 	if m.Held != nil {
 		m.Held(l)

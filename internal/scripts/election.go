@@ -5,4 +5,5 @@ package scripts
 var (
 	ElectionLeader   = load("election_leader.lua")
 	ElectionProclaim = load("election_proclaim.lua")
+	ElectionRenew    = load("election_renew.lua")
 )

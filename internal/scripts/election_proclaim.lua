@@ -17,6 +17,11 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
+local rec = {values = KEYS[2], channel = ARGV[5], live = tonumber(ARGV[6])}
+-- A leader whose term is not recorded yet (its Campaign could not send election_renew.lua,
+-- which the renewal loop then sends) is announced first, with the value it campaigned with:
+-- observers see every value in order.
+crown(rec, ARGV[7], KEYS[1], ARGV[2], ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[4])
-announce({values = KEYS[2], channel = ARGV[5], live = tonumber(ARGV[6])}, ARGV[7], KEYS[1], ARGV[2], ARGV[3])
+announce(rec, ARGV[7], KEYS[1], ARGV[2], ARGV[3])
 return 1

@@ -17,7 +17,7 @@
 -- KEYS[5] values     the record's values hash
 -- ARGV[10] observers the observers' channel
 -- ARGV[11] ttl       the lease in ms (ARGV[2])
--- ARGV[12] value     this waiter's value, published when it takes the lock
+-- ARGV[12] value     this waiter's value, announced once it holds the lock (election_renew.lua)
 -- Reply: {1, token}            held
 --        {0, pttl, granted}    queued (or, for a try, not taken): the lock ends in pttl ms
 --                              unless renewed; granted = 1 if it is an unconfirmed grant
@@ -63,11 +63,7 @@ if cur and granted_to(cur, w) then
   if ARGV[8] ~= '' then
     tell_each(ARGV[7], ARGV[6], ARGV[8], 'c')
   end
-  local token = tonumber(string.sub(cur, #w + 3))
-  if rec then
-    crown(rec, ARGV[7], lock, w, token)
-  end
-  return {1, token}
+  return {1, tonumber(string.sub(cur, #w + 3))}
 end
 local now_ms, now_us = now()
 redis.call('ZREMRANGEBYSCORE', qx, '-inf', now_ms) -- lapsed places and void marks
@@ -91,9 +87,6 @@ if not cur then
     redis.call('SET', lock, w, 'PX', ttl)
     redis.call('ZREM', q, w)
     redis.call('ZREM', qx, w)
-    if rec then
-      announce(rec, ARGV[7], lock, w, token)
-    end
     return {1, token}
   end
   pass_on(lock, fence, q, qx, ARGV[4], ARGV[3], ARGV[6], ARGV[7], rec)
@@ -115,7 +108,7 @@ if ARGV[5] ~= '1' then
   live_for(q, pttl + tonumber(ARGV[9]) + wlease)
   live_for(qx, pttl + tonumber(ARGV[9]) + wlease)
   if rec then
-    -- Again: a pass_on() above may have announced another holder, and dropped this waiter's
+    -- Again: a pass_on() above may have unseated another holder, and dropped this waiter's
     -- value as the holder it replaced (a grant to this waiter that lapsed).
     redis.call('HSET', rec.values, w, ARGV[12])
     live_for(rec.values, pttl + tonumber(ARGV[9]) + wlease)

@@ -32,10 +32,6 @@ type Turn struct {
 	Leave     func(ctx context.Context) error
 	// PlaceRenewal, if set, renews the place instead of extend.lua (see core.LeaseSpec.Renewal).
 	PlaceRenewal *scripts.Call
-	// Adopt says that a grant is never held without a round trip (Take is not used): the next
-	// Attempt adopts it in Redis (an election, whose record must name the holder only once it
-	// came for its grant).
-	Adopt bool
 }
 
 // TurnResult is the outcome of one Turn.Attempt.
@@ -142,7 +138,7 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 					// grant's window, the grant is surely this waiter's, without asking Redis.
 					w := sig.Grant.Window
 					deadline := place.Deadline().Add(-waiterLease + core.Drift(waiterLease) - core.Drift(w) + w)
-					if time.Until(deadline) > w/4 && !h.WaitsForReplicas() && !t.Adopt {
+					if time.Until(deadline) > w/4 && !h.WaitsForReplicas() {
 						return t.Take(sig.Grant, deadline)
 					}
 					backup = sig.Grant.Backup

@@ -24,11 +24,11 @@
 -- holds each waiter's value (waiter id -> value), the holder's waiter id under '@' and its
 -- token under '@t' (the fence key may expire while it holds), and the number of
 -- announcements under '#'; every change of holder, and of the holder's value, is
--- announced on the channel (announce()). A holder is recorded and announced only once its
--- own command holds the lock (crown()): when it takes the lock, or adopts a grant (a waiter
--- of a lock with a record adopts its grant in Redis, with a round trip, before its call
--- returns). A grant made at a release (pass_on()) is not: the waiter it goes to may be dead,
--- and must never be named the holder; until the grant is adopted, the record names nobody.
+-- announced on the channel (announce()). A holder is recorded and announced only once it has
+-- taken the lock (or adopted a grant made to it) and found the reply in time to use it: its
+-- call then renews the hold (election_renew.lua: crown()) before it returns. A grant made at a
+-- release (pass_on()) is not recorded: the waiter it goes to may be dead; nor is a take whose
+-- reply comes too late (its caller gives it back). Until then the record names nobody.
 --
 -- Requires lib/clock.lua and lib/fence.lua.
 
@@ -88,7 +88,7 @@ local function announce(rec, pub, lock, waiter, token)
 end
 
 -- crown() records waiter as the holder, with token, and announces it, unless the record
--- names it already (an adopt sent again after its reply was lost).
+-- names it already (every renewal of the hold sends it).
 local function crown(rec, pub, lock, waiter, token)
   if redis.call('HGET', rec.values, '@') == waiter and redis.call('HGET', rec.values, '@t') == int(tonumber(token)) then
     return
@@ -142,7 +142,8 @@ end
 -- Waiters whose entries lapsed are dropped. If the fence key holds no token (lib/fence.lua),
 -- nobody can be granted the lock: it is freed, and the head is told to re-check (its attempt
 -- then reports the fence's error). With a record (rec), the record names no holder until
--- the grant is adopted (crown()), and the values of dead waiters are dropped.
+-- the new holder has adopted the grant and recorded itself (crown()), and the values of dead
+-- waiters are dropped.
 local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub, rec)
   local now_ms, now_us
   for _ = 1, 1000 do
