@@ -42,6 +42,7 @@ var (
 	SemaphoreLeave   = load("semaphore_leave.lua")
 	SemaphoreResize  = load("semaphore_resize.lua")
 	SemaphorePlace   = load("semaphore_place.lua")
+	SemaphoreRenew   = load("semaphore_renew.lua")
 	SemaphoreStatus  = load("semaphore_status.lua")
 
 	Holders = load("holders.lua")
