@@ -53,6 +53,7 @@ var (
 	RWMutexLock   = load("rwmutex_lock.lua")
 	RWMutexUnlock = load("rwmutex_unlock.lua")
 	RWMutexLeave  = load("rwmutex_leave.lua")
+	RWMutexRenew  = load("rwmutex_renew.lua")
 
 	FenceRaise   = load("fence_raise.lua")
 	FencedSet    = load("fenced_set.lua")

@@ -732,3 +732,79 @@ func TestSemaphoreRenewalTellsTheHeadWhenItFits(t *testing.T) {
 		}
 	})
 }
+
+// A rwmutex hold's renewal tells the waiters it keeps out when it now ends: a write hold, every
+// waiting reader ('x <ttl> *' on the readers' channel) and the first waiting writer ('x <ttl>
+// <waiter>' on the writers'); a read share, the first waiting writer, with the last share's
+// end. The attempts of those waiters say they will be told (told = 1); a writer behind another
+// writer's turn is not.
+func TestRWMutexRenewalTellsTheWaiters(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		base := strings.TrimSuffix(e.k.lock, ":mutex") + ":rwmutex" // the mutex's slot: its channel is ours
+		keys := []string{base, base + ":r", base + ":ww", base + ":rq", base + ":ra", base + ":fence", base + ":ops", base + ":wo", base + ":rel"}
+		args := func(mode, owner, waiter string) []string {
+			return []string{mode, owner, waiter, "0", "10000", "5000", "500", "60000", "60000", e.k.ch, e.k.pub}
+		}
+		lock := func(mode, owner, waiter string) []int64 {
+			t.Helper()
+			v, err := scripts.RWMutexLock.Exec(context.Background(), e.c, keys, args(mode, owner, waiter)).AsIntSlice()
+			if err != nil {
+				t.Fatalf("lock %s %s: %v", mode, owner, err)
+			}
+			return v
+		}
+		renew := func(mode, owner string) int64 {
+			t.Helper()
+			v, err := scripts.RWMutexRenew.Exec(context.Background(), e.c, keys, args(mode, owner, "")).AsInt64()
+			if err != nil {
+				t.Fatalf("renew %s %s: %v", mode, owner, err)
+			}
+			return v
+		}
+		msgs := e.listen("r", "w")
+		if v := lock("w", "w1", ""); v[0] != 1 {
+			t.Fatalf("Lock of a free rwmutex = %v", v)
+		}
+		if renew("w", "w1") != 1 {
+			t.Fatal("renewal of the write hold failed")
+		}
+		select {
+		case m := <-msgs:
+			t.Fatalf("a renewal nobody waits behind published %q on %s", m[1], m[0])
+		case <-time.After(100 * time.Millisecond):
+		}
+		for _, c := range []struct {
+			mode, waiter string
+			told         int64
+		}{{"r", "R", 1}, {"w", "W", 1}, {"w", "W2", 0}} {
+			if v := lock(c.mode, "o-"+c.waiter, c.waiter); len(v) != 3 || v[0] != 0 || v[1] < 9000 || v[2] != c.told {
+				t.Fatalf("attempt of %s behind the write hold = %v, want {0, about 10000, %d}", c.waiter, v, c.told)
+			}
+		}
+		if renew("w", "w1") != 1 {
+			t.Fatal("renewal of the write hold failed")
+		}
+		e.expect(msgs, "r", "x 10000 *", "w", "x 10000 W")
+		v, err := scripts.RWMutexUnlock.Exec(context.Background(), e.c, keys, args("w", "w1", "")).AsInt64()
+		if err != nil || v != 1 {
+			t.Fatalf("Unlock = %v, %v", v, err)
+		}
+		e.expect(msgs, "r", "r", "w", "w")
+		// The admitted reader gets in, ahead of the writers, and tells the first when its share ends.
+		if v := lock("r", "r1", "R"); v[0] != 1 {
+			t.Fatalf("RLock of the admitted reader = %v", v)
+		}
+		e.expect(msgs, "w", "x 10000 W")
+		if v := lock("w", "o-W", "W"); len(v) != 3 || v[0] != 0 || v[1] < 9000 || v[2] != 1 {
+			t.Fatalf("the first writer behind a share = %v, want {0, about 10000, 1}", v)
+		}
+		if renew("r", "r1") != 1 {
+			t.Fatal("renewal of the share failed")
+		}
+		e.expect(msgs, "w", "x 10000 W")
+		if renew("r", "nobody") != 0 || renew("w", "w1") != 0 {
+			t.Fatal("a hold that is not there was renewed")
+		}
+	})
+}
