@@ -11,9 +11,10 @@
 // Every hold is a [distsync.Lease] renewed by the Handle, with a loss signal: each RLock is its
 // own share, so a reader that crashes gives its share back by itself after its lease, and a
 // waiting writer then proceeds. Each renewal tells the waiters a hold keeps out when it now
-// ends, so those of a holder that crashed get in a round trip after its lease ran out. A writer waiting to lock marks itself for as long as it waits
-// and no longer, so a writer that crashed while waiting holds readers, and the writers behind
-// it, back for at most about a lease. Write holds carry a fencing token; a read hold carries
+// ends, so those of a holder that crashed get in a round trip after its lease ran out. A
+// writer waiting to lock marks itself for as long as it waits and no longer, so a writer that
+// crashed while waiting holds readers, and the writers behind it, back for at most about a
+// lease. Write holds carry a fencing token; a read hold carries
 // the name's last token (the last write's; see [distsync.Lease.Token]), shared by the readers.
 //
 // As with sync.RWMutex, a reader must not rely on taking a second read hold while it holds one

@@ -8,8 +8,9 @@
 // returns without another round trip.
 //
 // Permits are leases, renewed by the Handle while held: permits of a process that crashed
-// come back by themselves after their lease, and a holder whose permits were lost learns it
-// through [Semaphore.AcquireLease]'s lease. Waiters keep short leases on their places, as in
+// come back by themselves after their lease (each renewal tells the first waiter when its
+// request would fit, so it takes them a round trip after that), and a holder whose permits were
+// lost learns it through [Semaphore.AcquireLease]'s lease. Waiters keep short leases on their places, as in
 // package fair, so a waiter that died is dropped within [distsync.DefaultWaiterLease].
 //
 // The size is part of the semaphore's identity: a Semaphore made with another size than the
