@@ -10,9 +10,11 @@
 //
 // Every hold is a [distsync.Lease] renewed by the Handle, with a loss signal: each RLock is its
 // own share, so a reader that crashes gives its share back by itself after its lease, and a
-// waiting writer then proceeds. A writer waiting to lock marks itself for as long as it waits
-// and no longer, so a writer that crashed while waiting holds readers, and the writers behind
-// it, back for at most about a lease. Write holds carry a fencing token; a read hold carries
+// waiting writer then proceeds. Each renewal tells the waiters a hold keeps out when it now
+// ends, so those of a holder that crashed get in a round trip after its lease ran out. A
+// writer waiting to lock marks itself for as long as it waits and no longer, so a writer that
+// crashed while waiting holds readers, and the writers behind it, back for at most about a
+// lease. Write holds carry a fencing token; a read hold carries
 // the name's last token (the last write's; see [distsync.Lease.Token]), shared by the readers.
 //
 // As with sync.RWMutex, a reader must not rely on taking a second read hold while it holds one
@@ -49,11 +51,16 @@ type RWMutex struct {
 
 	keys        []string // see internal/scripts/lib/rw.lua
 	fixed       []string // ARGV[5:]: ttl, slack, window, fence_ttl, ops_ttl, channel, pub
-	waiterR     string   // this value's waiter id for RLock, in Redis
-	waiterW     string   // this value's waiter id for Lock
+	slack       time.Duration
+	window      time.Duration
+	waiterR     string // this value's waiter id for RLock, in Redis
+	waiterW     string // this value's waiter id for Lock
 	readers     *waitq.Room
 	writers     *waitq.Room
 	readersChan string
+	// renewR and renewW are the LeaseSpec.RenewWith of read and write holds:
+	// rwmutex_renew.lua, which also tells the waiters a hold keeps out when it now ends.
+	renewR, renewW func(owner string) scripts.Call
 
 	mu     sync.Mutex
 	wlease *core.Lease   // the write hold, nil when not held by this value
@@ -82,20 +89,27 @@ func New(h *distsync.Handle, name string, opts ...distsync.Option) (*RWMutex, er
 	m.keys = []string{ks.Key(), ks.Part("r"), ks.Part("ww"), ks.Part("rq"), ks.Part("ra"), ks.Part("fence"), ks.Part("ops"), ks.Part("wo"), ks.Part("rel")}
 	// A waiting mark outlives the wait it reported by two renewal periods: one for the
 	// waiter's backstop slack, one for a late timer.
-	m.fixed = []string{core.Ms(m.ttl), core.Ms(2 * m.ttl / core.RenewDivisor), core.Ms(set.HandoffWindow),
+	m.slack, m.window = 2*m.ttl/core.RenewDivisor, set.HandoffWindow
+	m.fixed = []string{core.Ms(m.ttl), core.Ms(m.slack), core.Ms(m.window),
 		core.Ms(c.Config.FenceTTL), core.Ms(opsTTL), ks.Channel(), c.Pub}
 	m.waiterR, m.waiterW = c.NewID(), c.NewID()
 	m.readersChan = ks.Channel() + ":r"
 	m.free = make(chan struct{})
 	close(m.free)
-	m.readers = waitq.NewRoom(c, m.readersChan, waitq.Hooks{Parse: recheck,
+	m.renewR = func(owner string) scripts.Call {
+		return scripts.Call{Script: scripts.RWMutexRenew, Keys: m.keys, Args: m.args("r", owner, "", false)}
+	}
+	m.renewW = func(owner string) scripts.Call {
+		return scripts.Call{Script: scripts.RWMutexRenew, Keys: m.keys, Args: m.args("w", owner, "", false)}
+	}
+	m.readers = waitq.NewRoom(c, m.readersChan, waitq.Hooks{Parse: parse("*"),
 		Attempt: func(ctx context.Context, t waitq.Try) (waitq.Result, string, error) {
 			return m.attempt(ctx, "r", m.waiterR, t.More)
 		},
 		Abandon: func(ctx context.Context, lv waitq.Leave) (int64, error) {
 			return 0, m.leave(ctx, "r", m.waiterR, lv.Owner, lv.Dequeue)
 		}})
-	m.writers = waitq.NewRoom(c, ks.Channel()+":w", waitq.Hooks{Parse: recheck, Gate: m.gate,
+	m.writers = waitq.NewRoom(c, ks.Channel()+":w", waitq.Hooks{Parse: parse(m.waiterW), Gate: m.gate,
 		Attempt: func(ctx context.Context, t waitq.Try) (waitq.Result, string, error) {
 			return m.attempt(ctx, "w", m.waiterW, t.More)
 		},
@@ -320,18 +334,28 @@ func (m *RWMutex) attempt(ctx context.Context, mode, waiter string, more bool) (
 		if mode == "r" && more {
 			// The process's admission (if any) is kept for the readers behind this one: count
 			// the Room as queued, so that the last of them to leave removes it, and let the
-			// next one attempt at once (Wait 0).
-			return waitq.Result{Acquired: true, Token: vals[1], Queued: true}, "", nil
+			// next one attempt at once (Wait 0), within the admission (Keep).
+			return waitq.Result{Acquired: true, Token: vals[1], Queued: true, Keep: m.window}, "", nil
 		}
-		// A writer with more local writers behind it keeps its waiting mark, so that readers
-		// stay behind them; its Room then waits for the release's message.
-		queued := mode == "w" && waiter != "" && more
-		return waitq.Result{Acquired: true, Token: vals[1], Queued: queued, Wait: m.ttl + m.ttl/core.RenewDivisor}, "", nil
-	case len(vals) == 2 && vals[0] == 0:
-		// The backstop, as for mutex: re-check when what we wait behind would lapse, plus
-		// slack; at most one command per lease against holders that renew.
+		// A writer with more local writers behind it keeps its waiting mark, for the hold plus
+		// slack, so that readers stay behind them; its Room then waits for the release's
+		// message.
+		if mode == "w" && waiter != "" && more {
+			return waitq.Result{Acquired: true, Token: vals[1], Queued: true, Wait: m.ttl + m.ttl/core.RenewDivisor, Keep: m.ttl + m.slack}, "", nil
+		}
+		return waitq.Result{Acquired: true, Token: vals[1]}, "", nil
+	case len(vals) == 3 && vals[0] == 0:
 		wait := time.Duration(vals[1]) * time.Millisecond
-		return waitq.Result{Queued: waiter != "", Wait: core.Backstop(wait, m.ttl)}, "", nil
+		// The waiting mark lives wait + slack: the Room re-checks before then, whatever it is
+		// told, so that the mark lives exactly as long as the waiter does.
+		res := waitq.Result{Queued: waiter != "", Wait: core.Backstop(wait, m.ttl), Keep: wait + m.slack}
+		if vals[2] == 1 {
+			// What it waits behind ends in wait unless renewed, and each renewal tells it anew
+			// (rwmutex_renew.lua): so it re-checks just after that, not later. A holder that
+			// died is replaced a round trip after its lease ran out.
+			res.Wait = wait + 2*time.Millisecond
+		}
+		return res, "", nil
 	}
 	return waitq.Result{}, "", core.Unexpected(scripts.RWMutexLock, vals)
 }
@@ -339,9 +363,10 @@ func (m *RWMutex) attempt(ctx context.Context, mode, waiter string, more bool) (
 // hold records an acquisition, puts its lease on the renewal loop and delivers it to ctx's
 // sink.
 func (m *RWMutex) hold(ctx context.Context, mode, owner string, token int64, sent time.Time) error {
-	spec := core.LeaseSpec{Key: m.keys[0], Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent}
+	spec := core.LeaseSpec{Key: m.keys[0], Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent,
+		RenewWith: m.renewW}
 	if mode == "r" {
-		spec.Key, spec.Kind = m.keys[1], "z"
+		spec.Key, spec.Kind, spec.RenewWith = m.keys[1], "z", m.renewR
 	}
 	spec.Release = func(ctx context.Context, l *core.Lease) error {
 		_, err := m.unlock(ctx, mode, l)
@@ -397,8 +422,22 @@ func (m *RWMutex) gate() <-chan struct{} {
 	return m.free
 }
 
-// recheck is the waitq.Parse of both channels: every message means "look again".
-func recheck(string) waitq.Signal { return waitq.Signal{Kind: waitq.Recheck} }
+// parse returns the waitq.Parse of a channel whose renewal notices for this RWMutex value are
+// addressed to "to" (see internal/scripts/lib/rw.lua): 'x <ms> <to>' says that what the Room
+// waits behind now ends in ms; a notice to another waiter is not this Room's; every other
+// message means "look again".
+func parse(to string) func(string) waitq.Signal {
+	return func(p string) waitq.Signal {
+		id, sig := waitq.ParseQueued(p)
+		switch {
+		case sig.Kind != waitq.Extended:
+			return waitq.Signal{Kind: waitq.Recheck}
+		case id != to:
+			return waitq.Signal{Kind: waitq.Ignore}
+		}
+		return sig
+	}
+}
 
 func (m *RWMutex) notAcquired(err error) error {
 	return fmt.Errorf("rwmutex %q: %w: %w", m.name, distsync.ErrNotAcquired, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -659,5 +660,307 @@ func TestReadTokenAfterTheFenceIsGone(t *testing.T) {
 			t.Fatalf("write token %d not above the read token %d", t2, r1)
 		}
 		must(t, "Unlock", c.Unlock)
+	})
+}
+
+// serverNow returns the server's clock in ms, with the local time it was read at.
+func serverNow(t *testing.T, b *redistest.Backend) (int64, time.Time) {
+	t.Helper()
+	local := time.Now()
+	tm, err := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Time().Build() }).AsStrSlice()
+	if err != nil || len(tm) != 2 {
+		t.Fatalf("TIME: %v, %v", tm, err)
+	}
+	s, _ := strconv.ParseInt(tm[0], 10, 64)
+	us, _ := strconv.ParseInt(tm[1], 10, 64)
+	return s*1000 + us/1000, local
+}
+
+// writerExpiry returns when the write hold's lease runs out, as a local time.
+func writerExpiry(t *testing.T, b *redistest.Backend, prefix, name string) time.Time {
+	t.Helper()
+	local := time.Now()
+	left, err := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Pttl().Key(key(prefix, name, "")).Build() }).AsInt64()
+	if err != nil || left <= 0 {
+		t.Fatalf("PTTL of the write hold: %d, %v", left, err)
+	}
+	return local.Add(time.Duration(left) * time.Millisecond)
+}
+
+// shareExpiry returns when the last read share's lease runs out, as a local time.
+func shareExpiry(t *testing.T, b *redistest.Backend, prefix, name string) time.Time {
+	t.Helper()
+	e, err := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+		return c.B().Zrange().Key(key(prefix, name, "r")).Min("-1").Max("-1").Withscores().Build()
+	}).AsZScores()
+	if err != nil || len(e) != 1 {
+		t.Fatalf("the last read share: %v, %v", e, err)
+	}
+	now, local := serverNow(t, b)
+	return local.Add(time.Duration(int64(e[0].Score)-now) * time.Millisecond)
+}
+
+// within fails unless res delivers nil within a few round trips of expiry (a lease that ran
+// out: nothing is published then), with the margins of mutex's and fair's tests of the same
+// kind; it returns how late it was.
+func within(t *testing.T, what string, res <-chan error, expiry time.Time, limit time.Duration) time.Duration {
+	t.Helper()
+	select {
+	case err := <-res:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(time.Until(expiry) + 20*time.Second):
+		t.Fatalf("%s never got in", what)
+	}
+	late := time.Since(expiry)
+	t.Logf("%s got in %v after the lease it waited behind ran out", what, late)
+	if late > limit {
+		t.Fatalf("%s got in %v after the lease it waited behind ran out, want within a few round trips", what, late)
+	}
+	return late
+}
+
+// A writer that dies holding (its network cut) is replaced a round trip after its lease runs
+// out: each renewal of the write hold tells the waiting readers, and the first waiting writer,
+// when it now ends, and they re-check right after that, not at their backstop (up to a third
+// of a lease later). With only readers waiting, they all get in; with a writer waiting too, it
+// gets in first (writers are preferred, and a lapsed hold admits nobody, as an Unlock would),
+// and the readers follow its Unlock.
+func TestDeadWritersLockIsTakenAtItsExpiry(t *testing.T) {
+	const ttl = 3 * time.Second
+	const margin = 350 * time.Millisecond
+	opts := []distsync.Option{distsync.WithLeaseTTL(ttl)}
+	// start makes a writer that dies holding once its second renewal is past: a waiter that
+	// only knew the lease it saw when it queued would wake half a second after the expiry, at
+	// the earliest. queue starts the waiters; it returns when the writer died, with the
+	// expiry of its lease.
+	start := func(t *testing.T, b *redistest.Backend, prefix string, queue func()) time.Time {
+		net := redistest.NewNetwork()
+		t.Cleanup(net.Restore)
+		dead := newRW(t, b.PodVia(t, prefix, net, opts...), "dead")
+		locked := time.Now()
+		must(t, "Lock", dead.Lock)
+		queue()
+		time.Sleep(time.Until(locked.Add(2*ttl/3 + 200*time.Millisecond)))
+		net.Cut()
+		return writerExpiry(t, b, prefix, "dead")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	t.Run("readers", func(t *testing.T) {
+		redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+			prefix := b.Prefix(t)
+			readers := []*rwmutex.RWMutex{newRW(t, b.Pod(t, prefix, opts...), "dead"), newRW(t, b.Pod(t, prefix, opts...), "dead")}
+			var res []<-chan error
+			expiry := start(t, b, prefix, func() {
+				for _, r := range readers {
+					res = append(res, async(ctx, r.RLock))
+				}
+				if !redistest.Eventually(5*time.Second, func() bool { return exists(t, b, key(prefix, "dead", "rq")) }) {
+					t.Fatal("the readers never marked themselves as waiting")
+				}
+			})
+			for i, r := range readers {
+				within(t, fmt.Sprintf("reader %d", i), res[i], expiry, margin)
+				must(t, "RUnlock", r.RUnlock)
+			}
+		})
+	})
+	t.Run("writer", func(t *testing.T) {
+		redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+			prefix := b.Prefix(t)
+			writer := newRW(t, b.Pod(t, prefix, opts...), "dead")
+			reader := newRW(t, b.Pod(t, prefix, opts...), "dead")
+			var wres, rres <-chan error
+			expiry := start(t, b, prefix, func() {
+				wres = async(ctx, writer.Lock)
+				if !redistest.Eventually(5*time.Second, func() bool { return exists(t, b, key(prefix, "dead", "ww")) }) {
+					t.Fatal("the writer never marked itself as waiting")
+				}
+				rres = async(ctx, reader.RLock)
+				if !redistest.Eventually(5*time.Second, func() bool { return exists(t, b, key(prefix, "dead", "rq")) }) {
+					t.Fatal("the reader never marked itself as waiting")
+				}
+			})
+			within(t, "the waiting writer", wres, expiry, margin)
+			redistest.Blocks(t, "the reader while the next writer holds", rres, 100*time.Millisecond)
+			must(t, "Unlock", writer.Unlock)
+			redistest.Returns(t, "the reader, after the next writer's Unlock", rres, time.Second)
+			must(t, "RUnlock", reader.RUnlock)
+		})
+	})
+}
+
+// A reader that dies holding a share (its network cut) gives it back when its lease runs
+// out, and the waiting writer gets in a round trip after that: each renewal of a share tells
+// the first waiting writer when the last live share now lapses.
+func TestDeadReadersShareIsTakenAtItsExpiry(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 3 * time.Second
+		prefix := b.Prefix(t)
+		opts := []distsync.Option{distsync.WithLeaseTTL(ttl)}
+		net := redistest.NewNetwork()
+		defer net.Restore()
+		dead := newRW(t, b.PodVia(t, prefix, net, opts...), "deadr")
+		writer := newRW(t, b.Pod(t, prefix, opts...), "deadr")
+		locked := time.Now()
+		must(t, "RLock", dead.RLock)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		wres := async(ctx, writer.Lock)
+		if !redistest.Eventually(5*time.Second, func() bool { return exists(t, b, key(prefix, "deadr", "ww")) }) {
+			t.Fatal("the writer never marked itself as waiting")
+		}
+		time.Sleep(time.Until(locked.Add(2*ttl/3 + 200*time.Millisecond)))
+		net.Cut()
+		within(t, "the waiting writer", wres, shareExpiry(t, b, prefix, "deadr"), 350*time.Millisecond)
+		must(t, "Unlock", writer.Unlock)
+	})
+}
+
+// The readers' bound: a reader waiting behind a stream of writers from several processes is
+// overtaken by at most one write hold. The first write hold to end after its request reached
+// Redis ends with an Unlock that admits it (and the other readers waiting then) before the
+// next writer; the hold that admits it began either before its request (it was holding) or
+// after it (it was the first writer waiting): one hold at most. A hold is counted if it began
+// after RLock was called (its Lock had not returned then) and its token is at most the read
+// token (the name's last token when the reader got in: the last write before its share).
+// Other readers come and go too, so that the reader also arrives while shares are held and a
+// writer waits for them (that writer then overtakes it). Holds are long against a round trip,
+// so that none begins and ends while the reader's first request is on its way.
+func TestReaderIsOvertakenByAtMostOneWrite(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const writerPods, perPod, reads, hold = 3, 2, 12, 40 * time.Millisecond
+		prefix := b.Prefix(t)
+		var mu sync.Mutex
+		var tokens []int64 // the write holds' tokens, as their Locks returned
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range writerPods {
+			m := newRW(t, b.Pod(t, prefix), "stream")
+			for range perPod {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+						if l, err := m.LockLease(ctx); err == nil {
+							mu.Lock()
+							tokens = append(tokens, l.Token())
+							mu.Unlock()
+							time.Sleep(hold)
+							_ = m.Unlock(ctx)
+						}
+						cancel()
+					}
+				}()
+			}
+		}
+		others := newRW(t, b.Pod(t, prefix), "stream")
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					if others.RLock(ctx) == nil {
+						time.Sleep(hold)
+						_ = others.RUnlock(ctx)
+					}
+					cancel()
+					time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond)
+				}
+			}()
+		}
+		defer func() { close(stop); wg.Wait() }()
+		time.Sleep(300 * time.Millisecond)
+		r := newRW(t, b.Pod(t, prefix), "stream")
+		seen := make([]int, 3) // reads by the number of write holds that overtook them
+		for i := range reads {
+			mu.Lock()
+			var before int64
+			for _, tok := range tokens {
+				before = max(before, tok)
+			}
+			mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			l, err := r.RLockLease(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("RLock %d: %v", i, err)
+			}
+			mu.Lock()
+			var over []int64
+			for _, tok := range tokens {
+				if tok > before && tok <= l.Token() {
+					over = append(over, tok)
+				}
+			}
+			mu.Unlock()
+			seen[min(len(over), 2)]++
+			if len(over) > 1 {
+				t.Fatalf("read %d was overtaken by %d write holds (tokens %v, read token %d)", i, len(over), over, l.Token())
+			}
+			must(t, "RUnlock", r.RUnlock)
+			time.Sleep(time.Duration(rand.IntN(60)) * time.Millisecond)
+		}
+		mu.Lock()
+		t.Logf("%d reads overtaken by no write hold, %d by one; %d write holds in all", seen[0], seen[1], len(tokens))
+		mu.Unlock()
+	})
+}
+
+// Idle writers behind read shares send at most one command per lease (the first of them
+// re-checks only to keep its waiting mark alive: the shares' renewals tell it when they now
+// end) while two readers, out of phase, hold and renew; the last RUnlock wakes the first
+// writer.
+func TestIdleWritersBehindReadersDoNotPoll(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl, window = time.Second, 3 * time.Second
+		prefix := b.Prefix(t)
+		opts := []distsync.Option{distsync.WithLeaseTTL(ttl)}
+		readers := []*rwmutex.RWMutex{newRW(t, b.Pod(t, prefix, opts...), "idler"), newRW(t, b.Pod(t, prefix, opts...), "idler")}
+		must(t, "RLock", readers[0].RLock)
+		time.Sleep(ttl / 6)
+		must(t, "RLock", readers[1].RLock)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		pods := []*redistest.Pod{b.Pod(t, prefix, opts...), b.Pod(t, prefix, opts...)}
+		var writers []*rwmutex.RWMutex
+		var res []<-chan error
+		for _, p := range pods {
+			w := newRW(t, p, "idler")
+			writers = append(writers, w)
+			res = append(res, async(ctx, w.Lock))
+			time.Sleep(50 * time.Millisecond) // in this order
+		}
+		time.Sleep(300 * time.Millisecond)
+		from := time.Now()
+		time.Sleep(window)
+		limit := int(window/ttl) + 1
+		for i, p := range pods {
+			sent := p.Client.Since(from)
+			if len(sent) > limit {
+				t.Errorf("idle writer %d sent %d commands in %v (lease %v), want at most %d: %v", i, len(sent), window, ttl, limit, sent)
+			}
+			t.Logf("idle writer %d sent %d commands in %v", i, len(sent), window)
+		}
+		must(t, "RUnlock", readers[0].RUnlock)
+		must(t, "RUnlock", readers[1].RUnlock)
+		for i, w := range writers {
+			redistest.Returns(t, fmt.Sprintf("writer %d", i), res[i], ttl)
+			must(t, "Unlock", w.Unlock)
+		}
 	})
 }

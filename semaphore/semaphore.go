@@ -8,8 +8,9 @@
 // returns without another round trip.
 //
 // Permits are leases, renewed by the Handle while held: permits of a process that crashed
-// come back by themselves after their lease, and a holder whose permits were lost learns it
-// through [Semaphore.AcquireLease]'s lease. Waiters keep short leases on their places, as in
+// come back by themselves after their lease (each renewal tells the first waiter when its
+// request would fit, so it takes them a round trip after that), and a holder whose permits were
+// lost learns it through [Semaphore.AcquireLease]'s lease. Waiters keep short leases on their places, as in
 // package fair, so a waiter that died is dropped within [distsync.DefaultWaiterLease].
 //
 // The size is part of the semaphore's identity: a Semaphore made with another size than the
@@ -55,7 +56,13 @@ type Semaphore struct {
 	chanPrefix string
 	proc       string
 	box        *waitq.Mailbox
+	// renewWith is the LeaseSpec.RenewWith of every hold: semaphore_renew.lua, which also
+	// tells the head of the queue when its request would fit if no holder renewed again, so
+	// that the permits of holders that died go on a round trip after their leases run out.
+	renewWith func(owner string) scripts.Call
 
+	// mu guards size and holds. Nothing else is locked while it is held (the renewal loop
+	// reads the size, for renewWith, under its own lock).
 	mu    sync.Mutex
 	holds []*hold // this value's acquisitions, oldest first
 }
@@ -92,6 +99,9 @@ func New(h *distsync.Handle, name string, size int64, opts ...distsync.Option) (
 	s.chanPrefix = ks.Channel()
 	s.proc = c.NewID()
 	s.box = waitq.NewMailbox(c, s.chanPrefix+":"+s.proc, waitq.ParseQueued)
+	s.renewWith = func(owner string) scripts.Call {
+		return scripts.Call{Script: scripts.SemaphoreRenew, Keys: s.keys, Args: s.args(owner, 0, s.Size(), "")}
+	}
 	return s, nil
 }
 
@@ -171,10 +181,17 @@ func (s *Semaphore) acquireLease(ctx context.Context, n int64) (*distsync.Lease,
 				}
 				got, err = s.hold(owner, n, sent, time.Time{}, false)
 				return waitq.TurnResult{Acquired: true}, err
-			case len(vals) == 2 && vals[0] == 0:
+			case len(vals) == 3 && vals[0] == 0:
+				wait := time.Duration(vals[1]) * time.Millisecond
+				if vals[2] == 1 {
+					// The head of the queue: its request fits in wait if no holder renews
+					// again, and each renewal tells it anew (semaphore_renew.lua). So it
+					// re-checks just after that, not later: permits of holders that died go
+					// on a round trip after their leases run out.
+					return waitq.TurnResult{Wait: wait + 2*time.Millisecond}, nil
+				}
 				// The backstop: permits come back by themselves when the earliest lease
 				// lapses, and nothing is published then.
-				wait := time.Duration(vals[1]) * time.Millisecond
 				return waitq.TurnResult{Wait: core.Backstop(wait, s.ttl)}, nil
 			}
 			return waitq.TurnResult{}, s.badReply(vals)
@@ -422,13 +439,14 @@ func (s *Semaphore) args(id string, n, size int64, extra string) []string {
 // A grant (granted) is confirmed by an extension sent at once.
 func (s *Semaphore) hold(owner string, n int64, sent, deadline time.Time, granted bool) (*core.Lease, error) {
 	spec := core.LeaseSpec{Key: s.keys[0], Keep: []string{s.keys[1], s.keys[5]}, Owner: owner, Kind: "z",
-		TTL: s.ttl, Renew: s.renew, Sent: sent, Deadline: deadline}
+		TTL: s.ttl, Renew: s.renew, Sent: sent, Deadline: deadline, RenewWith: s.renewWith}
 	spec.Release = func(ctx context.Context, l *core.Lease) error {
 		_, err := s.release(ctx, owner, n, s.c.NewID())
 		return err
 	}
 	if granted {
-		first := spec.Extend()
+		// The confirm is a renewal: it tells the head the permits' new expiry too.
+		first := s.renewWith(owner)
 		spec.First = &first
 	}
 	l, err := s.c.Hold(spec)

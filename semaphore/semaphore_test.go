@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -562,5 +563,107 @@ func TestStatus(t *testing.T) {
 		if got, err := c.Status(ctx); err != nil || got.InUse != 0 || got.Waiters != 0 || got.Available != 4 {
 			t.Fatalf("Status after everything was given back: %+v %v", got, err)
 		}
+	})
+}
+
+// lastExpiry returns when the last lease in zset k lapses (k holds owner -> expiry in ms on
+// the server's clock), as a local time.
+func lastExpiry(t *testing.T, b *redistest.Backend, k string) time.Time {
+	t.Helper()
+	e, err := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+		return c.B().Zrange().Key(k).Min("-1").Max("-1").Withscores().Build()
+	}).AsZScores()
+	if err != nil || len(e) != 1 {
+		t.Fatalf("the last lease in %s: %v, %v", k, e, err)
+	}
+	local := time.Now()
+	tm, err := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Time().Build() }).AsStrSlice()
+	if err != nil || len(tm) != 2 {
+		t.Fatalf("TIME: %v, %v", tm, err)
+	}
+	s, _ := strconv.ParseInt(tm[0], 10, 64)
+	us, _ := strconv.ParseInt(tm[1], 10, 64)
+	now := s*1000 + us/1000
+	return local.Add(time.Duration(int64(e[0].Score)-now) * time.Millisecond)
+}
+
+// Holders that die (their network cut) are replaced a round trip after their leases run out:
+// each renewal of a holder tells the head of the queue when its request would fit if no holder
+// renewed again, and the head re-checks right after that, not at its backstop (up to a third
+// of a lease later). The waiter lease is long, so that the head's place renewal (which also
+// serves the queue) does not mask it.
+func TestDeadHoldersPermitsAreServedAtTheirExpiry(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 3 * time.Second
+		prefix := b.Prefix(t)
+		opts := []distsync.Option{distsync.WithLeaseTTL(ttl), distsync.WithWaiterLease(30 * time.Second)}
+		net := redistest.NewNetwork()
+		dead := []*semaphore.Semaphore{
+			newSem(t, b.PodVia(t, prefix, net, opts...), "dead", 2),
+			newSem(t, b.PodVia(t, prefix, net, opts...), "dead", 2),
+		}
+		waiter := newSem(t, b.Pod(t, prefix, opts...), "dead", 2)
+		acquired := time.Now()
+		for _, s := range dead {
+			acquire(t, s, 1)
+		}
+		res := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res <- waiter.Acquire(ctx, 2) // fits once both dead holders' permits are back
+		}()
+		waitQueued(t, b, prefix, "dead", 1)
+		// Past the holders' second renewal: a head that only knew the leases it saw when it
+		// queued would now wake half a second after they ran out, at the earliest.
+		time.Sleep(time.Until(acquired.Add(2*ttl/3 + 200*time.Millisecond)))
+		net.Cut()
+		expiry := lastExpiry(t, b, key(prefix, "dead", ""))
+		select {
+		case err := <-res:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(ttl + 20*time.Second):
+			t.Fatal("the waiter never got the dead holders' permits")
+		}
+		late := time.Since(expiry)
+		t.Logf("the waiter got the dead holders' permits %v after their leases ran out", late)
+		if late > 350*time.Millisecond {
+			t.Fatalf("the waiter got the permits %v after the dead holders' leases ran out, want within a few round trips", late)
+		}
+		release(t, waiter, 2)
+		net.Restore()
+	})
+}
+
+// The head of the queue sends nothing while the holders renew: each renewal tells it when its
+// request would fit if no holder renewed again, and that moment only moves later. Here two
+// holders renew out of phase, and the head's request of 1 fits at whichever lease runs out
+// first, which changes at every renewal. (The waiter lease is long: its place renewal, once
+// per 20 s, is what the head may send.)
+func TestIdleHeadSendsNothingWhileHoldersRenew(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl, window = 2 * time.Second, 6 * time.Second
+		prefix := b.Prefix(t)
+		opts := []distsync.Option{distsync.WithLeaseTTL(ttl), distsync.WithWaiterLease(time.Minute)}
+		holders := []*semaphore.Semaphore{newSem(t, b.Pod(t, prefix, opts...), "quiet", 2), newSem(t, b.Pod(t, prefix, opts...), "quiet", 2)}
+		acquire(t, holders[0], 1)
+		time.Sleep(ttl / 6)
+		acquire(t, holders[1], 1)
+		wp := b.Pod(t, prefix, opts...)
+		head := newSem(t, wp, "quiet", 2)
+		res := async(head, 1)
+		waitQueued(t, b, prefix, "quiet", 1)
+		time.Sleep(200 * time.Millisecond)
+		from := time.Now()
+		time.Sleep(window)
+		if sent := wp.Client.Since(from); len(sent) > 1 {
+			t.Errorf("the idle head sent %d commands in %v while the holders renewed (lease %v), want at most its place renewal: %v", len(sent), window, ttl, sent)
+		}
+		release(t, holders[0], 1)
+		redistest.Returns(t, "the head, after a release", res, 2*time.Second)
+		release(t, holders[1], 1)
+		release(t, head, 1)
 	})
 }

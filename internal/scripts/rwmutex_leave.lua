@@ -52,5 +52,5 @@ if A.waiter ~= '' then
   redis.call('ZREM', K.rq, A.waiter)
   redis.call('ZREM', K.ra, A.waiter)
 end
-after_read()
+after_read(now_ms)
 return undone

@@ -5,8 +5,13 @@
 --                    token: the last writer's, or, if the fence keeps none (never written,
 --                    Redis restarted empty, the retention passed), a new one taken from the
 --                    server clock as a writer's would be, which every later write exceeds
---        {0, wait}   not acquired: re-check within wait ms if nothing is published; the
---                    waiter id, if any, is marked as waiting until wait + slack
+--        {0, wait, told}
+--                    not acquired: re-check within wait ms if nothing is published; the
+--                    waiter id, if any, is marked as waiting until wait + slack. told = 1 if
+--                    what the caller waits behind ends in wait ms unless renewed, and every
+--                    renewal tells it anew ('x', lib/rw.lua): a reader behind a write hold, the
+--                    first waiting writer behind a write hold or read shares. It re-checks just
+--                    after that, not later; told = 0 if wait is only a backstop.
 --        {-1}        the attempt was voided by its sender (rwmutex_leave.lua): nothing done
 --
 -- A reader gets in unless a writer holds, or a writer waits and the reader was not admitted
@@ -33,12 +38,13 @@ prune(now_ms)
 local wait = writer_left()
 
 if A.mode == 'r' then
+  local told = wait >= 0 and 1 or 0 -- behind a write hold, whose renewals tell the readers
   if wait < 0 and (A.waiter == '' or not redis.call('ZSCORE', K.ra, A.waiter)) then
     wait = left(K.ww, now_ms)
   end
   if wait >= 0 then
     mark(K.rq, now_ms, wait)
-    return {0, wait}
+    return {0, wait, told}
   end
   -- The name's last token. If the fence keeps none, the reader takes one from the clock (and
   -- keeps it as the last), so that a read token never goes below a token handed out before
@@ -54,11 +60,19 @@ if A.mode == 'r' then
       redis.call('ZREM', K.ra, A.waiter) -- the last of its process: the admission is used
     end
   end
+  if redis.call('EXISTS', K.ww) == 1 then
+    -- An admitted reader, ahead of a waiting writer: tell it when the shares now end.
+    tell_writer(now_ms, shares_left(now_ms))
+  end
   return {1, token}
 end
 
+-- behind: the caller waits behind a write hold or read shares, whose renewals tell the first
+-- waiting writer when they now end (not behind another writer's turn: that is a backstop).
+local behind = wait >= 0
 if wait < 0 then
-  wait = math.max(left(K.r, now_ms), left(K.ra, now_ms))
+  wait = shares_left(now_ms)
+  behind = wait >= 0
 end
 if wait < 0 then
   -- Free: is it this writer's turn?
@@ -70,7 +84,8 @@ end
 if wait >= 0 then
   mark(K.ww, now_ms, wait)
   queue_writer(now_us, wait, false)
-  return {0, wait}
+  local told = behind and A.waiter ~= '' and first_writer(now_ms) == A.waiter
+  return {0, wait, told and 1 or 0}
 end
 local token = next_token(K.fence, A.fence_ttl, now_us)
 if not token then
@@ -79,8 +94,10 @@ end
 redis.call('SET', K.w, A.owner, 'PX', A.ttl)
 if A.waiter ~= '' then
   if A.more then
-    -- Other writers of this process wait: keep the mark (readers stay behind them), and go to
-    -- the tail of the order, behind the writers of other processes.
+    -- Other writers of this process wait: keep the mark (readers stay behind them) for as
+    -- long as the hold plus slack, as a wait behind it would, and go to the tail of the
+    -- order, behind the writers of other processes.
+    mark(K.ww, now_ms, A.ttl)
     queue_writer(now_us, A.ttl, true)
   else
     redis.call('ZREM', K.ww, A.waiter)

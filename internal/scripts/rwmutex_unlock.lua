@@ -30,7 +30,7 @@ end
 local at = redis.call('ZSCORE', K.r, A.owner)
 redis.call('ZREM', K.r, A.owner)
 prune(now_ms)
-after_read()
+after_read(now_ms)
 if at and tonumber(at) > now_ms then
   record_release(K.rel, A.owner, A.ttl)
   return 1

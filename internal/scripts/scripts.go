@@ -42,6 +42,7 @@ var (
 	SemaphoreLeave   = load("semaphore_leave.lua")
 	SemaphoreResize  = load("semaphore_resize.lua")
 	SemaphorePlace   = load("semaphore_place.lua")
+	SemaphoreRenew   = load("semaphore_renew.lua")
 	SemaphoreStatus  = load("semaphore_status.lua")
 
 	Holders = load("holders.lua")
@@ -53,6 +54,7 @@ var (
 	RWMutexLock   = load("rwmutex_lock.lua")
 	RWMutexUnlock = load("rwmutex_unlock.lua")
 	RWMutexLeave  = load("rwmutex_leave.lua")
+	RWMutexRenew  = load("rwmutex_renew.lua")
 
 	FenceRaise   = load("fence_raise.lua")
 	FencedSet    = load("fenced_set.lua")

@@ -638,3 +638,173 @@ func TestReentrantUndoSparesALaterHold(t *testing.T) {
 		}
 	})
 }
+
+// serverMs returns the server's clock in ms.
+func (e *env) serverMs() int64 {
+	e.t.Helper()
+	tm, err := e.do(e.c.B().Time().Build()).AsStrSlice()
+	if err != nil || len(tm) != 2 {
+		e.t.Fatalf("TIME: %v, %v", tm, err)
+	}
+	s, _ := strconv.ParseInt(tm[0], 10, 64)
+	us, _ := strconv.ParseInt(tm[1], 10, 64)
+	return s*1000 + us/1000
+}
+
+// A semaphore holder's renewal tells the head of the queue when its request would fit if no
+// holder renewed again: the holders' leases run out in order, each giving back its permits,
+// and the request fits at the expiry of the holder that makes up what it lacks (not the
+// earliest, not the last). The head's own attempt is told the same. Nobody waiting, nothing
+// is published; a lapsed hold is not renewed.
+func TestSemaphoreRenewalTellsTheHeadWhenItFits(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		base := strings.TrimSuffix(e.k.lock, ":mutex") + ":semaphore" // the mutex's slot: its channel is ours
+		keys := []string{base, base + ":n", base + ":q", base + ":qx", base + ":qn", base + ":size", base + ":ops"}
+		args := func(id string, n int) []string {
+			return []string{id, strconv.Itoa(n), "4", "5000", "60000", "3000", e.k.ch, e.k.pub, "60000", "0"}
+		}
+		renew := func(owner string) int64 {
+			t.Helper()
+			v, err := scripts.SemaphoreRenew.Exec(context.Background(), e.c, keys, args(owner, 0)).AsInt64()
+			if err != nil {
+				t.Fatalf("renew %s: %v", owner, err)
+			}
+			return v
+		}
+		now := e.serverMs()
+		// Size 4, all held: a (1 permit, 1 s left), b (2, 2 s), c (1, 0.5 s; it renews).
+		for _, h := range []struct {
+			owner string
+			n     int
+			left  int64
+		}{{"a", 1, 1000}, {"b", 2, 2000}, {"c", 1, 500}} {
+			e.do(e.c.B().Zadd().Key(keys[0]).ScoreMember().ScoreMember(float64(now+h.left), h.owner).Build())
+			e.do(e.c.B().Hset().Key(keys[1]).FieldValue().FieldValue(h.owner, strconv.Itoa(h.n)).Build())
+		}
+		e.do(e.c.B().Set().Key(keys[5]).Value("4").Build())
+		msgs := e.listen("p")
+		if renew("c") != 1 {
+			t.Fatal("renewal of a live hold failed")
+		}
+		select {
+		case m := <-msgs:
+			t.Fatalf("a renewal nobody waits behind published %q", m[1])
+		case <-time.After(100 * time.Millisecond):
+		}
+		// The head wants 3: a's and b's permits make them up, at b's expiry.
+		v, err := scripts.SemaphoreAcquire.Exec(context.Background(), e.c, keys, args("p/w", 3)).AsIntSlice()
+		if err != nil || len(v) != 3 || v[0] != 0 || v[2] != 1 || v[1] < 1700 || v[1] > 2000 {
+			t.Fatalf("the head's attempt = %v, %v; want {0, about 2000 (b's expiry), 1}", v, err)
+		}
+		fit := func() int64 {
+			t.Helper()
+			select {
+			case m := <-msgs:
+				f := strings.Fields(m[1])
+				ms, err := strconv.ParseInt(f[1], 10, 64)
+				if m[0] != "p" || len(f) != 3 || f[0] != "x" || f[2] != "p/w" || err != nil {
+					t.Fatalf("message %q on %s's channel, want x <ms> p/w", m[1], m[0])
+				}
+				return ms
+			case <-time.After(5 * time.Second):
+				t.Fatal("the head was not told")
+			}
+			return 0
+		}
+		if renew("c") != 1 {
+			t.Fatal("renewal failed")
+		}
+		if ms := fit(); ms < 1500 || ms > 2000 {
+			t.Fatalf("the head was told its request fits in %d ms, want about 2000 (b's expiry)", ms)
+		}
+		// b releases: with its two permits back, a's makes up the third, at a's expiry.
+		if v, err := scripts.SemaphoreRelease.Exec(context.Background(), e.c, keys, append(args("b", 2)[:9], "r1")).AsInt64(); err != nil || v != 1 {
+			t.Fatalf("release of b = %v, %v", v, err)
+		}
+		if ms := fit(); ms < 500 || ms > 1000 {
+			t.Fatalf("after b released, the head was told %d ms, want about 1000 (a's expiry)", ms)
+		}
+		// A holder whose lease ran out is not renewed.
+		e.do(e.c.B().Zadd().Key(keys[0]).ScoreMember().ScoreMember(float64(now-1), "gone").Build())
+		if renew("gone") != 0 {
+			t.Fatal("a lapsed hold was renewed")
+		}
+	})
+}
+
+// A rwmutex hold's renewal tells the waiters it keeps out when it now ends: a write hold, every
+// waiting reader ('x <ttl> *' on the readers' channel) and the first waiting writer ('x <ttl>
+// <waiter>' on the writers'); a read share, the first waiting writer, with the last share's
+// end. The attempts of those waiters say they will be told (told = 1); a writer behind another
+// writer's turn is not.
+func TestRWMutexRenewalTellsTheWaiters(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		base := strings.TrimSuffix(e.k.lock, ":mutex") + ":rwmutex" // the mutex's slot: its channel is ours
+		keys := []string{base, base + ":r", base + ":ww", base + ":rq", base + ":ra", base + ":fence", base + ":ops", base + ":wo", base + ":rel"}
+		args := func(mode, owner, waiter string) []string {
+			return []string{mode, owner, waiter, "0", "10000", "5000", "500", "60000", "60000", e.k.ch, e.k.pub}
+		}
+		lock := func(mode, owner, waiter string) []int64 {
+			t.Helper()
+			v, err := scripts.RWMutexLock.Exec(context.Background(), e.c, keys, args(mode, owner, waiter)).AsIntSlice()
+			if err != nil {
+				t.Fatalf("lock %s %s: %v", mode, owner, err)
+			}
+			return v
+		}
+		renew := func(mode, owner string) int64 {
+			t.Helper()
+			v, err := scripts.RWMutexRenew.Exec(context.Background(), e.c, keys, args(mode, owner, "")).AsInt64()
+			if err != nil {
+				t.Fatalf("renew %s %s: %v", mode, owner, err)
+			}
+			return v
+		}
+		msgs := e.listen("r", "w")
+		if v := lock("w", "w1", ""); v[0] != 1 {
+			t.Fatalf("Lock of a free rwmutex = %v", v)
+		}
+		if renew("w", "w1") != 1 {
+			t.Fatal("renewal of the write hold failed")
+		}
+		select {
+		case m := <-msgs:
+			t.Fatalf("a renewal nobody waits behind published %q on %s", m[1], m[0])
+		case <-time.After(100 * time.Millisecond):
+		}
+		for _, c := range []struct {
+			mode, waiter string
+			told         int64
+		}{{"r", "R", 1}, {"w", "W", 1}, {"w", "W2", 0}} {
+			if v := lock(c.mode, "o-"+c.waiter, c.waiter); len(v) != 3 || v[0] != 0 || v[1] < 9000 || v[2] != c.told {
+				t.Fatalf("attempt of %s behind the write hold = %v, want {0, about 10000, %d}", c.waiter, v, c.told)
+			}
+		}
+		if renew("w", "w1") != 1 {
+			t.Fatal("renewal of the write hold failed")
+		}
+		e.expect(msgs, "r", "x 10000 *", "w", "x 10000 W")
+		v, err := scripts.RWMutexUnlock.Exec(context.Background(), e.c, keys, args("w", "w1", "")).AsInt64()
+		if err != nil || v != 1 {
+			t.Fatalf("Unlock = %v, %v", v, err)
+		}
+		e.expect(msgs, "r", "r", "w", "w")
+		// The admitted reader gets in, ahead of the writers, and tells the first when its share ends.
+		if v := lock("r", "r1", "R"); v[0] != 1 {
+			t.Fatalf("RLock of the admitted reader = %v", v)
+		}
+		e.expect(msgs, "w", "x 10000 W")
+		if v := lock("w", "o-W", "W"); len(v) != 3 || v[0] != 0 || v[1] < 9000 || v[2] != 1 {
+			t.Fatalf("the first writer behind a share = %v, want {0, about 10000, 1}", v)
+		}
+		if renew("r", "r1") != 1 {
+			t.Fatal("renewal of the share failed")
+		}
+		e.expect(msgs, "w", "x 10000 W")
+		if renew("r", "nobody") != 0 || renew("w", "w1") != 0 {
+			t.Fatal("a hold that is not there was renewed")
+		}
+	})
+}

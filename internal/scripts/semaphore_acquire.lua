@@ -4,8 +4,11 @@
 -- KEYS and ARGV: see lib/sem.lua (extra = '1' for TryAcquire, which never queues).
 -- Reply: {1}        the caller holds n permits as owner id
 --        {2}        permits granted to the caller were adopted: it holds them as '~'..id
---        {0, wait}  queued (or, for a try, not taken): permits could come back by
---                   themselves in wait ms
+--        {0, wait, head}
+--                   queued (or, for a try, not taken): head = 1 if the caller heads the
+--                   queue, and its request would fit in wait ms if no holder renewed again
+--                   (each renewal tells it anew: lib/sem.lua, serve()); head = 0 otherwise,
+--                   and permits could come back by themselves in wait ms (the earliest lease)
 --        {-1}       the waiter gave up (semaphore_leave.lua voided it): nothing done
 --        {-2, size} the semaphore's size in Redis is size, not the caller's
 --
@@ -49,7 +52,7 @@ if not head(now_ms) and A.n <= A.size - used then
   return {1}
 end
 if A.extra == '1' then
-  return {0, wait(now_ms)}
+  return {0, wait(now_ms), 0}
 end
 local live = A.ttl + A.slack + A.wlease
 redis.call('ZADD', K.q, 'NX', now_us, A.id)
@@ -58,8 +61,11 @@ redis.call('HSET', K.qn, A.id, A.n)
 for _, k in ipairs({K.q, K.qx, K.qn}) do
   live_for(k, live)
 end
-serve(now_ms, function() return used end, A.id)
+local fit = serve(now_ms, function() return used end, A.id)
 if redis.call('HEXISTS', K.n, A.id) == 1 then
   return {1}
 end
-return {0, wait(now_ms)}
+if fit then
+  return {0, fit, 1}
+end
+return {0, wait(now_ms), 0}

@@ -26,6 +26,13 @@
 -- Every mark and lease lapses by itself: a crashed reader's share, a crashed writer's mark,
 -- an admitted reader that never came. Scripts drop lapsed entries before they decide.
 --
+-- Messages: 'r' on the readers' channel and 'w' on the writers' ask every waiting process to
+-- look again. 'x <ms> *' on the readers' channel tells every waiting reader that the write hold
+-- it waits behind now ends in ms; 'x <ms> <waiter>' on the writers' channel tells the first
+-- waiting writer that what it waits behind (the write hold, or the read shares and
+-- admissions) now ends in ms. A lease that runs out publishes nothing: these, sent by every
+-- renewal (rwmutex_renew.lua), let a waiter re-check right after it does, and not before.
+--
 -- Requires lib/clock.lua.
 
 local K = {w = KEYS[1], r = KEYS[2], ww = KEYS[3], rq = KEYS[4], ra = KEYS[5], fence = KEYS[6], ops = KEYS[7],
@@ -115,10 +122,27 @@ local function after_write(now_ms)
   end
 end
 
+-- tell_writer() tells the first waiting writer, if any, that what it waits behind now ends in
+-- ms ('x <ms> <waiter>'): it re-checks just after that, not before.
+local function tell_writer(now_ms, ms)
+  local first = first_writer(now_ms)
+  if first and ms < 2^31 then -- no lease a script wrote is that long: leave it to the backstop
+    redis.call(A.pub, A.ch .. ':w', 'x ' .. int(math.max(ms, 1)) .. ' ' .. first)
+  end
+end
+
+-- shares_left() returns the ms until the last live share or admission lapses (-1: none).
+local function shares_left(now_ms)
+  return math.max(left(K.r, now_ms), left(K.ra, now_ms))
+end
+
 -- after_read() runs when a reader's share or admission is gone: if it was the last, a
--- waiting writer is told.
-local function after_read()
+-- waiting writer is told to look again; if not, the first waiting writer is told when the
+-- last of the others now lapses (the one that went may have been the last to).
+local function after_read(now_ms)
   if redis.call('EXISTS', K.r) == 0 and redis.call('EXISTS', K.ra) == 0 then
     redis.call(A.pub, A.ch .. ':w', 'w')
+  elseif redis.call('EXISTS', K.ww) == 1 then
+    tell_writer(now_ms, shares_left(now_ms))
   end
 end

@@ -22,6 +22,10 @@
 -- and each waiter served is one O(log w) removal; a take or a release that nobody waits for
 -- neither sums the holders nor walks the queue.
 --
+-- Messages (lib/queue.lua): 'g <n>  <ms> <id>' grants n permits to waiter id for ms (no
+-- backup); 'w <ms> <id>' tells the head to watch grants made ahead of it; 'x <ms> <id>' tells
+-- the head that its request would fit in ms if no holder renewed (or released) again.
+--
 -- Requires lib/clock.lua and lib/queue.lua (tell).
 
 local K = {h = KEYS[1], n = KEYS[2], q = KEYS[3], qx = KEYS[4], qn = KEYS[5], size = KEYS[6], ops = KEYS[7]}
@@ -113,6 +117,41 @@ local function head(now_ms)
   end
 end
 
+-- fits_in() returns the ms from now until short more permits come back if no holder renews
+-- (or releases) again: the holders' leases run out in the order of their expiries, each
+-- giving back its permits, so the request fits at the expiry of the holder that makes up
+-- short. nil if it never would: the holders hold fewer than short (the semaphore shrank below
+-- the request), or that holder's lease has no end a script wrote (+inf). Lapsed holders must
+-- have been pruned. It reads the holders in order, 64 at a time, and stops at that holder:
+-- O(h) at most.
+local function fits_in(now_ms, short)
+  local from = 0
+  while true do
+    local hs = redis.call('ZRANGE', K.h, from, from + 63, 'WITHSCORES')
+    if not hs[1] then
+      return nil
+    end
+    local owners = {}
+    for i = 1, #hs, 2 do
+      owners[#owners + 1] = hs[i]
+    end
+    local counts = redis.call('HMGET', K.n, unpack(owners))
+    for j = 1, #owners do
+      short = short - (permits(counts[j]) or 0)
+      if short <= 0 then
+        local at = tonumber(hs[2 * j])
+        if not at or at >= 2^53 then
+          return nil
+        end
+        -- At least 1 ms (a notice of 0 is malformed), at most about 24 days (a reply and a
+        -- notice the client can hold: no lease a script wrote is that long).
+        return math.min(math.max(at - now_ms, 1), 2^31 - 1)
+      end
+    end
+    from = from + 64
+  end
+end
+
 -- serve() hands free permits to the waiters at the head of the queue, in order, while the
 -- head's request fits; used() gives the permits in use, and is called only if someone waits.
 -- A request that does not fit stops the walk, as in x/sync/semaphore: later, smaller
@@ -121,6 +160,14 @@ end
 -- them as '~'..id for a waiter lease, until it confirms, and told. If a grant was made and a
 -- head is left waiting, that head is told to watch: a grantee that died gives its permits
 -- back after the waiter lease, and publishes nothing then.
+--
+-- The head left waiting is also told when its request would fit if no holder renewed again
+-- (fits_in(): 'x <ms> <id>'), or, if it is self, that is returned (nil otherwise). It
+-- re-checks just after that, and not before, unless told again: every holder's renewal
+-- (semaphore_renew.lua) serves and tells it too, and a renewal only pushes that moment
+-- later. Permits come back by themselves (a lease runs out) publishing nothing; this is how
+-- the head is there a round trip after they do, while it sends nothing as long as the
+-- holders renew.
 local function serve(now_ms, used, self)
   local free
   local granted = false
@@ -138,6 +185,13 @@ local function serve(now_ms, used, self)
     elseif need > free then
       if granted and w ~= self then
         tell(A.pub, A.prefix, w, 'w ' .. A.wlease)
+      end
+      local fit = fits_in(now_ms, need - free)
+      if w == self then
+        return fit
+      end
+      if fit then
+        tell(A.pub, A.prefix, w, 'x ' .. int(fit))
       end
       return
     else
