@@ -239,18 +239,25 @@ func (n *Notifier) unsubscribe(c *channel) {
 	}()
 }
 
+// subscribeCmd and unsubscribeCmd build the notifier's commands pinned (never returned to
+// rueidis' pool of command buffers). rueidis sends a (un)subscription again on a new
+// connection when the one it was written to dropped, and recycles its buffer once it is
+// answered there; the dropped connection's writer read the buffer, and a buffer recycled into
+// the next command races with that read (the race detector reported it under CLIENT KILL, with
+// a waitgroup's next script built in the recycled buffer). A pinned buffer is left to the
+// garbage collector: one allocation per (un)subscription.
 func (n *Notifier) subscribeCmd(name string) rueidis.Completed {
 	if n.sharded {
-		return n.client.B().Ssubscribe().Channel(name).Build()
+		return n.client.B().Ssubscribe().Channel(name).Build().Pin()
 	}
-	return n.client.B().Subscribe().Channel(name).Build()
+	return n.client.B().Subscribe().Channel(name).Build().Pin()
 }
 
 func (n *Notifier) unsubscribeCmd(name string) rueidis.Completed {
 	if n.sharded {
-		return n.client.B().Sunsubscribe().Channel(name).Build()
+		return n.client.B().Sunsubscribe().Channel(name).Build().Pin()
 	}
-	return n.client.B().Unsubscribe().Channel(name).Build()
+	return n.client.B().Unsubscribe().Channel(name).Build().Pin()
 }
 
 // run keeps channel c subscribed while it has listeners. rueidis' Receive returns when the
