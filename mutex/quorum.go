@@ -294,7 +294,12 @@ wait:
 					state[i] = parked
 				}
 			}
-			q.giveBack(back)
+			// In the background: a primary that answers slowly (stopped, cut off) must not
+			// stop the gathering, or the claims of the primaries that come free meanwhile
+			// would wait, held and unused, and every other process behind them. A parked
+			// primary attempted again meanwhile comes after its own release in Redis (one
+			// connection, in order), and waits in that primary's queue like any other.
+			go q.giveBack(back)
 			if count(pending) == 0 {
 				for i := range state {
 					if state[i] == parked {

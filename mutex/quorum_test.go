@@ -13,6 +13,7 @@ import (
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/fair"
 	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/internal/scripts"
 	"github.com/distsync/distsync/mutex"
 )
 
@@ -332,6 +333,67 @@ func TestQuorumUnlockReportsLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A quorum Lock whose split vote gives back a claim on a primary that answers slowly (stopped,
+// cut off) does not stop gathering meanwhile: when the primaries it waits for come free, it
+// takes its majority at once, not when the slow primary answers the give-back.
+func TestQuorumGivesBackWithoutStalling(t *testing.T) {
+	ps := primaries(t, 3)
+	var hs []*distsync.Handle
+	f := redistest.NewFaulty(ps[0].Client(t))
+	hs = append(hs, redistest.Handle(t, f, distsync.WithKeyPrefix("quorum:")))
+	for _, p := range ps[1:] {
+		hs = append(hs, redistest.Handle(t, p.Client(t), distsync.WithKeyPrefix("quorum:")))
+	}
+	m, err := mutex.New(hs[0], "slow", mutex.WithQuorum(hs[1:]...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another process holds the name on the second and third primaries (plain mutexes).
+	var others []*mutex.Mutex
+	for _, p := range ps[1:] {
+		o, err := mutex.New(redistest.Handle(t, p.Client(t), distsync.WithKeyPrefix("quorum:")), "slow")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lockWithin(t, o, 5*time.Second)
+		others = append(others, o)
+	}
+	// m takes the first primary, waits on the others, and after QuorumWait gives the first back
+	// (a split vote); that release answers 3 s late.
+	const slow = 3 * time.Second
+	f.Delay(1, slow, redistest.ScriptCall(scripts.MutexRelease))
+	res := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := m.LockLease(ctx)
+		res <- err
+	}()
+	if !redistest.Eventually(5*time.Second, func() bool { return f.Dropped() > 0 }) {
+		t.Fatal("the quorum Lock never gave back its first primary")
+	}
+	freed := time.Now()
+	for _, o := range others {
+		unlock(t, o)
+	}
+	select {
+	case err := <-res:
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := time.Since(freed)
+		t.Logf("the quorum Lock took its majority %v after it came free (a give-back answered %v late)", d.Round(time.Millisecond), slow)
+		if d > slow-time.Second {
+			t.Fatalf("the quorum Lock took its majority %v after it came free: it waited for the slow give-back (%v)", d, slow)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the quorum Lock never took its majority")
+	}
+	if err := m.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
