@@ -16,7 +16,8 @@
 -- its own setting; <backup> lists the watchers, '<id>[,<id>]'); 'w <ms> <waiter>' to each
 -- watcher (re-check if the grant is not confirmed within <ms>); 'c <waiter>' to each watcher
 -- (confirmed); 'x <ms> <waiter>' to the head of a
--- mutex's queue when the holder renews (mutex_renew.lua: the lease now ends in <ms>).
+-- queue when the holder renews (mutex_renew.lua, reentrant_renew.lua: the lease now ends in
+-- <ms>).
 --
 -- A queue may keep a record of who holds the lock (election: the leader): rec, a table
 -- {values = <hash>, channel = <observers' channel>, live = <the lease in ms>}, or nil for a
@@ -143,7 +144,9 @@ end
 -- nobody can be granted the lock: it is freed, and the head is told to re-check (its attempt
 -- then reports the fence's error). With a record (rec), the record names no holder until
 -- the grant is adopted (crown()), and the values of dead waiters are dropped.
-local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub, rec)
+-- With hash (a reentrant mutex, whose lock is a hash of owner counts), the grant is the lock's
+-- only field, 'g' = '~<waiter>:<token>', instead of its string value.
+local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub, rec, hash)
   local now_ms, now_us
   for _ = 1, 1000 do
     local ids = redis.call('ZRANGE', q, 0, 9)
@@ -163,7 +166,13 @@ local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub, rec)
         return ''
       end
       token = int(token)
-      redis.call('SET', lock, '~' .. head .. ':' .. token, 'PX', window)
+      if hash then
+        redis.call('DEL', lock)
+        redis.call('HSET', lock, 'g', '~' .. head .. ':' .. token)
+        redis.call('PEXPIRE', lock, window)
+      else
+        redis.call('SET', lock, '~' .. head .. ':' .. token, 'PX', window)
+      end
       -- The watchers are the next two live waiters: a dead one would watch nothing.
       local watchers = {}
       for i = 2, #ids do
@@ -189,4 +198,22 @@ local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub, rec)
   end
   redis.call('DEL', lock)
   return ''
+end
+
+-- tell_head() tells msg to the first waiter whose entry is live (among the first ten): a dead
+-- head (its entry lapsed, not yet pruned) must not take the notices of the live one behind
+-- it. A reentrant holder's renewal sends 'x <ms>' this way (reentrant_renew.lua;
+-- mutex_renew.lua does the same inline).
+local function tell_head(q, qx, pub, prefix, msg)
+  local ids = redis.call('ZRANGE', q, 0, 9)
+  if not ids[1] then
+    return
+  end
+  local now_ms = now()
+  for _, id in ipairs(ids) do
+    if tonumber(redis.call('ZSCORE', qx, id) or '0') > now_ms then
+      tell(pub, prefix, id, msg)
+      return
+    end
+  end
 end
