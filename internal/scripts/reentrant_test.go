@@ -151,6 +151,19 @@ func TestReentrantUnlockGrantsTheHead(t *testing.T) {
 			t.Fatalf("grant token %d not above the hold's %d", tok, held[2])
 		}
 		e.expect(msgs, "w1", "g "+strconv.FormatInt(tok, 10)+" w2,w3 500 w1", "w2", "w 500 w2", "w3", "w 1000 w3")
+		rows, err := scripts.Holders.Exec(context.Background(), e.c, []string{r.lock}, []string{"hash"}).ToArray()
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("holders.lua during the grant: %v, %v", rows, err)
+		}
+		if row, _ := rows[0].ToArray(); len(row) != 5 {
+			t.Fatalf("holders.lua row %v", row)
+		} else if owner, _ := row[0].ToString(); owner != g {
+			t.Fatalf("holders.lua names %q during the grant, want %q", owner, g)
+		} else if n, _ := row[3].AsInt64(); n != 0 {
+			t.Fatalf("holders.lua counts %d holds for the grant, want 0", n)
+		} else if tk, _ := row[2].AsInt64(); tk != tok {
+			t.Fatalf("holders.lua gives the grant token %d, want %d", tk, tok)
+		}
 		if pttl, _ := e.do(e.c.B().Pttl().Key(r.lock).Build()).AsInt64(); pttl <= 0 || pttl > 500 {
 			t.Fatalf("grant PTTL %d, want the 500 ms window", pttl)
 		}
