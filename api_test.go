@@ -272,6 +272,7 @@ func TestOptionsThatDoNotApplyAreErrors(t *testing.T) {
 			"once.Group WithFixedLease":   second(once.NewGroup[string](h, "x", distsync.WithFixedLease(time.Second), once.WithKeep(time.Second))),
 			"once.Once WithLeaseTTL":      second(once.NewOnce(h, "x", distsync.WithLeaseTTL(time.Second))),
 			"reentrant WithFixedLease":    second(reentrant.New(h, "x", distsync.WithFixedLease(time.Second))),
+			"reentrant WithHandoffWindow": second(reentrant.New(h, "x", distsync.WithHandoffWindow(time.Second))),
 			"rwmutex WithHandoffWindow":   second(rwmutex.New(h, "x", distsync.WithHandoffWindow(time.Second))),
 			"distsync.New WithFixedLease": second(distsync.New(b.Client(t), distsync.WithFixedLease(time.Second))),
 		} {

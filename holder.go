@@ -8,7 +8,9 @@ import "time"
 // to lock: TryLock does that atomically.
 type Holder struct {
 	// Owner is the hold's owner value in Redis. For a reentrant mutex it is the
-	// reentrant.Owner; for the other primitives an opaque id of the call or process.
+	// reentrant.Owner; for the other primitives an opaque id of the call or process. A claim
+	// handed to a waiting process inside Redis and not taken up yet is "~<waiter>:<token>"
+	// (for a reentrant mutex, with Count 0: no Lock holds it yet).
 	Owner string
 	// Handle is the [Handle.ID] of the Handle the hold was taken through; empty for a
 	// reentrant mutex, whose holds belong to an owner, not to a Handle.
@@ -19,8 +21,8 @@ type Holder struct {
 	// Remaining is how long Redis keeps the hold unless its holder renews it; negative if
 	// Redis keeps it without expiry (distsync never writes such a hold).
 	Remaining time.Duration
-	// Count is the hold count of a reentrant owner, or the permits a semaphore holder has; 1
-	// otherwise.
+	// Count is the hold count of a reentrant owner (0 for a hand-off not taken up yet), or the
+	// permits a semaphore holder has; 1 otherwise.
 	Count int64
 	// Shared is true for a read hold of a read-write mutex.
 	Shared bool

@@ -58,9 +58,9 @@ func WithWaiterLease(d time.Duration) Option {
 // until that process confirms it: what a waiter that died while queued can cost the others,
 // once. It must be at least a millisecond. The default is [DefaultHandoffWindow].
 //
-// Applies to: New, mutex, rwmutex.
+// Applies to: New, mutex, reentrant, rwmutex.
 func WithHandoffWindow(d time.Duration) Option {
-	return Option{core.Opt{Name: "WithHandoffWindow", Handle: true, Kinds: []string{core.KindMutex, core.KindRWMutex},
+	return Option{core.Opt{Name: "WithHandoffWindow", Handle: true, Kinds: []string{core.KindMutex, core.KindReentrant, core.KindRWMutex},
 		Set: func(s *core.Settings) { s.HandoffWindow = d }}}
 }
 

@@ -56,17 +56,16 @@ type Report struct {
 	// wait group's live members, one unit of pending work each. Several holds come in the
 	// order their leases end, soonest first. A claim handed over inside Redis and not yet
 	// confirmed by its new holder shows the owner value "~<waiter>:<token>" ("~<waiter>" for
-	// semaphore permits). Nil if nobody holds.
+	// semaphore permits; for a reentrant mutex, with Count 0). Nil if nobody holds.
 	Holders []distsync.Holder
 
 	// Queue are the live waiters, in the order they will be served: the waiting processes
-	// of a mutex (one entry per process, however many of its goroutines wait); the waiting
-	// calls of a fair mutex, a semaphore or an election; a rwmutex's readers admitted by
-	// the last writer's Unlock, then its waiting writers in turn, with its waiting readers
-	// (in no order among themselves) where the next writer's Unlock lets them in: before
-	// the first waiting writer if a writer holds, after it otherwise. A reentrant mutex and
-	// a once group keep no queue in Redis (their waiters listen on pub/sub), so it is nil
-	// for them.
+	// of a mutex or a reentrant mutex (one entry per process, however many of its goroutines
+	// wait); the waiting calls of a fair mutex, a semaphore or an election; a rwmutex's
+	// readers admitted by the last writer's Unlock, then its waiting writers in turn, with
+	// its waiting readers (in no order among themselves) where the next writer's Unlock lets
+	// them in: before the first waiting writer if a writer holds, after it otherwise. A once
+	// group keeps no queue in Redis (its waiters listen on pub/sub), so it is nil for it.
 	Queue []Waiter
 
 	// Fence is the last fencing token handed out for the name (the current holder's, while

@@ -298,11 +298,12 @@ func TestReentrant(t *testing.T) {
 		if err := m.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		// Another owner waits; its process listens on pub/sub, and Redis keeps no queue.
+		// Another owner waits: its process is queued.
 		w, _ := reentrant.New(other, "account:7")
 		e.wait(func(ctx context.Context) error {
 			return w.Lock(reentrant.WithOwner(ctx, reentrant.NewOwner()))
 		})
+		e.until("a waiting process", inspect.Reentrant, "account:7", queued(1))
 		var r inspect.Report
 		e.unchanged(func() { r = e.inspect(inspect.Reentrant, "account:7") })
 		if len(r.Holders) != 1 {
@@ -312,8 +313,9 @@ func TestReentrant(t *testing.T) {
 		if r.Holders[0].Owner != string(o) {
 			t.Errorf("Owner = %q, want the reentrant owner %q", r.Holders[0].Owner, o)
 		}
-		if r.Queue != nil || r.Fence != l.Token() {
-			t.Errorf("Queue %+v, Fence %d: want none and the hold's token %d", r.Queue, r.Fence, l.Token())
+		checkQueue(t, "reentrant", r.Queue, other.ID())
+		if r.Fence != l.Token() {
+			t.Errorf("Fence %d: want the hold's token %d", r.Fence, l.Token())
 		}
 	})
 }

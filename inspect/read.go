@@ -22,7 +22,7 @@ import (
 // main key). A primitive that has none of them is absent from Redis.
 var layout = map[string][]string{
 	Mutex:     {"", "fence", "q", "qx", "rel"},
-	Reentrant: {"", "fence", "ops"},
+	Reentrant: {"", "fence", "ops", "q", "qx"},
 	RWMutex:   {"", "r", "ww", "rq", "ra", "fence", "ops", "wo", "rel"},
 	Fair:      {"", "fence", "q", "qx", "rel"},
 	Semaphore: {"", "n", "q", "qx", "qn", "size", "ops"},

@@ -9,11 +9,20 @@
 // the first's hold, and the mutex is free once both have unlocked.
 //
 // The hold count lives in Redis, in a hash: owner -> count. Lock adds one and Unlock takes one
-// away; the Unlock that brings it to zero frees the mutex and wakes the waiting processes. A
-// request is counted once however often it is sent: an Unlock retried after a lost reply is
-// recognised by its request id, and a Lock whose reply was lost is undone before it is tried
-// again. Each hold is a lease renewed by the Handle, with a loss signal; the fencing token is
-// that of the outermost Lock, the same for every nested one.
+// away; the Unlock that brings it to zero hands the mutex to the next waiting process inside
+// Redis, or frees it if nobody waits. A request is counted once however often it is sent: an
+// Unlock retried after a lost reply is recognised by its request id, and a Lock whose reply
+// was lost is undone before it is tried again. Each hold is a lease renewed by the Handle,
+// with a loss signal; the fencing token is that of the outermost Lock, the same for every
+// nested one.
+//
+// Fairness: as for package mutex, waiting processes are served in the order they first
+// waited, one hold each (a process whose goroutines wait for several owners goes back to the
+// end of the line after each), and the goroutines of one process in the order they called
+// Lock: a waiting process is overtaken at most once by each other process. A re-entry, and a
+// Lock of an owner that holds the mutex through another process, never wait in that line. A
+// Lock that finds the mutex free takes it at once, even while others are queued (a hand-off to
+// a waiter that died lapsed, or the lease of a holder that died ran out).
 package reentrant
 
 import (
@@ -69,9 +78,14 @@ type Mutex struct {
 	ttl   time.Duration
 	renew bool
 
-	lock, channel string
-	keys          []string // lock, fence, ops
-	room          *waitq.Room
+	lock       string
+	keys       []string // lock, fence, ops, q, qx
+	chanPrefix string   // waiter w listens on chanPrefix + ":" + w
+	waiter     string   // this Mutex value's id in the Redis queue
+	room       *waitq.Room
+
+	// Script arguments that never change, built once.
+	ttlArg, fenceArg, slackArg, windowArg string
 
 	// turn serialises attempts with each other and with the local side of Unlock (a
 	// one-slot semaphore, so that an attempt can give up waiting for it with its context): an
@@ -85,7 +99,13 @@ type Mutex struct {
 	// ctx ended, or Redis was unreachable): the owner's next Lock waits for them, so that a
 	// new outermost Lock never joins a hold whose release is still on its way.
 	unlocking map[Owner]*pending
+	// waiting holds, by owner, the Locks waiting in the room: when a hold of their owner
+	// starts here, they stop waiting and re-enter it (see lock2).
+	waiting map[Owner]map[*roomWait]struct{}
 }
+
+// roomWait is one Lock waiting in the room; cancel ends its wait with errOwnerHolds.
+type roomWait struct{ cancel context.CancelCauseFunc }
 
 // pending counts an owner's Unlocks still being finished; done closes when none is left.
 type pending struct {
@@ -103,10 +123,12 @@ type hold struct {
 }
 
 // New returns the reentrant Mutex called name. It sends nothing to Redis. Its options are
-// [distsync.WithLeaseTTL] and [distsync.WithFixedLease] (a fixed lease runs from the last
-// Lock: re-entering extends it to its TTL again, and Redis frees the mutex that long after the
-// last Lock, whatever the count). It returns an error matching [distsync.ErrInvalid] for an
-// empty name, a bad option value, or an option that does not apply to a reentrant mutex.
+// [distsync.WithLeaseTTL], [distsync.WithFixedLease] (a fixed lease runs from the last Lock:
+// re-entering extends it to its TTL again, and Redis frees the mutex that long after the last
+// Lock, whatever the count) and [distsync.WithHandoffWindow] (how long a hand-off to a waiting
+// process lasts unless that process takes it up). It returns an error matching
+// [distsync.ErrInvalid] for an empty name, a bad option value, or an option that does not
+// apply to a reentrant mutex.
 func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, error) {
 	c, err := core.Open(h, core.KindReentrant)
 	if err != nil {
@@ -117,14 +139,18 @@ func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, erro
 		return nil, err
 	}
 	m := &Mutex{c: c, name: name, ttl: set.LeaseTTL, renew: !set.Fixed, turn: make(chan struct{}, 1), holds: make(map[Owner]*hold),
-		unlocking: make(map[Owner]*pending)}
+		unlocking: make(map[Owner]*pending), waiting: make(map[Owner]map[*roomWait]struct{})}
 	ks, err := c.Space(core.KindReentrant, name, m.ttl)
 	if err != nil {
 		return nil, err
 	}
-	m.lock, m.channel = ks.Key(), ks.Channel()
-	m.keys = []string{m.lock, ks.Part("fence"), ks.Part("ops")}
-	m.room = waitq.NewRoom(c, m.channel, waitq.Hooks{Parse: parse, Attempt: m.attempt, Abandon: m.abandon})
+	m.lock, m.chanPrefix = ks.Key(), ks.Channel()
+	m.keys = []string{m.lock, ks.Part("fence"), ks.Part("ops"), ks.Part("q"), ks.Part("qx")}
+	// A queue entry outlives the lease it waits behind by two renewal periods, as a mutex's.
+	m.ttlArg, m.fenceArg, m.slackArg = core.Ms(m.ttl), core.Ms(c.Config.FenceTTL), core.Ms(2*m.ttl/core.RenewDivisor)
+	m.windowArg = core.Ms(set.HandoffWindow)
+	m.waiter = c.NewID()
+	m.room = waitq.NewRoom(c, m.chanPrefix+":"+m.waiter, waitq.Hooks{Parse: m.parse, Attempt: m.roomAttempt, Abandon: m.abandon})
 	return m, nil
 }
 
@@ -133,13 +159,15 @@ func (m *Mutex) Name() string { return m.name }
 
 // Lock locks m for the owner that ctx carries. If that owner holds m already, here or in
 // another process, Lock adds one to its count and returns at once. Otherwise it waits, without
-// polling, until m is free and it takes it, or ctx ends: there is no limit on tries or time.
-// On success it returns nil ([Mutex.LockLease] returns the hold's lease too). If ctx ends
-// first it returns an error matching both
-// [distsync.ErrNotAcquired] and ctx.Err(), and the count is as it was. It returns an error
-// matching [distsync.ErrInvalid] if ctx carries no owner, and one matching [distsync.ErrLost]
-// if the owner's hold here was lost (re-entering a lost hold would hide the loss).
-// Connection errors are retried while waiting; other Redis errors are returned.
+// polling, in line with the other waiting processes (see the package doc), until m is handed
+// to it or found free, or ctx ends: there is no limit on tries or time. On success it returns
+// nil ([Mutex.LockLease] returns the hold's lease too). If ctx ends first it returns an error
+// matching both [distsync.ErrNotAcquired] and ctx.Err(), the count is as it was, and, unless
+// other goroutines of the process still wait, the process's place in line is given up (a
+// hand-off that reached it meanwhile goes on to the next waiting process) before Lock
+// returns. It returns an error matching [distsync.ErrInvalid] if ctx carries no owner, and one
+// matching [distsync.ErrLost] if the owner's hold here was lost (re-entering a lost hold would
+// hide the loss). Connection errors are retried while waiting; other Redis errors are returned.
 func (m *Mutex) Lock(ctx context.Context) error {
 	obs := m.c.Begin(ctx, core.KindReentrant, m.name, 1, false)
 	_, err := m.lock1(obs.Bind(ctx), true)
@@ -206,15 +234,21 @@ func (m *Mutex) lock1(ctx context.Context, wait bool) (bool, error) {
 	defer m.c.Exit()
 	for {
 		got, err := m.lock2(ctx, o, wait)
-		if !errors.Is(err, errUnlocking) {
+		if !errors.Is(err, errUnlocking) && !errors.Is(err, errOwnerHolds) {
 			return got, err
 		}
-		// An Unlock of the owner got in between: wait for it, then look again.
+		// An Unlock of the owner got in between: wait for it, then look again. Or a hold of
+		// the owner started here while this Lock waited in the room: re-enter it.
 	}
 }
 
-// errUnlocking: the owner has an Unlock still being finished; wait for it and try again.
-var errUnlocking = errors.New("an unlock of the owner is being finished")
+var (
+	// errUnlocking: the owner has an Unlock still being finished; wait for it and try again.
+	errUnlocking = errors.New("an unlock of the owner is being finished")
+	// errOwnerHolds ends the wait in the room of a Lock whose owner started a hold here
+	// meanwhile (another of its goroutines took the mutex): it re-enters that hold instead.
+	errOwnerHolds = errors.New("the owner holds the mutex now")
+)
 
 // lock2 is one try of lock1: it waits for the owner's Unlocks still being finished, then
 // re-enters, tries once, or waits in the Room. It returns errUnlocking if an Unlock of the
@@ -255,10 +289,32 @@ func (m *Mutex) lock2(ctx context.Context, o Owner, wait bool) (bool, error) {
 			return false, fmt.Errorf("reentrant %q: re-entering: %w: the hold was taken", m.name, distsync.ErrLost)
 		}
 	}
-	err := m.room.Acquire(ctx)
+	// In the room. If a hold of the owner starts here meanwhile (another goroutine of the owner
+	// takes the mutex, or joins the owner's hold in another process), this Lock must not go on
+	// waiting behind the queue, nor behind goroutines of other owners: its wait is ended, and
+	// it re-enters (lock1 calls lock2 again).
+	rctx, cancel := context.WithCancelCause(ctx)
+	rw := &roomWait{cancel: cancel}
+	m.mu.Lock()
+	if m.waiting[o] == nil {
+		m.waiting[o] = make(map[*roomWait]struct{})
+	}
+	m.waiting[o][rw] = struct{}{}
+	m.mu.Unlock()
+	err := m.room.Acquire(rctx)
+	m.mu.Lock()
+	delete(m.waiting[o], rw)
+	if len(m.waiting[o]) == 0 {
+		delete(m.waiting, o)
+	}
+	m.mu.Unlock()
+	cause := context.Cause(rctx)
+	cancel(nil)
 	switch {
 	case err == nil:
 		return true, nil
+	case ctx.Err() == nil && errors.Is(cause, errOwnerHolds):
+		return false, errOwnerHolds
 	case ctx.Err() != nil:
 		return false, m.notAcquired(ctx.Err())
 	case errors.Is(err, core.ErrClosed):
@@ -268,11 +324,11 @@ func (m *Mutex) lock2(ctx context.Context, o Owner, wait bool) (bool, error) {
 	}
 }
 
-// once makes one attempt outside the Room; if retry, connection errors are retried until ctx
-// ends. An attempt whose reply was lost is undone first.
+// once makes one attempt outside the Room, without queueing; if retry, connection errors are
+// retried until ctx ends. An attempt whose reply was lost is undone first.
 func (m *Mutex) once(ctx context.Context, o Owner, retry bool) (bool, error) {
 	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		res, id, err := m.attempt(WithOwner(ctx, o), waitq.Try{})
+		res, id, err := m.attempt(WithOwner(ctx, o), "", waitq.Try{})
 		if err == nil {
 			return res.Acquired, nil
 		}
@@ -301,11 +357,17 @@ func (m *Mutex) once(ctx context.Context, o Owner, retry bool) (bool, error) {
 	}
 }
 
-// attempt is the waitq.Attempt of Lock: one run of reentrant_lock.lua for the owner in ctx.
-// If this Mutex value holds m for the owner, the attempt re-enters that hold and only it; else
-// it takes m, or joins the owner's hold in another process. The value it returns for Abandon is
-// "<request id> <owner>".
-func (m *Mutex) attempt(ctx context.Context, _ waitq.Try) (waitq.Result, string, error) {
+// roomAttempt is the waitq.Attempt of Lock: an attempt that queues this Mutex value's waiter
+// id if it fails, and adopts a grant made to it.
+func (m *Mutex) roomAttempt(ctx context.Context, t waitq.Try) (waitq.Result, string, error) {
+	return m.attempt(ctx, m.waiter, t)
+}
+
+// attempt is one run of reentrant_lock.lua for the owner in ctx. If this Mutex value holds m
+// for the owner, the attempt re-enters that hold and only it; else it takes m, adopts a grant
+// to waiter, or joins the owner's hold in another process; if it cannot, it queues waiter
+// (none if waiter is ""). The value it returns for Abandon is "<request id> <owner>".
+func (m *Mutex) attempt(ctx context.Context, waiter string, t waitq.Try) (waitq.Result, string, error) {
 	o, _ := OwnerFrom(ctx)
 	select {
 	case m.turn <- struct{}{}:
@@ -331,11 +393,23 @@ func (m *Mutex) attempt(ctx context.Context, _ waitq.Try) (waitq.Result, string,
 	}
 	id := m.c.NewID()
 	undo := id + " " + string(o)
+	backup := ""
+	if t.Grant != nil {
+		backup = t.Grant.Backup
+	}
 	sent := time.Now()
 	vals, err := scripts.ReentrantLock.Exec(ctx, m.c.Client, m.keys,
-		[]string{string(o), id, core.Ms(m.ttl), core.Ms(m.c.Config.FenceTTL), core.Ms(opsTTL), expect}).AsIntSlice()
+		[]string{string(o), id, m.ttlArg, m.fenceArg, core.Ms(opsTTL), expect, waiter, flag(t.More) + flag(t.Queued),
+			m.slackArg, m.chanPrefix, m.c.Pub, backup, strconv.FormatInt(t.LastToken, 10)}).AsIntSlice()
 	if err != nil {
 		return waitq.Result{}, undo, err
+	}
+	// After a success, the process stays queued if other goroutines of it wait (at the tail,
+	// or in its place if the owner joined a hold already there): reentrant_lock.lua.
+	queued := waiter != "" && t.More
+	held := waitq.Result{Acquired: true, Queued: queued, Wait: m.ttl + m.ttl/core.RenewDivisor}
+	if len(vals) == 3 {
+		held.Token, held.Floor = vals[2], vals[2]
 	}
 	switch {
 	case len(vals) == 3 && vals[0] == 1:
@@ -352,11 +426,17 @@ func (m *Mutex) attempt(ctx context.Context, _ waitq.Try) (waitq.Result, string,
 				m.undo(undo)
 				return waitq.Result{}, "", core.Permanent(fmt.Errorf("re-entering a hold that ended: %w", err))
 			}
-			return waitq.Result{Acquired: true, Token: vals[2]}, "", nil
+			return held, "", nil
+		}
+		var renewal *scripts.Call
+		if m.renew {
+			// A renewal also tells the head waiter when the lease now ends (reentrant_renew.lua).
+			renewal = &scripts.Call{Script: scripts.ReentrantRenew, Keys: []string{m.lock, m.keys[3], m.keys[4]},
+				Args: []string{"o:" + string(o), m.ttlArg, strconv.FormatInt(vals[2], 10), m.chanPrefix, m.c.Pub}}
 		}
 		l, err := m.c.Hold(core.LeaseSpec{
 			Key: m.lock, Owner: "o:" + string(o), Kind: "h", TTL: m.ttl, Renew: m.renew,
-			Token: vals[2], Sent: sent,
+			Token: vals[2], Sent: sent, Renewal: renewal,
 			Release: func(ctx context.Context, l *core.Lease) error { return m.releaseAll(ctx, o, l) },
 		})
 		if err != nil { // closed, or too late to use: nothing of it is registered here
@@ -365,13 +445,26 @@ func (m *Mutex) attempt(ctx context.Context, _ waitq.Try) (waitq.Result, string,
 		}
 		m.mu.Lock()
 		m.holds[o] = &hold{n: 1, lease: l}
+		// The owner's Locks waiting in the room re-enter this hold instead (see lock2).
+		for rw := range m.waiting[o] {
+			rw.cancel(errOwnerHolds)
+		}
 		m.mu.Unlock()
-		return waitq.Result{Acquired: true, Token: vals[2]}, "", nil
-	case len(vals) == 2 && vals[0] == 0:
+		return held, "", nil
+	case len(vals) == 4 && vals[0] == 0:
+		pttl := time.Duration(vals[1]) * time.Millisecond
 		// The backstop, as for mutex: re-check when the holder's lease would run out, plus
 		// slack; at most one command per lease against a holder that renews.
-		pttl := time.Duration(vals[1]) * time.Millisecond
-		return waitq.Result{Wait: core.Backstop(pttl, m.ttl)}, "", nil
+		wait := core.Backstop(pttl, m.ttl)
+		if vals[2] == 1 || vals[3] == 1 {
+			// A grant to another process publishes nothing if it lapses; the head of the queue
+			// is told of each renewal of the lease (reentrant_renew.lua): either way, re-check
+			// just after the end it was told of, not later. A holder that died is then
+			// replaced within a round trip of its expiry.
+			wait = pttl + 2*time.Millisecond
+		}
+		// reentrant_lock.lua keeps the entry for the lease waited behind plus the slack.
+		return waitq.Result{Queued: waiter != "", Wait: wait, Keep: pttl + 2*m.ttl/core.RenewDivisor}, "", nil
 	case len(vals) == 1 && vals[0] == -2:
 		// The hold being re-entered is gone from Redis: it was lost.
 		h.lease.Stop()
@@ -390,22 +483,28 @@ func (m *Mutex) undo(undo string) {
 	})
 }
 
-// abandon is the waitq.Abandon of Lock: it undoes the attempt named by lv.Owner, if it
-// counted. (There is no queue entry to remove: waiters of a reentrant Mutex are not queued in
-// Redis.)
+// abandon is the waitq.Abandon of Lock (and the undo of an attempt): it undoes the attempt
+// named by lv.Owner, if it counted; takes this Mutex value's waiter id out of the queue if
+// lv.Dequeue; and passes on a grant made to it that nobody will take. It returns the token of
+// the grant it passed on (0 if none).
 func (m *Mutex) abandon(ctx context.Context, lv waitq.Leave) (int64, error) {
-	id, o, ok := strings.Cut(lv.Owner, " ")
-	if !ok {
-		return 0, nil
+	id, o, _ := strings.Cut(lv.Owner, " ")
+	vals, err := scripts.ReentrantAbandon.Exec(ctx, m.c.Client, m.keys,
+		[]string{o, id, core.Ms(opsTTL), m.waiter, m.windowArg, m.fenceArg, m.chanPrefix, m.c.Pub,
+			strconv.FormatInt(lv.LastToken, 10), flag(lv.Dequeue), strconv.FormatInt(lv.Grant, 10)}).AsIntSlice()
+	if err != nil {
+		return 0, err
 	}
-	return 0, scripts.ReentrantAbandon.Exec(ctx, m.c.Client, []string{m.keys[0], m.keys[2]},
-		[]string{o, id, core.Ms(opsTTL), m.channel, m.c.Pub}).Error()
+	if len(vals) != 2 {
+		return 0, core.Unexpected(scripts.ReentrantAbandon, vals)
+	}
+	return vals[1], nil
 }
 
-// Unlock takes one hold of the owner that ctx carries away; the last one frees m and wakes
-// the processes waiting for it. It returns nil if the hold was given back. It returns an error
-// matching [distsync.ErrNotHeld] if the owner holds no Lock of m through this Mutex value
-// (the count in Redis is then unchanged), and one matching both ErrNotHeld and
+// Unlock takes one hold of the owner that ctx carries away; the last one hands m to the next
+// waiting process, or frees it if nobody waits. It returns nil if the hold was given back. It
+// returns an error matching [distsync.ErrNotHeld] if the owner holds no Lock of m through this
+// Mutex value (the count in Redis is then unchanged), and one matching both ErrNotHeld and
 // [distsync.ErrLost] if the owner's hold was lost. A connection error is retried with the same
 // request id, which Redis counts once; if ctx ends first, or Redis stays unreachable, Unlock
 // returns the error and the Handle keeps trying in the background until the lease would have
@@ -504,8 +603,9 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // unlock runs reentrant_unlock.lua: the owner's count left in the hold with token, or -1 if it
 // held nothing there.
 func (m *Mutex) unlock(ctx context.Context, o Owner, id string, by int, token int64) (int64, error) {
-	vals, err := scripts.ReentrantUnlock.Exec(ctx, m.c.Client, []string{m.keys[0], m.keys[2]},
-		[]string{string(o), id, strconv.Itoa(by), core.Ms(opsTTL), m.channel, m.c.Pub, strconv.FormatInt(token, 10)}).AsIntSlice()
+	vals, err := scripts.ReentrantUnlock.Exec(ctx, m.c.Client, m.keys,
+		[]string{string(o), id, strconv.Itoa(by), core.Ms(opsTTL), m.chanPrefix, m.c.Pub, strconv.FormatInt(token, 10),
+			m.windowArg, m.fenceArg}).AsIntSlice()
 	if err != nil {
 		return 0, err
 	}
@@ -568,8 +668,25 @@ func (m *Mutex) Locker(o Owner) sync.Locker {
 		func(ctx context.Context) error { return m.Unlock(WithOwner(ctx, o)) })
 }
 
-// parse is the waitq.Parse of the name's channel: every message means "the mutex was freed".
-func parse(string) waitq.Signal { return waitq.Signal{Kind: waitq.Recheck} }
+// parse is the waitq.Parse of this Mutex value's channel (see internal/scripts/lib/queue.lua;
+// each message ends with the waiter id it is for): "g <token> <watchers> <ms>" (m is handed to
+// this process for ms: its head adopts it), "w <ms>" (watch another process's grant), "c" (the
+// watched grant was taken up), "x <ms>" (the lease waited behind now ends in ms). A message
+// for another waiter, or not of these forms, asks for a re-check.
+func (m *Mutex) parse(p string) waitq.Signal {
+	to, sig := waitq.ParseQueued(p)
+	if to != m.waiter {
+		return waitq.Signal{Kind: waitq.Recheck}
+	}
+	return sig
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
 
 func (m *Mutex) notAcquired(err error) error {
 	return fmt.Errorf("reentrant %q: %w: %w", m.name, distsync.ErrNotAcquired, err)

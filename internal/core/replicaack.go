@@ -37,7 +37,7 @@ var grantScripts = func() map[string]bool {
 	m := map[string]bool{}
 	for _, s := range []*scripts.Script{
 		scripts.Extend, scripts.MutexAcquire, scripts.MutexConfirm, scripts.MutexRenew,
-		scripts.ReentrantLock, scripts.FairAcquire, scripts.SemaphoreAcquire,
+		scripts.ReentrantLock, scripts.ReentrantRenew, scripts.FairAcquire, scripts.SemaphoreAcquire,
 		scripts.RWMutexLock, scripts.OnceBegin,
 	} {
 		m[s.SHA()] = true

@@ -417,14 +417,14 @@ func roundAll(ds []time.Duration) []time.Duration {
 
 // TestWaiterKilled: the waiter next in line is SIGKILLed while queued, just before the lock
 // is released. The others are held up no longer than the documented bound: one hand-off
-// window for mutex, one waiter lease for fair and semaphore.
+// window for mutex and reentrant, one waiter lease for fair and semaphore.
 func TestWaiterKilled(t *testing.T) {
-	forEachPrim(t, []string{pMutex, pFair, pSemaphore, pElection}, func(t *testing.T, prim string) {
+	forEachPrim(t, []string{pMutex, pReentrant, pFair, pSemaphore, pElection}, func(t *testing.T, prim string) {
 		cfg := base(prim, "waiter-killed", 4)
 		cfg.ttl, cfg.window, cfg.wlease = 3*time.Second, time.Second, 1500*time.Millisecond
 		cfg.hold = 1500 * time.Millisecond
 		documented := cfg.window
-		if prim != pMutex {
+		if prim != pMutex && prim != pReentrant {
 			documented = cfg.wlease
 		}
 		cfg.bound = documented + happyBound

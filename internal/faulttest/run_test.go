@@ -608,10 +608,11 @@ func (r *run) model() model {
 }
 
 // grant is how long a claim handed to a waiter lasts until that waiter confirms it: the
-// hand-off window (mutex; rwmutex reader admissions), the waiter lease (fair, semaphore).
+// hand-off window (mutex, reentrant; rwmutex reader admissions), the waiter lease (fair,
+// semaphore).
 func (c config) grant() time.Duration {
 	switch c.prim {
-	case pMutex, pRWMutex, pQuorum:
+	case pMutex, pReentrant, pRWMutex, pQuorum:
 		return c.window
 	case pFair, pSemaphore, pElection:
 		return c.wlease

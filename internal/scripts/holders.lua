@@ -4,7 +4,8 @@
 --   'string'  mutex, fair: KEYS[1] the lock, a string holding the owner value (a grant not yet
 --             confirmed is '~<waiter>:<token>'), KEYS[2] the fence (the holder's token: every
 --             acquisition takes the next one, so the last one is the holder's)
---   'hash'    reentrant: KEYS[1] the lock, a hash 'o:'..owner -> hold count, 't' -> token
+--   'hash'    reentrant: KEYS[1] the lock, a hash 'o:'..owner -> hold count, 't' -> token (a
+--             grant not yet taken up is 'g' -> '~<waiter>:<token>', a row of count 0)
 --   'rw'      rwmutex: KEYS[1] the writer's claim (as 'string'), KEYS[2] the readers (zset
 --             owner -> lease expiry in ms), KEYS[3] the fence (readers carry the last writer's
 --             token, which is the fence's while they hold: no writer gets in meanwhile)

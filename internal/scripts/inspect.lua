@@ -10,7 +10,7 @@
 --       one key of a once group):
 --   mutex, fair (5)   lock, fence, q, qx, rel                (lib/queue.lua)
 --   election (6)      lock, fence, q, qx, rel, v             (lib/queue.lua; v: the record)
---   reentrant (3)     lock (a hash), fence, ops
+--   reentrant (5)     lock (a hash), fence, ops, q, qx       (lib/queue.lua)
 --   rwmutex (9)       w, r, ww, rq, ra, fence, ops, wo, rel  (lib/rw.lua)
 --   semaphore (7)     h, n, q, qx, qn, size, ops             (lib/sem.lua)
 --   waitgroup (3)     s, m, ops                              (lib/waitgroup.lua)
@@ -44,7 +44,7 @@
 -- #include lib/clock.lua
 -- #include lib/holders.lua
 
-local nkeys = {mutex = 5, fair = 5, election = 6, reentrant = 3, rwmutex = 9, semaphore = 7, waitgroup = 3, once = 3}
+local nkeys = {mutex = 5, fair = 5, election = 6, reentrant = 5, rwmutex = 9, semaphore = 7, waitgroup = 3, once = 3}
 local now_ms, now_us = now()
 
 -- fence_of() returns the token a fence key holds, 0 if none (or not a string).
@@ -138,7 +138,7 @@ end
 read.reentrant = function(k)
   local holders = {}
   hash_holders(holders, k[1])
-  return {holders, {}, fence_of(k[2]), {}}
+  return {holders, lock_queue(k[4], k[5], nil), fence_of(k[2]), {}}
 end
 
 read.rwmutex = function(k)

@@ -32,6 +32,7 @@ var (
 	ReentrantLock    = load("reentrant_lock.lua")
 	ReentrantUnlock  = load("reentrant_unlock.lua")
 	ReentrantAbandon = load("reentrant_abandon.lua")
+	ReentrantRenew   = load("reentrant_renew.lua")
 
 	FairAcquire = load("fair_acquire.lua")
 	FairLeave   = load("fair_leave.lua")

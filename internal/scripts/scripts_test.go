@@ -596,24 +596,15 @@ func TestFairHandOffRacingWithLeave(t *testing.T) {
 func TestReentrantUndoSparesALaterHold(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
-		lock, fence, ops := e.k.lock+":r", e.k.fence, e.k.lock+":ops"
+		r := newReentrant(e)
+		lock := r.lock
 		acquire := func(id string) []int64 {
 			t.Helper()
-			v, err := scripts.ReentrantLock.Exec(context.Background(), e.c, []string{lock, fence, ops},
-				[]string{"owner", id, "10000", "60000", "60000", "0"}).AsIntSlice()
-			if err != nil {
-				t.Fatal(err)
-			}
-			return v
+			return r.lockAs("owner", id, "", "00", "", 0)
 		}
 		abandon := func(id string) int64 {
 			t.Helper()
-			v, err := scripts.ReentrantAbandon.Exec(context.Background(), e.c, []string{lock, ops},
-				[]string{"owner", id, "60000", e.k.ch, e.k.pub}).AsInt64()
-			if err != nil {
-				t.Fatal(err)
-			}
-			return v
+			return r.abandon("owner", id, "w", 0, false, 0)[0]
 		}
 		count := func() string { v, _ := e.do(e.c.B().Hget().Key(lock).Field("o:owner").Build()).ToString(); return v }
 		if got := acquire("a1"); got[0] != 1 {

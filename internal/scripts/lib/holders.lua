@@ -48,7 +48,8 @@ local function zset_holders(out, key, now_ms, tok, counts)
 end
 
 -- hash_holders() adds the owner of key, a reentrant hold: a hash 'o:'..owner -> hold count,
--- 't' -> token.
+-- 't' -> token; or, while the mutex is handed to a waiting process that has not taken it up
+-- yet, the grant 'g' -> '~<waiter>:<token>', as a row of count 0 (no Lock holds it yet).
 local function hash_holders(out, key)
   local f = redis.call('HGETALL', key)
   local t = 0
@@ -61,6 +62,8 @@ local function hash_holders(out, key)
   for i = 1, #f, 2 do
     if string.sub(f[i], 1, 2) == 'o:' and (tonumber(f[i + 1]) or 0) >= 1 then
       out[#out + 1] = {string.sub(f[i], 3), pttl, t, tonumber(f[i + 1]), 0}
+    elseif f[i] == 'g' then
+      out[#out + 1] = {f[i + 1], pttl, fence_token(string.match(f[i + 1], '^~.*:(%d+)$')), 0, 0}
     end
   end
 end

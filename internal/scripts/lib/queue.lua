@@ -16,7 +16,8 @@
 -- its own setting; <backup> lists the watchers, '<id>[,<id>]'); 'w <ms> <waiter>' to each
 -- watcher (re-check if the grant is not confirmed within <ms>); 'c <waiter>' to each watcher
 -- (confirmed); 'x <ms> <waiter>' to the head of a
--- mutex's queue when the holder renews (mutex_renew.lua: the lease now ends in <ms>).
+-- queue when the holder renews (mutex_renew.lua, reentrant_renew.lua: the lease now ends in
+-- <ms>).
 --
 -- A queue may keep a record of who holds the lock (election: the leader): rec, a table
 -- {values = <hash>, channel = <observers' channel>, live = <the lease in ms>}, or nil for a
@@ -143,8 +144,9 @@ end
 -- nobody can be granted the lock: it is freed, and the head is told to re-check (its attempt
 -- then reports the fence's error). With a record (rec), the record names no holder until
 -- the new holder has adopted the grant and recorded itself (crown()), and the values of dead
--- waiters are dropped.
-local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub, rec)
+-- waiters are dropped. With hash (a reentrant mutex, whose lock is a hash of owner counts),
+-- the grant is the lock's only field, 'g' = '~<waiter>:<token>', instead of its string value.
+local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub, rec, hash)
   local now_ms, now_us
   for _ = 1, 1000 do
     local ids = redis.call('ZRANGE', q, 0, 9)
@@ -164,7 +166,13 @@ local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub, rec)
         return ''
       end
       token = int(token)
-      redis.call('SET', lock, '~' .. head .. ':' .. token, 'PX', window)
+      if hash then
+        redis.call('DEL', lock)
+        redis.call('HSET', lock, 'g', '~' .. head .. ':' .. token)
+        redis.call('PEXPIRE', lock, window)
+      else
+        redis.call('SET', lock, '~' .. head .. ':' .. token, 'PX', window)
+      end
       -- The watchers are the next two live waiters: a dead one would watch nothing.
       local watchers = {}
       for i = 2, #ids do
