@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/election"
 	"github.com/distsync/distsync/fair"
 	"github.com/distsync/distsync/internal/redistest"
 	"github.com/distsync/distsync/mutex"
@@ -288,31 +289,72 @@ func TestReplicaAck(t *testing.T) {
 		}
 	})
 
+	// Every hold's renewal (each primitive renews with a script of its own) is acknowledged
+	// or does not count: the lease ends at the deadline of the last acknowledged renewal. Each
+	// primitive on a Handle of its own, whose renewals are not batched with another's, and
+	// with a WAIT timeout short against the lease: an unacknowledged renewal answers in time,
+	// and must not count.
 	t.Run("renewal not acknowledged", func(t *testing.T) {
-		m, err := mutex.New(acked, "renew", distsync.WithLeaseTTL(1500*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
+		ttl := distsync.WithLeaseTTL(1500 * time.Millisecond)
+		own := func() *distsync.Handle {
+			return handleOn(t, primary.Client(t), distsync.WithReplicaAck(1, 200*time.Millisecond))
 		}
+		type held struct {
+			name    string
+			l       *distsync.Lease
+			release func() error
+		}
+		var holds []held
+		take := func(name string, l *distsync.Lease, err error, release func() error) {
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			holds = append(holds, held{name, l, release})
+		}
+		m, _ := mutex.New(own(), "renew:mutex", ttl)
 		l, err := m.LockLease(ctx)
+		take("mutex", l, err, func() error { return m.Unlock(ctx) })
+		rm, _ := reentrant.New(own(), "renew:reentrant", ttl)
+		octx := reentrant.WithOwner(ctx, reentrant.NewOwner())
+		l, err = rm.LockLease(octx)
+		take("reentrant", l, err, func() error { return rm.Unlock(octx) })
+		fm, _ := fair.New(own(), "renew:fair", ttl)
+		l, err = fm.LockLease(ctx)
+		take("fair", l, err, func() error { return fm.Unlock(ctx) })
+		el, _ := election.New(own(), "renew:election", ttl)
+		term, err := el.Campaign(ctx, "v")
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("election: %v", err)
 		}
+		take("election", term.Lease(), nil, func() error { return term.Resign(ctx) })
+		sm, _ := semaphore.New(own(), "renew:semaphore", 2, ttl)
+		l, err = sm.AcquireLease(ctx, 1)
+		take("semaphore", l, err, func() error { return sm.Release(ctx, 1) })
+		wm, _ := rwmutex.New(own(), "renew:rwmutex:w", ttl)
+		l, err = wm.LockLease(ctx)
+		take("rwmutex writer", l, err, func() error { return wm.Unlock(ctx) })
+		rw, _ := rwmutex.New(own(), "renew:rwmutex:r", ttl)
+		l, err = rw.RLockLease(ctx)
+		take("rwmutex reader", l, err, func() error { return rw.RUnlock(ctx) })
+
 		taken := time.Now()
 		resume := cutReplica(t, primary, replica)
 		defer resume()
-		select {
-		case <-l.Done():
-		case <-time.After(15 * time.Second):
-			t.Fatal("the lease did not end although no renewal was acknowledged")
-		}
-		if d := time.Since(taken); d < time.Second {
-			t.Errorf("the lease ended after %v, before its deadline", d)
-		}
-		if !errors.Is(l.Err(), distsync.ErrLost) {
-			t.Errorf("lease error %v, want ErrLost", l.Err())
-		}
-		if err := m.Unlock(ctx); !errors.Is(err, distsync.ErrLost) {
-			t.Errorf("Unlock after the loss: %v, want ErrLost", err)
+		for _, h := range holds {
+			select {
+			case <-h.l.Done():
+			case <-time.After(15 * time.Second):
+				t.Fatalf("%s: the lease did not end although no renewal was acknowledged", h.name)
+			}
+			if d := time.Since(taken); d < time.Second {
+				t.Errorf("%s: the lease ended after %v, before its deadline", h.name, d)
+			}
+			if !errors.Is(h.l.Err(), distsync.ErrLost) {
+				t.Errorf("%s: lease error %v, want ErrLost", h.name, h.l.Err())
+			}
+			if err := h.release(); !errors.Is(err, distsync.ErrLost) {
+				t.Errorf("%s: release after the loss: %v, want ErrLost", h.name, err)
+			}
 		}
 	})
 }

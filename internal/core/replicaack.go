@@ -37,8 +37,9 @@ var grantScripts = func() map[string]bool {
 	m := map[string]bool{}
 	for _, s := range []*scripts.Script{
 		scripts.Extend, scripts.MutexAcquire, scripts.MutexConfirm, scripts.MutexRenew,
-		scripts.ReentrantLock, scripts.ReentrantRenew, scripts.FairAcquire, scripts.SemaphoreAcquire,
-		scripts.RWMutexLock, scripts.OnceBegin,
+		scripts.ReentrantLock, scripts.ReentrantRenew, scripts.FairAcquire, scripts.ElectionRenew,
+		scripts.SemaphoreAcquire, scripts.SemaphoreRenew, scripts.RWMutexLock, scripts.RWMutexRenew,
+		scripts.OnceBegin,
 	} {
 		m[s.SHA()] = true
 	}
