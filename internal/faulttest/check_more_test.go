@@ -16,14 +16,16 @@ import (
 const orderGrace = 300 * time.Millisecond
 
 // arrival returns when the request of an acquire call that worker w began at start can be
-// assumed to be in Redis, with its place in the queue: orderGrace after it began, or after the
-// end of a blackout (Redis paused or restarting: a paused Redis expires queue entries when it
-// resumes, a restarted one has none) or of w's own stop (its entry may have lapsed) that began
-// before until (the call's end, when its place is what matters); time the machine did not run
-// the processes pushes it further.
-func arrival(h *history, w string, start, until int64) int64 {
+// assumed to be in Redis, with its place in the queue: orderGrace after it began, or, if later,
+// when the worker's observer saw it queued (queued, 0 if not seen: a first request can lag on a
+// loaded machine, or be lost with a connection CLIENT KILL closed, and be sent again); or after
+// the end of a blackout (Redis paused or restarting: a paused Redis expires queue entries when
+// it resumes, a restarted one has none) or of w's own stop (its entry may have lapsed) that
+// began before until (the call's end, when its place is what matters); time the machine did
+// not run the processes pushes it further.
+func arrival(h *history, w string, start, queued, until int64) int64 {
 	grace := int64(orderGrace)
-	t := start + grace
+	t := max(start+grace, queued)
 	gaps := append([]span(nil), h.f.blackouts...)
 	gaps = append(gaps, h.f.stops[w]...)
 	for _, g := range gaps {
@@ -78,7 +80,7 @@ func checkOrder(m model, h *history) ([]violation, orderStats) {
 		// Counted until the call ended, or the run did: SIGTERM ends the calls that wait, and a
 		// place one of them leaves goes on to the next in line.
 		end := min(w.end, h.f.term, h.f.end)
-		arr := arrival(h, w.w, w.start, end)
+		arr := arrival(h, w.w, w.start, w.queued, end)
 		if arr >= end {
 			continue
 		}
@@ -525,7 +527,7 @@ func wgLiveness(m model, h *history) ([]violation, time.Duration) {
 		if w.killed {
 			continue
 		}
-		arr := arrival(h, w.w, w.start, w.start) // when its check surely ran
+		arr := arrival(h, w.w, w.start, 0, w.start) // when its check surely ran
 		t := firstIdle(arr)
 		if t == forever || t >= h.f.term || t >= suspect {
 			continue

@@ -86,6 +86,7 @@ func (h *hold) String() string {
 type wait struct {
 	w, id      string // id: the hold (or once call) it is for
 	start, end int64
+	queued     int64 // when the worker's observer saw it queued in Redis (0: not seen)
 	n          int64
 	role       string
 	killed     bool // ended by the worker's death
@@ -274,6 +275,11 @@ func digest(m model, evs []Event) *history {
 			}
 			h.holds = append(h.holds, x)
 			h.byID[x.id] = x
+		case evQueued:
+			if x, ok := waiting[e.W]; ok && x.id == e.Hold && x.queued == 0 {
+				x.queued = e.T
+				waiting[e.W] = x
+			}
 		case evFailed:
 			endWait(e.W, e.T)
 		case evDoReturn:

@@ -40,6 +40,7 @@ const (
 	evClosed   = "closed"         // Handle.Close returned (Err)
 	evFatal    = "fatal"          // the worker could not run (Err)
 	evHiccup   = "hiccup"         // the process was not scheduled for N ns, until T (any W)
+	evQueued   = "queued"         // the Handle's observer: the acquire call of Hold found the claim taken and is in Redis's queue
 
 	// once
 	evDoStart  = "do-start"  // Group.Do is called (Hold: the call id)
@@ -160,9 +161,10 @@ func (e Event) String() string {
 // recorder appends events to a file, one write(2) per line, so that a SIGKILL loses nothing
 // already recorded.
 type recorder struct {
-	mu sync.Mutex
-	f  *os.File
-	w  string
+	mu      sync.Mutex
+	f       *os.File
+	w       string
+	waiting string // the Hold of the last evWait: the acquire call in progress
 }
 
 func (r *recorder) rec(e Event) {
@@ -170,6 +172,11 @@ func (r *recorder) rec(e Event) {
 		e.T = mono()
 	}
 	e.W = r.w
+	if e.Ev == evWait {
+		r.mu.Lock()
+		r.waiting = e.Hold
+		r.mu.Unlock()
+	}
 	b, err := json.Marshal(e)
 	if err != nil {
 		panic(err)
@@ -179,6 +186,17 @@ func (r *recorder) rec(e Event) {
 	defer r.mu.Unlock()
 	if r.f != nil {
 		_, _ = r.f.Write(b)
+	}
+}
+
+// queued records evQueued for the acquire call in progress (an observer's EventQueued: one
+// acquire at a time per worker loop).
+func (r *recorder) queued() {
+	r.mu.Lock()
+	hold := r.waiting
+	r.mu.Unlock()
+	if hold != "" {
+		r.rec(Event{Ev: evQueued, Hold: hold})
 	}
 }
 

@@ -296,16 +296,23 @@ func (w *worker) run() int {
 	if sp.FenceRetention > 0 {
 		opts = append(opts, distsync.WithFenceRetention(sp.FenceRetention))
 	}
+	// The observer tells when an acquire call is queued in Redis (the order check counts the
+	// others' acquisitions from then at the latest); with Verbose, for diagnosis, the Handle's
+	// log and every event go to the worker's stderr, with CLOCK_MONOTONIC times that match the
+	// history's.
+	var mu sync.Mutex
+	opts = append(opts, distsync.WithObserver(func(e distsync.Event) {
+		if e.Kind == distsync.EventQueued {
+			w.r.queued()
+		}
+		if sp.Verbose {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintf(os.Stderr, "%d observer %s %s call=%d tok=%d wait=%v err=%v\n", mono(), e.Kind, e.Primitive, e.Call, e.Token, e.Wait, e.Err)
+		}
+	}))
 	if sp.Verbose {
-		// For diagnosis: the Handle's log and its observer's events, on the worker's stderr,
-		// with CLOCK_MONOTONIC times that match the history's.
-		var mu sync.Mutex
-		opts = append(opts, distsync.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))),
-			distsync.WithObserver(func(e distsync.Event) {
-				mu.Lock()
-				defer mu.Unlock()
-				fmt.Fprintf(os.Stderr, "%d observer %s %s call=%d tok=%d wait=%v err=%v\n", mono(), e.Kind, e.Primitive, e.Call, e.Token, e.Wait, e.Err)
-			}))
+		opts = append(opts, distsync.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	}
 	h, err := distsync.New(client, opts...)
 	if err != nil {
