@@ -289,7 +289,7 @@ func (r *run) waitFor(what string, limit time.Duration, cond func(evs []Event) b
 		}
 		if time.Now().After(deadline) {
 			now := mono()
-			r.t.Fatalf("gave up after %v waiting for %s; history of the last 3s:\n%s", limit, what,
+			r.t.Fatalf("gave up after %v waiting for %s; %s; history of the last 3s:\n%s", limit, what, r.lock.Diagnose(),
 				excerpt(evs, r.t0, now, now-int64(3*time.Second), now, nil, 80))
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -833,7 +833,11 @@ func (r *run) client() rueidis.Client { return r.clientOf(r.lock.Addr()) }
 func (r *run) clientOf(addr string) rueidis.Client {
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true})
 	if err != nil {
-		r.t.Fatalf("rueidis.NewClient: %v", err)
+		why := ""
+		if addr == r.lock.Addr() {
+			why = "; " + r.lock.Diagnose()
+		}
+		r.t.Fatalf("rueidis.NewClient: %v%s", err, why)
 	}
 	return c
 }

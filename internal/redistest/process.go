@@ -165,6 +165,15 @@ func (p *Proc) Start(limit time.Duration) error {
 	}
 }
 
+// Diagnose describes the server's process as the kernel has it (running, stopped, a zombie,
+// or gone, with its wait status if it exited) and the end of its log: what a test reports when
+// the server stopped answering.
+func (p *Proc) Diagnose() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.s.diagnose()
+}
+
 // ClientKill runs CLIENT KILL TYPE typ SKIPME yes ("normal", "pubsub", ...) on a connection of
 // its own and returns how many connections were killed.
 func (p *Proc) ClientKill(typ string) (int64, error) {

@@ -44,6 +44,21 @@ func (s *Server) Stop() {
 	})
 }
 
+// diagnose describes the server process and the end of its log (see Proc.Diagnose).
+func (s *Server) diagnose() string {
+	pid := s.cmd.Process.Pid
+	state := "running"
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err != nil {
+		state = "gone"
+	} else if f := strings.Fields(string(b)); len(f) > 2 {
+		state = "state " + f[2] // R, S, T (stopped), Z (exited, not yet waited for)
+	}
+	if s.cmd.ProcessState != nil {
+		state += ", " + s.cmd.ProcessState.String()
+	}
+	return fmt.Sprintf("redis-server PID %d on port %d: %s; its log ends:\n%s", pid, s.Port, state, tail(filepath.Join(s.Dir, "redis.log")))
+}
+
 // Signal sends sig to the server process (SIGSTOP / SIGCONT for pauses).
 func (s *Server) Signal(sig syscall.Signal) error { return s.cmd.Process.Signal(sig) }
 
@@ -126,7 +141,18 @@ func startServer(cluster bool, extra ...string) (*Server, error) {
 			return nil, err
 		}
 		s := &Server{Port: port, Dir: dir, cmd: cmd}
-		if err := waitPing(s.Addr(), 10*time.Second); err != nil {
+		err = waitPing(s.Addr(), 10*time.Second)
+		if err == nil {
+			// Whoever answered must be the process just started: another test's server can
+			// take the port between the check that it was free and this server's bind (one
+			// restarting on the port it had, say), and a test run against it would see that
+			// test's faults, and lose its server when that test ends.
+			var pid int
+			if pid, err = serverPID(s.Addr()); err == nil && pid != cmd.Process.Pid {
+				err = fmt.Errorf("port %d answered by PID %d, not %d", port, pid, cmd.Process.Pid)
+			}
+		}
+		if err != nil {
 			lastErr = fmt.Errorf("%s on %d: %w (log: %s)", filepath.Base(bin), port, err, tail(filepath.Join(dir, "redis.log")))
 			s.Stop()
 			continue
