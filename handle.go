@@ -113,20 +113,7 @@ func init() {
 			return nil
 		},
 		func(l *core.Lease) any { return &Lease{l: l} },
-		func(l any) *core.Lease {
-			if ll, _ := l.(*Lease); ll != nil {
-				return ll.l
-			}
-			return nil
-		},
 		func(o core.Opt) any { return Option{o: o} },
 		func(o any) core.Opt { return o.(Option).o },
-		func(hs []core.HolderInfo) any {
-			out := make([]Holder, len(hs))
-			for i, h := range hs {
-				out[i] = Holder(h)
-			}
-			return out
-		},
 	)
 }

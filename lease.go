@@ -67,7 +67,7 @@ func LeaseFromContext(ctx context.Context) (*Lease, bool) {
 	if !ok {
 		return nil, false
 	}
-	return l.Public.(*Lease), true
+	return l.Public().(*Lease), true
 }
 
 // Done returns a channel that is closed when the lease ends: released by its holder, lost

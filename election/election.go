@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/fifo"
 	"github.com/distsync/distsync/internal/scripts"
@@ -64,19 +65,11 @@ type Election struct {
 // [distsync.ErrInvalid] for an empty name, a bad option value, or an option that does not
 // apply to an election.
 func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Election, error) {
-	c, err := core.Open(h, core.KindElection)
+	p, set, ks, err := api.Setup(h, core.KindElection, name, opts, nil)
 	if err != nil {
 		return nil, err
 	}
-	set, err := c.Settings(core.KindElection, name, core.Unwrap(opts), nil)
-	if err != nil {
-		return nil, err
-	}
-	l, err := fifo.New(c, core.KindElection, name, set, true)
-	if err != nil {
-		return nil, err
-	}
-	return &Election{c: c, l: l, turn: make(chan struct{}, 1)}, nil
+	return &Election{c: p.H, l: fifo.New(p, set, ks, true), turn: make(chan struct{}, 1)}, nil
 }
 
 // Name returns the name the election was made with.
@@ -290,7 +283,7 @@ func (t *Term) Context() context.Context { return t.l.Context() }
 
 // Lease returns the term's [distsync.Lease]: its token, deadline and loss signal, and the
 // means to refresh or extend it.
-func (t *Term) Lease() *distsync.Lease { return t.l.Public.(*distsync.Lease) }
+func (t *Term) Lease() *distsync.Lease { return api.Lease(t.l) }
 
 // Resign ends the term and hands leadership to the next candidate, inside Redis, at once
 // (observers are told of the new leader in the same step). It returns nil once leadership

@@ -1,6 +1,9 @@
 package fair
 
-import "github.com/distsync/distsync"
+import (
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/api"
+)
 
 // Lease returns the newest hold of m, or nil (for tests that Lock and then look at the hold).
 func (m *Mutex) Lease() *distsync.Lease {
@@ -9,5 +12,5 @@ func (m *Mutex) Lease() *distsync.Lease {
 	if len(m.holds) == 0 {
 		return nil
 	}
-	return m.holds[len(m.holds)-1].Public.(*distsync.Lease)
+	return api.Lease(m.holds[len(m.holds)-1])
 }

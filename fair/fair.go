@@ -20,6 +20,7 @@ import (
 	"sync"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/fifo"
 )
@@ -38,18 +39,11 @@ type Mutex struct {
 // returns an error matching [distsync.ErrInvalid] for an empty name, a bad option value, or an
 // option that does not apply to a fair mutex.
 func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, error) {
-	c, err := core.Open(h, core.KindFair)
+	p, set, ks, err := api.Setup(h, core.KindFair, name, opts, nil)
 	if err != nil {
 		return nil, err
 	}
-	set, err := c.Settings(core.KindFair, name, core.Unwrap(opts), nil)
-	if err != nil {
-		return nil, err
-	}
-	l, err := fifo.New(c, core.KindFair, name, set, false)
-	if err != nil {
-		return nil, err
-	}
+	l := fifo.New(p, set, ks, false)
 	m := &Mutex{l: l}
 	l.Held = func(h *core.Lease) {
 		m.mu.Lock()
@@ -79,10 +73,7 @@ func (m *Mutex) Lock(ctx context.Context) error {
 // unlocked.
 func (m *Mutex) LockLease(ctx context.Context) (*distsync.Lease, error) {
 	l, err := m.l.Acquire(ctx, "")
-	if err != nil {
-		return nil, err
-	}
-	return l.Public.(*distsync.Lease), nil
+	return api.Lease(l), err
 }
 
 // TryLock takes m if it is free and nobody waits for it, without waiting. It returns true if
@@ -98,10 +89,7 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 // the lock (nil otherwise).
 func (m *Mutex) TryLockLease(ctx context.Context) (*distsync.Lease, bool, error) {
 	l, ok, err := m.l.TryAcquire(ctx, "")
-	if !ok {
-		return nil, false, err
-	}
-	return l.Public.(*distsync.Lease), true, nil
+	return api.Lease(l), ok, err
 }
 
 // Unlock unlocks m and hands it to the head of the queue, if any. It returns nil if the lock
@@ -126,7 +114,8 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // [distsync.Holder]). Find the process that holds a name by comparing [distsync.Holder.Handle]
 // with [distsync.Handle.ID].
 func (m *Mutex) Holders(ctx context.Context) ([]distsync.Holder, error) {
-	return m.l.Holders(ctx)
+	hs, err := m.l.Holders(ctx)
+	return api.Holders(hs), err
 }
 
 // Locker returns a [sync.Locker] whose Lock and Unlock call m's with context.Background().

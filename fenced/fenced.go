@@ -29,6 +29,7 @@ import (
 	"strconv"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/scripts"
 )
@@ -57,7 +58,7 @@ type Value struct {
 // [distsync.ErrInvalid] for a nil handle or an empty name. Any name is allowed otherwise;
 // names that differ are different values.
 func New(h *distsync.Handle, name string) (*Value, error) {
-	c, err := core.Open(h, "fenced")
+	c, err := api.Core(h, "fenced")
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
 )
 
@@ -239,10 +240,4 @@ func Name(ctx context.Context, h *distsync.Handle, name string) ([]Report, error
 }
 
 // open returns the core of h, for its key prefix and client.
-func open(h *distsync.Handle) (*core.Handle, error) {
-	c, err := core.Open(h, "inspect")
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
-}
+func open(h *distsync.Handle) (*core.Handle, error) { return api.Core(h, "inspect") }

@@ -1,13 +1,14 @@
 package mutex
 
-import "github.com/distsync/distsync"
+import (
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/api"
+)
 
 // Lease returns the current hold of m, or nil (for tests that Lock and then look at the hold).
 func (m *Mutex) Lease() *distsync.Lease {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.lease == nil {
-		return nil
+	if s, ok := m.impl.(*single); ok {
+		return api.Lease(s.current())
 	}
-	return m.lease.Public.(*distsync.Lease)
+	return nil // a quorum's hold is not one primary's
 }

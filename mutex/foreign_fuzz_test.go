@@ -82,10 +82,11 @@ func FuzzMutexForeign(f *testing.F) {
 				_ = m.Unlock(context.Background())
 			}
 		}()
-		r.Cleanup(t, m.lock, m.fence, m.q, m.qx)
-		member = strings.ReplaceAll(member, "$W", m.waiter)
-		value = strings.ReplaceAll(value, "$W", m.waiter)
-		key := []string{m.lock, m.fence, m.q, m.qx}[part%4]
+		s := m.impl.(*single)
+		r.Cleanup(t, s.lockKey, s.fence, s.q, s.qx)
+		member = strings.ReplaceAll(member, "$W", s.waiter)
+		value = strings.ReplaceAll(value, "$W", s.waiter)
+		key := []string{s.lockKey, s.fence, s.q, s.qx}[part%4]
 		fv := redistest.Foreign{Kind: kind % 5, Member: member, Value: value, Score: score, TTL: flags&1 != 0}
 		ctx := context.Background()
 
@@ -98,7 +99,7 @@ func FuzzMutexForeign(f *testing.F) {
 			r.Write(t, key, fv)
 			before := r.Snapshot(t, key)
 			err := m.Unlock(ctx)
-			if key == m.lock {
+			if key == s.lockKey {
 				if err == nil {
 					t.Fatalf("Unlock succeeded with %s in the lock key", before)
 				}
@@ -113,58 +114,58 @@ func FuzzMutexForeign(f *testing.F) {
 		}
 
 		r.Write(t, key, fv)
-		before := r.Snapshot(t, m.lock)
-		own := key == m.lock && fv.Kind == 0 && strings.HasPrefix(value, "~"+m.waiter+":")
+		before := r.Snapshot(t, s.lockKey)
+		own := key == s.lockKey && fv.Kind == 0 && strings.HasPrefix(value, "~"+s.waiter+":")
 
 		ok, err := m.TryLock(ctx)
 		var tok int64
 		switch {
-		case ok && key == m.lock:
+		case ok && key == s.lockKey:
 			t.Fatalf("TryLock took the mutex with %s in the lock key", before)
 		case ok:
 			tok = m.Lease().Token()
-			checkToken(t, fv, key == m.fence, tok, 0)
+			checkToken(t, fv, key == s.fence, tok, 0)
 			if err := m.Unlock(ctx); err == nil {
 				// The lock is free: a second TryLock takes it, with a larger token.
 				ok2, err := m.TryLock(ctx)
 				if !ok2 && err == nil {
-					t.Fatalf("TryLock after an Unlock: not acquired (lock key %s)", r.Snapshot(t, m.lock))
+					t.Fatalf("TryLock after an Unlock: not acquired (lock key %s)", r.Snapshot(t, s.lockKey))
 				}
 				if ok2 {
-					checkToken(t, fv, key == m.fence, m.Lease().Token(), tok)
+					checkToken(t, fv, key == s.fence, m.Lease().Token(), tok)
 					_ = m.Unlock(ctx)
 				}
 			}
 		default:
 			// Not acquired: the lock key is as the test left it.
-			if after := r.Snapshot(t, m.lock); after != before {
+			if after := r.Snapshot(t, s.lockKey); after != before {
 				t.Fatalf("TryLock returned %v, %v and left the lock key %s (was %s)", ok, err, after, before)
 			}
 		}
 
 		if flags&4 != 0 {
-			r.Do(t, "DEL", m.lock)
-			if key == m.lock {
+			r.Do(t, "DEL", s.lockKey)
+			if key == s.lockKey {
 				r.Write(t, key, fv)
 			}
-			before := r.Snapshot(t, m.lock)
+			before := r.Snapshot(t, s.lockKey)
 			n0 := r.Counter.Total()
 			lctx, cancel := context.WithTimeout(ctx, lockWait)
 			err := m.Lock(lctx)
 			cancel()
 			sent := r.Counter.Total() - n0
 			switch {
-			case err == nil && key == m.lock && !own:
+			case err == nil && key == s.lockKey && !own:
 				t.Fatalf("Lock took the mutex with %s in the lock key", before)
 			case err == nil:
-				checkToken(t, fv, key == m.fence, m.Lease().Token(), 0)
+				checkToken(t, fv, key == s.fence, m.Lease().Token(), 0)
 				_ = m.Unlock(ctx)
 			case sent > maxWaitCommands:
 				t.Fatalf("Lock sent %d commands in %v with %s in %s: polling", sent, lockWait, r.Snapshot(t, key), key)
-			case key == m.lock && !own:
+			case key == s.lockKey && !own:
 				// (With the lock free, a Lock that timed out may leave its attempt's clean-up
 				// to the background; with a foreign value there, no attempt takes anything.)
-				if after := r.Snapshot(t, m.lock); after != before {
+				if after := r.Snapshot(t, s.lockKey); after != before {
 					t.Fatalf("Lock returned %v and left the lock key %s (was %s)", err, after, before)
 				}
 			}

@@ -45,7 +45,7 @@ func FuzzParse(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	m := &Mutex{waiter: w}
+	m := &single{waiter: w}
 	f.Fuzz(func(t *testing.T, p string) {
 		sig := m.parse(p)
 		switch sig.Kind {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/scripts"
 )
@@ -66,8 +67,8 @@ type options struct {
 //
 // Applies to: mutex.
 func WithQuorum(others ...*distsync.Handle) distsync.Option {
-	return core.WrapOption(core.Opt{Name: "WithQuorum", Kinds: []string{core.KindMutex},
-		Set: func(s *core.Settings) { s.Ext.(*options).quorum = append([]*distsync.Handle{}, others...) }}).(distsync.Option)
+	return api.Option(core.ExtOpt("WithQuorum", []string{core.KindMutex},
+		func(o *options) { o.quorum = append([]*distsync.Handle{}, others...) }))
 }
 
 // QuorumWait is how long a Lock on a quorum (see [WithQuorum]) that holds some primaries waits
@@ -77,9 +78,10 @@ const QuorumWait = 50 * time.Millisecond
 
 // quorumLock is the lock of a Mutex made WithQuorum.
 type quorumLock struct {
+	p     core.Prim
 	name  string
-	c     *core.Handle // the Handle the Mutex was made with: the quorum's lease lives on it
-	ms    []*Mutex     // one plain Mutex per primary; ms[0] on c
+	c     *core.Handle // the Handle the Mutex was made with (p.H): the quorum's lease lives on it
+	ms    []*single    // one plain lock per primary; ms[0] on c
 	need  int
 	ttl   time.Duration
 	renew bool
@@ -91,10 +93,11 @@ type quorumLock struct {
 	held  []int       // the primaries (indexes of ms) of the current hold
 }
 
-func newQuorum(c *core.Handle, name string, set core.Settings, others []*distsync.Handle) (*Mutex, error) {
+func newQuorum(p core.Prim, set core.Settings, others []*distsync.Handle) (*quorumLock, error) {
+	c, name := p.H, p.Name
 	hs := []*core.Handle{c}
 	for _, h := range others {
-		oc, err := core.Open(h, core.KindMutex)
+		oc, err := api.Core(h, core.KindMutex)
 		if err != nil {
 			return nil, fmt.Errorf("mutex %q: WithQuorum: %w", name, err)
 		}
@@ -106,16 +109,15 @@ func newQuorum(c *core.Handle, name string, set core.Settings, others []*distsyn
 	if len(hs) < 3 {
 		return nil, fmt.Errorf("mutex %q: %w: WithQuorum needs at least 3 primaries (2 other Handles), got %d", name, distsync.ErrInvalid, len(hs))
 	}
-	q := &quorumLock{name: name, c: c, need: len(hs)/2 + 1, ttl: set.LeaseTTL, renew: !set.Fixed, turn: make(chan struct{}, 1)}
+	q := &quorumLock{p: p, name: name, c: c, need: len(hs)/2 + 1, ttl: set.LeaseTTL, renew: !set.Fixed, turn: make(chan struct{}, 1)}
 	for _, h := range hs {
-		m, err := newMutex(h, c, name, set)
+		ks, err := h.Space(core.KindMutex, name, set.LeaseTTL)
 		if err != nil {
 			return nil, err
 		}
-		q.ms = append(q.ms, m)
+		q.ms = append(q.ms, newSingle(h, c, name, set, ks))
 	}
-	m := &Mutex{c: c, ids: c, ql: q, name: name, ttl: set.LeaseTTL, renew: !set.Fixed}
-	return m, nil
+	return q, nil
 }
 
 func (q *quorumLock) notAcquired(err error, why string) error {
@@ -126,7 +128,17 @@ func (q *quorumLock) notAcquired(err error, why string) error {
 }
 
 // lock is Lock of a quorum Mutex.
-func (q *quorumLock) lock(ctx context.Context) (*distsync.Lease, error) {
+func (q *quorumLock) lock(ctx context.Context) (*core.Lease, error) {
+	return q.p.Wait(ctx, core.One, "lock", q.wait)
+}
+
+// tryLock is TryLock of a quorum Mutex.
+func (q *quorumLock) tryLock(ctx context.Context) (*core.Lease, bool, error) {
+	return q.p.Try(ctx, core.One, "trylock", q.try1)
+}
+
+// wait takes the quorum, waiting for a majority.
+func (q *quorumLock) wait(ctx context.Context) (*core.Lease, error) {
 	select {
 	case q.turn <- struct{}{}:
 	case <-ctx.Done():
@@ -137,18 +149,18 @@ func (q *quorumLock) lock(ctx context.Context) (*distsync.Lease, error) {
 	l, why, err := q.gather(ctx, false)
 	switch {
 	case l != nil:
-		return l.Public.(*distsync.Lease), nil
+		return l, nil
 	case err != nil:
 		<-q.turn
-		return nil, fmt.Errorf("mutex %q: lock: %w", q.name, err)
+		return nil, err
 	default:
 		<-q.turn
 		return nil, q.notAcquired(ctx.Err(), why)
 	}
 }
 
-// tryLock is TryLock of a quorum Mutex: one attempt on every primary, none waiting.
-func (q *quorumLock) tryLock(ctx context.Context) (*distsync.Lease, bool, error) {
+// try1 is one attempt on every primary, none waiting.
+func (q *quorumLock) try1(ctx context.Context) (*core.Lease, bool, error) {
 	select {
 	case q.turn <- struct{}{}:
 	default:
@@ -157,10 +169,10 @@ func (q *quorumLock) tryLock(ctx context.Context) (*distsync.Lease, bool, error)
 	l, _, err := q.gather(ctx, true)
 	switch {
 	case l != nil:
-		return l.Public.(*distsync.Lease), true, nil
+		return l, true, nil
 	case err != nil:
 		<-q.turn
-		return nil, false, fmt.Errorf("mutex %q: trylock: %w", q.name, err)
+		return nil, false, err
 	case ctx.Err() != nil:
 		<-q.turn
 		return nil, false, q.notAcquired(ctx.Err(), "")
@@ -200,9 +212,9 @@ func (q *quorumLock) gather(ctx context.Context, try bool) (*core.Lease, string,
 			var err error
 			ok := true
 			if try {
-				_, ok, err = m.TryLockLease(rctx)
+				_, ok, err = m.tryLock(rctx)
 			} else {
-				_, err = m.LockLease(rctx)
+				_, err = m.lock(rctx)
 			}
 			mu.Lock()
 			late := decided
@@ -436,7 +448,7 @@ func (q *quorumLock) unlockAll(ctx context.Context, idx []int) []error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[j] = q.ms[i].Unlock(ctx)
+			errs[j] = q.ms[i].unlock(ctx)
 		}()
 	}
 	wg.Wait()
@@ -466,7 +478,7 @@ func (q *quorumLock) unlock(ctx context.Context) error {
 		go func() {
 			bctx, cancel := context.WithTimeout(context.Background(), q.ttl)
 			defer cancel()
-			_ = q.ms[i].Unlock(bctx)
+			_ = q.ms[i].unlock(bctx)
 		}()
 	}
 	errs := q.unlockAll(ctx, live)
@@ -504,9 +516,9 @@ func (q *quorumLock) unlock(ctx context.Context) error {
 // the Handle its Mutex was made with). Token is the largest of the primaries' and Remaining
 // the majority's shortest. The primaries are asked at once; a primary that does not answer
 // holds it up until ctx ends.
-func (q *quorumLock) holders(ctx context.Context) ([]distsync.Holder, error) {
+func (q *quorumLock) holders(ctx context.Context) ([]core.HolderInfo, error) {
 	type seen struct {
-		h    distsync.Holder
+		h    core.HolderInfo
 		n    int
 		left []time.Duration
 	}
@@ -514,14 +526,14 @@ func (q *quorumLock) holders(ctx context.Context) ([]distsync.Holder, error) {
 	var order []string
 	answered := 0
 	var errs []error
-	all := make([][]distsync.Holder, len(q.ms))
+	all := make([][]core.HolderInfo, len(q.ms))
 	errOf := make([]error, len(q.ms))
 	var wg sync.WaitGroup
 	for i, m := range q.ms {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			all[i], errOf[i] = m.Holders(ctx)
+			all[i], errOf[i] = m.holders(ctx)
 		}()
 	}
 	wg.Wait()
@@ -547,7 +559,7 @@ func (q *quorumLock) holders(ctx context.Context) ([]distsync.Holder, error) {
 	if answered < q.need {
 		return nil, fmt.Errorf("mutex %q: holders: %d of %d primaries answered, fewer than the quorum of %d: %w", q.name, answered, len(q.ms), q.need, errors.Join(errs...))
 	}
-	var out []distsync.Holder
+	var out []core.HolderInfo
 	for _, k := range order {
 		s := by[k]
 		if s.n < q.need {
@@ -558,11 +570,4 @@ func (q *quorumLock) holders(ctx context.Context) ([]distsync.Holder, error) {
 		out = append(out, s.h)
 	}
 	return out, nil
-}
-
-// current returns m's hold, nil if m is not held.
-func (m *Mutex) current() *core.Lease {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.lease
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/pubsub"
 	"github.com/distsync/distsync/internal/scripts"
@@ -121,8 +122,7 @@ type options struct {
 
 // option returns an Option of this package, for the kinds listed.
 func option(name string, set func(o *options), kinds ...string) distsync.Option {
-	return core.WrapOption(core.Opt{Name: name, Kinds: kinds,
-		Set: func(s *core.Settings) { set(s.Ext.(*options)) }}).(distsync.Option)
+	return api.Option(core.ExtOpt(name, kinds, set))
 }
 
 // WithKeep keeps each successful result in Redis for d after it is computed: callers of the
@@ -160,14 +160,16 @@ func WithCodec[T any](c Codec[T]) distsync.Option {
 	return option("WithCodec", func(o *options) { o.codec = c }, core.KindGroup, core.KindOnceValue)
 }
 
-// settings applies opts for a primitive of kind called name.
-func settings(h *distsync.Handle, kind, name string, opts []distsync.Option) (*core.Handle, core.Settings, error) {
-	c, err := core.Open(h, "once")
+// settings applies opts for a primitive of kind called name, and returns the package's own
+// settings with the others.
+func settings(h *distsync.Handle, kind, name string, opts []distsync.Option) (*core.Handle, core.Settings, *options, error) {
+	c, err := api.Core(h, "once")
 	if err != nil {
-		return nil, core.Settings{}, err
+		return nil, core.Settings{}, nil, err
 	}
-	set, err := c.Settings(kind, name, core.Unwrap(opts), &options{maxSize: DefaultMaxValueSize})
-	return c, set, err
+	o := &options{maxSize: DefaultMaxValueSize}
+	set, err := c.Settings(kind, name, core.Unwrap(opts), o)
+	return c, set, o, err
 }
 
 // NewGroup returns the Group called name. It sends nothing to Redis. Its options are
@@ -177,11 +179,10 @@ func settings(h *distsync.Handle, kind, name string, opts []distsync.Option) (*c
 // for an empty name, a non-positive duration or size, a codec of another type, or an option
 // that does not apply to a Group.
 func NewGroup[T any](h *distsync.Handle, name string, opts ...distsync.Option) (*Group[T], error) {
-	c, set, err := settings(h, core.KindGroup, name, opts)
+	c, set, o, err := settings(h, core.KindGroup, name, opts)
 	if err != nil {
 		return nil, err
 	}
-	o := set.Ext.(*options)
 	if o.keep < 0 {
 		return nil, fmt.Errorf("once %q: %w: keep must be positive, got %v", name, distsync.ErrInvalid, o.keep)
 	}

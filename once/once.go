@@ -35,11 +35,10 @@ func NewOnce(h *distsync.Handle, name string, opts ...distsync.Option) (*Once, e
 // name: its one key's first success is kept without a TTL, and errors are not kept. ext, if
 // not nil, checks and completes the package's own settings.
 func onceGroup[T any](h *distsync.Handle, kind, name string, opts []distsync.Option, ext func(o *options) error) (*Group[T], error) {
-	c, set, err := settings(h, kind, name, opts)
+	c, set, o, err := settings(h, kind, name, opts)
 	if err != nil {
 		return nil, err
 	}
-	o := set.Ext.(*options)
 	o.keep, o.keepErrors = -1, false
 	if ext != nil {
 		if err := ext(o); err != nil {

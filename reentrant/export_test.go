@@ -4,7 +4,11 @@ import (
 	"context"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/api"
 )
 
 // Lease returns the hold of the owner ctx carries, or nil (for tests).
-func (m *Mutex) Lease(ctx context.Context) *distsync.Lease { return m.lease(ctx) }
+func (m *Mutex) Lease(ctx context.Context) *distsync.Lease {
+	o, _ := OwnerFrom(ctx)
+	return api.Lease(m.leaseOf(o))
+}

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/scripts"
 	"github.com/distsync/distsync/internal/waitq"
@@ -73,7 +74,8 @@ const opsTTL = time.Minute
 // Mutex is a reentrant mutual exclusion lock shared by every process that uses the same name
 // on the same Redis. Make it with [New]; it is safe for concurrent use and must not be copied.
 type Mutex struct {
-	c     *core.Handle
+	p     core.Prim
+	c     *core.Handle // p.H
 	name  string
 	ttl   time.Duration
 	renew bool
@@ -130,20 +132,13 @@ type hold struct {
 // [distsync.ErrInvalid] for an empty name, a bad option value, or an option that does not
 // apply to a reentrant mutex.
 func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, error) {
-	c, err := core.Open(h, core.KindReentrant)
+	p, set, ks, err := api.Setup(h, core.KindReentrant, name, opts, nil)
 	if err != nil {
 		return nil, err
 	}
-	set, err := c.Settings(core.KindReentrant, name, core.Unwrap(opts), nil)
-	if err != nil {
-		return nil, err
-	}
-	m := &Mutex{c: c, name: name, ttl: set.LeaseTTL, renew: !set.Fixed, turn: make(chan struct{}, 1), holds: make(map[Owner]*hold),
+	c := p.H
+	m := &Mutex{p: p, c: c, name: name, ttl: set.LeaseTTL, renew: !set.Fixed, turn: make(chan struct{}, 1), holds: make(map[Owner]*hold),
 		unlocking: make(map[Owner]*pending), waiting: make(map[Owner]map[*roomWait]struct{})}
-	ks, err := c.Space(core.KindReentrant, name, m.ttl)
-	if err != nil {
-		return nil, err
-	}
 	m.lock, m.chanPrefix = ks.Key(), ks.Channel()
 	m.keys = []string{m.lock, ks.Part("fence"), ks.Part("ops"), ks.Part("q"), ks.Part("qx")}
 	// A queue entry outlives the lease it waits behind by two renewal periods, as a mutex's.
@@ -169,11 +164,7 @@ func (m *Mutex) Name() string { return m.name }
 // matching [distsync.ErrLost] if the owner's hold here was lost (re-entering a lost hold would
 // hide the loss). Connection errors are retried while waiting; other Redis errors are returned.
 func (m *Mutex) Lock(ctx context.Context) error {
-	obs := m.c.Begin(ctx, core.KindReentrant, m.name, 1, false)
-	_, err := m.lock1(obs.Bind(ctx), true)
-	if obs != nil {
-		obs.Done(m.leaseIf(ctx, err == nil), err)
-	}
+	_, _, err := m.acquire(ctx, true)
 	return err
 }
 
@@ -182,12 +173,8 @@ func (m *Mutex) Lock(ctx context.Context) error {
 // trip; if it ends first TryLock returns its error (matching [distsync.ErrNotAcquired]) and
 // the count is as it was.
 func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
-	obs := m.c.Begin(ctx, core.KindReentrant, m.name, 1, false)
-	ok, err := m.lock1(ctx, false)
-	if obs != nil {
-		obs.Done(m.leaseIf(ctx, ok && err == nil), err)
-	}
-	return ok && err == nil, err
+	_, ok, err := m.acquire(ctx, false)
+	return ok, err
 }
 
 // LockLease is [Mutex.Lock] that also returns the owner's [distsync.Lease]: one lease for the
@@ -195,43 +182,44 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 // lease the outermost one did. It carries the fencing token of the outermost Lock and the loss
 // signal of the hold.
 func (m *Mutex) LockLease(ctx context.Context) (*distsync.Lease, error) {
-	obs := m.c.Begin(ctx, core.KindReentrant, m.name, 1, false)
-	_, err := m.lock1(obs.Bind(ctx), true)
-	l := m.leaseIf(ctx, err == nil)
-	obs.Done(l, err)
-	return l, err
+	l, _, err := m.acquire(ctx, true)
+	return api.Lease(l), err
 }
 
 // TryLockLease is [Mutex.TryLock] that also returns the owner's [distsync.Lease] when it took
 // or re-entered m (nil otherwise), as [Mutex.LockLease] does.
 func (m *Mutex) TryLockLease(ctx context.Context) (*distsync.Lease, bool, error) {
-	obs := m.c.Begin(ctx, core.KindReentrant, m.name, 1, false)
-	ok, err := m.lock1(ctx, false)
-	l := m.leaseIf(ctx, ok && err == nil)
-	obs.Done(l, err)
-	return l, ok && err == nil, err
+	l, ok, err := m.acquire(ctx, false)
+	return api.Lease(l), ok, err
 }
 
-// leaseIf returns the lease of the owner that ctx carries if held is true, else nil.
-func (m *Mutex) leaseIf(ctx context.Context, held bool) *distsync.Lease {
-	if !held {
-		return nil
-	}
-	return m.lease(ctx)
-}
-
-func (m *Mutex) lock1(ctx context.Context, wait bool) (bool, error) {
+// acquire is every form of Lock (wait) and TryLock: it returns the owner's lease and true if
+// the owner that ctx carries took or re-entered m. A ctx without an owner is refused before
+// anything is done.
+func (m *Mutex) acquire(ctx context.Context, wait bool) (*core.Lease, bool, error) {
 	o, ok := OwnerFrom(ctx)
 	if !ok {
-		return false, fmt.Errorf("reentrant %q: %w: no owner in the context (use reentrant.WithOwner)", m.name, distsync.ErrInvalid)
+		return nil, false, fmt.Errorf("reentrant %q: %w: no owner in the context (use reentrant.WithOwner)", m.name, distsync.ErrInvalid)
 	}
-	if err := ctx.Err(); err != nil {
-		return false, m.notAcquired(err)
+	f := func(ctx context.Context) (*core.Lease, bool, error) {
+		got, err := m.lock1(ctx, o, wait)
+		if err != nil || !got {
+			return nil, false, err
+		}
+		return m.leaseOf(o), true, nil
 	}
-	if err := m.c.Enter(); err != nil {
-		return false, fmt.Errorf("reentrant %q: %w", m.name, err)
+	if !wait {
+		return m.p.Try(ctx, core.One, "lock", f)
 	}
-	defer m.c.Exit()
+	l, err := m.p.Wait(ctx, core.One, "lock", func(ctx context.Context) (*core.Lease, error) {
+		l, _, err := f(ctx)
+		return l, err
+	})
+	return l, err == nil, err
+}
+
+// lock1 takes or re-enters m for o: with wait, it waits until it does.
+func (m *Mutex) lock1(ctx context.Context, o Owner, wait bool) (bool, error) {
 	for {
 		got, err := m.lock2(ctx, o, wait)
 		if !errors.Is(err, errUnlocking) && !errors.Is(err, errOwnerHolds) {
@@ -264,9 +252,9 @@ func (m *Mutex) lock2(ctx context.Context, o Owner, wait bool) (bool, error) {
 		select {
 		case <-unlocking:
 		case <-ctx.Done():
-			return false, m.notAcquired(ctx.Err())
+			return false, ctx.Err()
 		case <-m.c.Done():
-			return false, fmt.Errorf("reentrant %q: %w", m.name, distsync.ErrClosed)
+			return false, core.ErrClosed
 		}
 	}
 	m.mu.Lock()
@@ -274,7 +262,7 @@ func (m *Mutex) lock2(ctx context.Context, o Owner, wait bool) (bool, error) {
 	m.mu.Unlock()
 	if h != nil {
 		if err := h.lease.Err(); err != nil {
-			return false, fmt.Errorf("reentrant %q: re-entering a hold that ended: %w", m.name, err)
+			return false, fmt.Errorf("re-entering a hold that ended: %w", err)
 		}
 	}
 	// Re-entry, a TryLock, and a Lock while other goroutines of this process wait (the owner
@@ -286,7 +274,7 @@ func (m *Mutex) lock2(ctx context.Context, o Owner, wait bool) (bool, error) {
 			return got, err
 		}
 		if h != nil {
-			return false, fmt.Errorf("reentrant %q: re-entering: %w: the hold was taken", m.name, distsync.ErrLost)
+			return false, fmt.Errorf("re-entering: %w: the hold was taken", core.ErrLost)
 		}
 	}
 	// In the room. If a hold of the owner starts here meanwhile (another goroutine of the owner
@@ -315,12 +303,8 @@ func (m *Mutex) lock2(ctx context.Context, o Owner, wait bool) (bool, error) {
 		return true, nil
 	case ctx.Err() == nil && errors.Is(cause, errOwnerHolds):
 		return false, errOwnerHolds
-	case ctx.Err() != nil:
-		return false, m.notAcquired(ctx.Err())
-	case errors.Is(err, core.ErrClosed):
-		return false, fmt.Errorf("reentrant %q: %w", m.name, err)
 	default:
-		return false, fmt.Errorf("reentrant %q: lock: %w", m.name, err)
+		return false, err // Prim.Fail words it
 	}
 }
 
@@ -335,24 +319,15 @@ func (m *Mutex) once(ctx context.Context, o Owner, retry bool) (bool, error) {
 		if id != "" { // the attempt may have counted: undo it
 			m.undo(id)
 		}
-		if ctx.Err() != nil {
-			return false, m.notAcquired(ctx.Err())
-		}
-		if errors.Is(err, distsync.ErrLost) {
-			return false, fmt.Errorf("reentrant %q: %w", m.name, err)
-		}
-		if errors.Is(err, core.ErrLate) {
-			return false, m.notAcquired(err)
-		}
-		if !retry || !core.Transient(err) {
-			return false, fmt.Errorf("reentrant %q: lock: %w", m.name, err)
+		if ctx.Err() != nil || errors.Is(err, core.ErrLost) || errors.Is(err, core.ErrLate) || !retry || !core.Transient(err) {
+			return false, err // Prim.Fail words it
 		}
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
-			return false, m.notAcquired(ctx.Err())
+			return false, ctx.Err()
 		case <-m.c.Done():
-			return false, fmt.Errorf("reentrant %q: %w", m.name, distsync.ErrClosed)
+			return false, core.ErrClosed
 		}
 	}
 }
@@ -647,14 +622,13 @@ func (m *Mutex) HoldCount(ctx context.Context) int {
 	return 0
 }
 
-// lease returns the lease of the owner that ctx carries (nil if it holds no Lock of m through
-// this Mutex value: another of its goroutines unlocked it meanwhile).
-func (m *Mutex) lease(ctx context.Context) *distsync.Lease {
-	o, _ := OwnerFrom(ctx)
+// leaseOf returns the lease of o's hold (nil if it holds no Lock of m through this Mutex
+// value: another of its goroutines unlocked it meanwhile).
+func (m *Mutex) leaseOf(o Owner) *core.Lease {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if h := m.holds[o]; h != nil {
-		return h.lease.Public.(*distsync.Lease)
+		return h.lease
 	}
 	return nil
 }
@@ -688,16 +662,11 @@ func flag(b bool) string {
 	return "0"
 }
 
-func (m *Mutex) notAcquired(err error) error {
-	return fmt.Errorf("reentrant %q: %w: %w", m.name, distsync.ErrNotAcquired, err)
-}
-
 // Holders returns who holds m, as Redis has it at one moment: the owner and its hold count, or none if m is free; Handle is empty, since a reentrant hold belongs to an [Owner], and Owner is that owner. It reads in one round
 // trip and changes nothing; like any snapshot, it may be stale when it returns (see
 // [distsync.Holder]). Find the process that holds a name by comparing [distsync.Holder.Handle]
 // with [distsync.Handle.ID].
 func (m *Mutex) Holders(ctx context.Context) ([]distsync.Holder, error) {
-	hs, err := m.c.Holders(ctx, "reentrant", m.name, core.LayoutHash, m.keys[:1])
-	held, _ := hs.([]distsync.Holder)
-	return held, err
+	hs, err := m.c.Holders(ctx, core.KindReentrant, m.name, core.LayoutHash, m.keys[:1])
+	return api.Holders(hs), err
 }

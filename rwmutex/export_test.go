@@ -1,6 +1,9 @@
 package rwmutex
 
-import "github.com/distsync/distsync"
+import (
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/api"
+)
 
 // Lease returns the write hold of m, or nil (for tests that Lock and then look at the hold).
 func (m *RWMutex) Lease() *distsync.Lease {
@@ -9,7 +12,7 @@ func (m *RWMutex) Lease() *distsync.Lease {
 	if m.wlease == nil {
 		return nil
 	}
-	return m.wlease.Public.(*distsync.Lease)
+	return api.Lease(m.wlease)
 }
 
 // RLease returns the newest read hold of m, or nil.
@@ -19,5 +22,5 @@ func (m *RWMutex) RLease() *distsync.Lease {
 	if len(m.rholds) == 0 {
 		return nil
 	}
-	return m.rholds[len(m.rholds)-1].Public.(*distsync.Lease)
+	return api.Lease(m.rholds[len(m.rholds)-1])
 }

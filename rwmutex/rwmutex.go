@@ -24,13 +24,13 @@ package rwmutex
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/scripts"
 	"github.com/distsync/distsync/internal/waitq"
@@ -44,7 +44,8 @@ const opsTTL = time.Minute
 // name on the same Redis. Make it with [New]; it is safe for concurrent use and must not be
 // copied.
 type RWMutex struct {
-	c     *core.Handle
+	p     core.Prim
+	c     *core.Handle // p.H
 	name  string
 	ttl   time.Duration
 	renew bool
@@ -73,19 +74,12 @@ type RWMutex struct {
 // [distsync.WithHandoffWindow]. It returns an error matching [distsync.ErrInvalid] for an
 // empty name, a bad option value, or an option that does not apply to a rwmutex.
 func New(h *distsync.Handle, name string, opts ...distsync.Option) (*RWMutex, error) {
-	c, err := core.Open(h, core.KindRWMutex)
+	p, set, ks, err := api.Setup(h, core.KindRWMutex, name, opts, nil)
 	if err != nil {
 		return nil, err
 	}
-	set, err := c.Settings(core.KindRWMutex, name, core.Unwrap(opts), nil)
-	if err != nil {
-		return nil, err
-	}
-	m := &RWMutex{c: c, name: name, ttl: set.LeaseTTL, renew: !set.Fixed}
-	ks, err := c.Space(core.KindRWMutex, name, m.ttl)
-	if err != nil {
-		return nil, err
-	}
+	c := p.H
+	m := &RWMutex{p: p, c: c, name: name, ttl: set.LeaseTTL, renew: !set.Fixed}
 	m.keys = []string{ks.Key(), ks.Part("r"), ks.Part("ww"), ks.Part("rq"), ks.Part("ra"), ks.Part("fence"), ks.Part("ops"), ks.Part("wo"), ks.Part("rel")}
 	// A waiting mark outlives the wait it reported by two renewal periods: one for the
 	// waiter's backstop slack, one for a late timer.
@@ -237,76 +231,26 @@ func (m *RWMutex) RLocker() sync.Locker { return core.Locker("rwmutex: RLocker",
 
 // wait waits in room for a hold and returns its lease.
 func (m *RWMutex) wait(ctx context.Context, room *waitq.Room) (*distsync.Lease, error) {
-	obs := m.c.Begin(ctx, core.KindRWMutex, m.name, 1, room == m.readers)
-	l, err := m.waitHold(obs.Bind(ctx), room)
-	obs.Done(l, err)
-	return l, err
+	l, err := m.p.Wait(ctx, core.Weight{N: 1, Shared: room == m.readers}, "lock", func(ctx context.Context) (*core.Lease, error) {
+		return nil, room.Acquire(ctx) // the lease is in the sink (hold)
+	})
+	return api.Lease(l), err
 }
 
-func (m *RWMutex) waitHold(ctx context.Context, room *waitq.Room) (*distsync.Lease, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, m.notAcquired(err)
-	}
-	if err := m.c.Enter(); err != nil {
-		return nil, fmt.Errorf("rwmutex %q: %w", m.name, err)
-	}
-	defer m.c.Exit()
-	sctx, sink := core.WithSink(ctx)
-	err := room.Acquire(sctx)
-	switch {
-	case err == nil:
-		return public(sink), nil
-	case ctx.Err() != nil:
-		return nil, m.notAcquired(ctx.Err())
-	case errors.Is(err, core.ErrClosed):
-		return nil, fmt.Errorf("rwmutex %q: %w", m.name, err)
-	default:
-		return nil, fmt.Errorf("rwmutex %q: lock: %w", m.name, err)
-	}
-}
-
-// public returns the lease an acquisition delivered to sink.
-func public(sink *core.Sink) *distsync.Lease {
-	if sink.Lease == nil {
-		return nil
-	}
-	return sink.Lease.Public.(*distsync.Lease)
-}
-
+// try tries once for a hold of mode ("r" or "w").
 func (m *RWMutex) try(ctx context.Context, mode string) (*distsync.Lease, bool, error) {
-	obs := m.c.Begin(ctx, core.KindRWMutex, m.name, 1, mode == "r")
-	l, ok, err := m.tryHold(ctx, mode)
-	obs.Done(l, err)
-	return l, ok, err
-}
-
-func (m *RWMutex) tryHold(ctx context.Context, mode string) (*distsync.Lease, bool, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, false, m.notAcquired(err)
-	}
-	if err := m.c.Enter(); err != nil {
-		return nil, false, fmt.Errorf("rwmutex %q: %w", m.name, err)
-	}
-	defer m.c.Exit()
-	sctx, sink := core.WithSink(ctx)
-	res, owner, err := m.attempt(sctx, mode, "", false)
-	if err != nil {
-		if owner != "" {
-			m.c.Undo("cleanup after a cancelled try", opsTTL,
-				func(actx context.Context) error { return m.leave(actx, mode, "", owner, false) })
+	l, ok, err := m.p.Try(ctx, core.Weight{N: 1, Shared: mode == "r"}, "try", func(ctx context.Context) (*core.Lease, bool, error) {
+		res, owner, err := m.attempt(ctx, mode, "", false)
+		if err != nil {
+			if owner != "" {
+				m.c.Undo("cleanup after a cancelled try", opsTTL,
+					func(actx context.Context) error { return m.leave(actx, mode, "", owner, false) })
+			}
+			return nil, false, err
 		}
-		if ctx.Err() != nil {
-			return nil, false, m.notAcquired(ctx.Err())
-		}
-		if errors.Is(err, core.ErrLate) {
-			return nil, false, m.notAcquired(err)
-		}
-		return nil, false, fmt.Errorf("rwmutex %q: try: %w", m.name, err)
-	}
-	if !res.Acquired {
-		return nil, false, nil
-	}
-	return public(sink), true, nil
+		return nil, res.Acquired, nil // the lease is in the sink (hold)
+	})
+	return api.Lease(l), ok, err
 }
 
 // args returns the ARGV of every rwmutex script (see internal/scripts/lib/rw.lua).
@@ -439,16 +383,12 @@ func parse(to string) func(string) waitq.Signal {
 	}
 }
 
-func (m *RWMutex) notAcquired(err error) error {
-	return fmt.Errorf("rwmutex %q: %w: %w", m.name, distsync.ErrNotAcquired, err)
-}
 
 // Holders returns who holds m, as Redis has it at one moment: the writer, or every reader's hold (Shared), or none if m is free. It reads in one round
 // trip and changes nothing; like any snapshot, it may be stale when it returns (see
 // [distsync.Holder]). Find the process that holds a name by comparing [distsync.Holder.Handle]
 // with [distsync.Handle.ID].
 func (m *RWMutex) Holders(ctx context.Context) ([]distsync.Holder, error) {
-	hs, err := m.c.Holders(ctx, "rwmutex", m.name, core.LayoutRW, []string{m.keys[0], m.keys[1], m.keys[5]})
-	held, _ := hs.([]distsync.Holder)
-	return held, err
+	hs, err := m.c.Holders(ctx, core.KindRWMutex, m.name, core.LayoutRW, []string{m.keys[0], m.keys[1], m.keys[5]})
+	return api.Holders(hs), err
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/scripts"
 	"github.com/distsync/distsync/internal/waitq"
@@ -45,7 +46,8 @@ const opsTTL = time.Minute
 // Semaphore is a weighted semaphore shared by every process that uses the same name on the
 // same Redis. Make it with [New]; it is safe for concurrent use and must not be copied.
 type Semaphore struct {
-	c      *core.Handle
+	p      core.Prim
+	c      *core.Handle // p.H
 	name   string
 	size   int64
 	ttl    time.Duration
@@ -79,22 +81,15 @@ type hold struct {
 // [distsync.ErrInvalid] for an empty name, a size below 1, a bad option value, or an option
 // that does not apply to a semaphore.
 func New(h *distsync.Handle, name string, size int64, opts ...distsync.Option) (*Semaphore, error) {
-	c, err := core.Open(h, core.KindSemaphore)
+	p, set, ks, err := api.Setup(h, core.KindSemaphore, name, opts, nil)
 	if err != nil {
 		return nil, err
 	}
-	set, err := c.Settings(core.KindSemaphore, name, core.Unwrap(opts), nil)
-	if err != nil {
-		return nil, err
-	}
-	s := &Semaphore{c: c, name: name, size: size, ttl: set.LeaseTTL, renew: !set.Fixed, wlease: set.WaiterLease}
 	if size < 1 {
 		return nil, fmt.Errorf("semaphore %q: %w: size must be at least 1, got %d", name, distsync.ErrInvalid, size)
 	}
-	ks, err := c.Space(core.KindSemaphore, name, s.ttl)
-	if err != nil {
-		return nil, err
-	}
+	c := p.H
+	s := &Semaphore{p: p, c: c, name: name, size: size, ttl: set.LeaseTTL, renew: !set.Fixed, wlease: set.WaiterLease}
 	s.keys = []string{ks.Key(), ks.Part("n"), ks.Part("q"), ks.Part("qx"), ks.Part("qn"), ks.Part("size"), ks.Part("ops")}
 	s.chanPrefix = ks.Channel()
 	s.proc = c.NewID()
@@ -142,20 +137,14 @@ func (s *Semaphore) AcquireLease(ctx context.Context, n int64) (*distsync.Lease,
 	if err := s.check(n); err != nil {
 		return nil, err
 	}
-	obs := s.c.Begin(ctx, core.KindSemaphore, s.name, n, false)
-	l, err := s.acquireLease(obs.Bind(ctx), n)
-	obs.Done(l, err)
-	return l, err
+	l, err := s.p.Wait(ctx, core.Weight{N: n}, "acquire", func(ctx context.Context) (*core.Lease, error) {
+		return s.wait(ctx, n)
+	})
+	return api.Lease(l), err
 }
 
-func (s *Semaphore) acquireLease(ctx context.Context, n int64) (*distsync.Lease, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, s.notAcquired(err)
-	}
-	if err := s.c.Enter(); err != nil {
-		return nil, fmt.Errorf("semaphore %q: %w", s.name, err)
-	}
-	defer s.c.Exit()
+// wait waits in the queue until it holds n permits.
+func (s *Semaphore) wait(ctx context.Context, n int64) (*core.Lease, error) {
 	w := s.proc + "/" + s.c.NewID()
 	slot := s.box.Register(w) // subscribed only if the first attempt fails
 	defer slot.Close()
@@ -210,9 +199,9 @@ func (s *Semaphore) acquireLease(ctx context.Context, n int64) (*distsync.Lease,
 			s.c.Undo("leaving the queue of semaphore "+strconv.Quote(s.name), opsTTL,
 				func(bctx context.Context) error { return s.leave(bctx, w) })
 		}
-		return nil, s.fail(ctx, err)
+		return nil, err
 	}
-	return got.Public.(*distsync.Lease), nil
+	return got, nil
 }
 
 // TryAcquire acquires n permits if they are free and nobody waits for permits, without
@@ -236,20 +225,14 @@ func (s *Semaphore) TryAcquireLease(ctx context.Context, n int64) (*distsync.Lea
 	if err := s.check(n); err != nil {
 		return nil, false, err
 	}
-	obs := s.c.Begin(ctx, core.KindSemaphore, s.name, n, false)
-	l, ok, err := s.tryAcquireLease(ctx, n)
-	obs.Done(l, err)
-	return l, ok, err
+	l, ok, err := s.p.Try(ctx, core.Weight{N: n}, "acquire", func(ctx context.Context) (*core.Lease, bool, error) {
+		return s.try(ctx, n)
+	})
+	return api.Lease(l), ok, err
 }
 
-func (s *Semaphore) tryAcquireLease(ctx context.Context, n int64) (*distsync.Lease, bool, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, false, s.notAcquired(err)
-	}
-	if err := s.c.Enter(); err != nil {
-		return nil, false, fmt.Errorf("semaphore %q: %w", s.name, err)
-	}
-	defer s.c.Exit()
+// try is one try of TryAcquire.
+func (s *Semaphore) try(ctx context.Context, n int64) (*core.Lease, bool, error) {
 	w := s.proc + "/" + s.c.NewID()
 	sent := time.Now()
 	vals, err := s.run(ctx, scripts.SemaphoreAcquire, w, n, "1")
@@ -258,14 +241,14 @@ func (s *Semaphore) tryAcquireLease(ctx context.Context, n int64) (*distsync.Lea
 			s.c.Undo("cleanup after a cancelled TryAcquire", opsTTL,
 				func(bctx context.Context) error { return s.leave(bctx, w) })
 		}
-		return nil, false, s.fail(ctx, err)
+		return nil, false, err
 	}
 	if len(vals) == 1 && vals[0] == 1 {
 		l, err := s.hold(w, n, sent, time.Time{}, false)
 		if err != nil {
-			return nil, false, s.fail(ctx, err)
+			return nil, false, err
 		}
-		return l.Public.(*distsync.Lease), true, nil
+		return l, true, nil
 	}
 	return nil, false, nil
 }
@@ -366,9 +349,8 @@ func (s *Semaphore) Resize(ctx context.Context, size int64) error {
 // [distsync.Holder]). Find the process that holds a name by comparing [distsync.Holder.Handle]
 // with [distsync.Handle.ID].
 func (s *Semaphore) Holders(ctx context.Context) ([]distsync.Holder, error) {
-	hs, err := s.c.Holders(ctx, "semaphore", s.name, core.LayoutSem, s.keys[:2])
-	held, _ := hs.([]distsync.Holder)
-	return held, err
+	hs, err := s.c.Holders(ctx, core.KindSemaphore, s.name, core.LayoutSem, s.keys[:2])
+	return api.Holders(hs), err
 }
 
 // Status is a snapshot of a semaphore, as Redis has it at one moment.
@@ -475,18 +457,4 @@ func (s *Semaphore) badReply(vals []int64) error {
 	return core.Unexpected(scripts.SemaphoreAcquire, vals)
 }
 
-func (s *Semaphore) fail(ctx context.Context, err error) error {
-	switch {
-	case ctx.Err() != nil:
-		return s.notAcquired(ctx.Err())
-	case errors.Is(err, core.ErrLate):
-		return s.notAcquired(err)
-	case errors.Is(err, core.ErrClosed):
-		return fmt.Errorf("semaphore %q: %w", s.name, core.ErrClosed)
-	}
-	return fmt.Errorf("semaphore %q: acquire: %w", s.name, err)
-}
-
-func (s *Semaphore) notAcquired(err error) error {
-	return fmt.Errorf("semaphore %q: %w: %w", s.name, distsync.ErrNotAcquired, err)
-}
+func (s *Semaphore) notAcquired(err error) error { return s.p.NotAcquired(err) }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/scripts"
 )
@@ -112,7 +113,7 @@ const maxErrText = 4 << 10
 // member ends: done (matching [distsync.ErrReleased]), lost (matching [distsync.ErrLost]: the
 // lease could not be renewed, or a fixed lease ran out), or its Handle closed. Work the member
 // stands for should stop when it is lost: the round already counts it as lost.
-func (m *Member) Lease() *distsync.Lease { return m.lease.Public.(*distsync.Lease) }
+func (m *Member) Lease() *distsync.Lease { return api.Lease(m.lease) }
 
 func (m *Member) finish(ctx context.Context, extra string) error {
 	if err := m.lease.Stop(); err != nil {

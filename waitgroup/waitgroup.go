@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/pubsub"
 	"github.com/distsync/distsync/internal/scripts"
@@ -113,8 +114,7 @@ type options struct{ expiry time.Duration }
 //
 // Applies to: New.
 func WithExpiry(d time.Duration) distsync.Option {
-	return core.WrapOption(core.Opt{Name: "WithExpiry", Kinds: []string{core.KindWaitGroup},
-		Set: func(s *core.Settings) { s.Ext.(*options).expiry = d }}).(distsync.Option)
+	return api.Option(core.ExtOpt("WithExpiry", []string{core.KindWaitGroup}, func(o *options) { o.expiry = d }))
 }
 
 // New returns the WaitGroup called name. It sends nothing to Redis. Its options are
@@ -123,22 +123,15 @@ func WithExpiry(d time.Duration) distsync.Option {
 // error matching [distsync.ErrInvalid] for an empty name, a bad option value, or an option
 // that does not apply to a WaitGroup.
 func New(h *distsync.Handle, name string, opts ...distsync.Option) (*WaitGroup, error) {
-	c, err := core.Open(h, core.KindWaitGroup)
+	o := &options{expiry: DefaultExpiry}
+	p, set, ks, err := api.Setup(h, core.KindWaitGroup, name, opts, o)
 	if err != nil {
 		return nil, err
 	}
-	set, err := c.Settings(core.KindWaitGroup, name, core.Unwrap(opts), &options{expiry: DefaultExpiry})
-	if err != nil {
-		return nil, err
+	if o.expiry < time.Millisecond {
+		return nil, fmt.Errorf("waitgroup %q: %w: expiry must be at least 1ms, got %v", name, distsync.ErrInvalid, o.expiry)
 	}
-	if e := set.Ext.(*options).expiry; e < time.Millisecond {
-		return nil, fmt.Errorf("waitgroup %q: %w: expiry must be at least 1ms, got %v", name, distsync.ErrInvalid, e)
-	}
-	ks, err := c.Space(core.KindWaitGroup, name, set.LeaseTTL)
-	if err != nil {
-		return nil, err
-	}
-	return &WaitGroup{c: c, name: name, ttl: set.LeaseTTL, renew: !set.Fixed, expiry: set.Ext.(*options).expiry,
+	return &WaitGroup{c: p.H, name: name, ttl: set.LeaseTTL, renew: !set.Fixed, expiry: o.expiry,
 		keys: []string{ks.Key(), ks.Part("m"), ks.Part("ops")}, channel: ks.Channel()}, nil
 }
 

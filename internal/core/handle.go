@@ -163,6 +163,20 @@ func (h *Handle) Keys(kind, name string) (keys.Space, error) {
 	return s, nil
 }
 
+// Space checks what every primitive's New checks, a lease of at least MinLease and a
+// name that makes keys, and returns the key space of the primitive of kind named name. Its
+// errors match ErrInvalid.
+func (h *Handle) Space(kind, name string, ttl time.Duration) (keys.Space, error) {
+	if ttl < MinLease {
+		return keys.Space{}, fmt.Errorf("%s %q: %w: lease TTL must be at least %v, got %v", kind, name, ErrInvalid, MinLease, ttl)
+	}
+	ks, err := h.Keys(kind, name)
+	if err != nil {
+		return ks, fmt.Errorf("%s %q: %w", kind, name, err)
+	}
+	return ks, nil
+}
+
 // Done is closed when the handle is closing: calls that wait must return ErrClosed, after
 // cleaning up in Redis (Detached contexts still work until they have returned).
 func (h *Handle) Done() <-chan struct{} { return h.closing }

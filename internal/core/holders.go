@@ -28,14 +28,13 @@ type HolderInfo struct {
 }
 
 // Holders reads who holds the primitive of kind named name, whose claims are kept in keys,
-// laid out as layout, in one round trip that writes nothing, and returns them as a
-// []distsync.Holder (nil on error).
-func (h *Handle) Holders(ctx context.Context, kind, name, layout string, keys []string) (any, error) {
+// laid out as layout, in one round trip that writes nothing (nil on error).
+func (h *Handle) Holders(ctx context.Context, kind, name, layout string, keys []string) ([]HolderInfo, error) {
 	hs, err := h.holders(ctx, layout, keys)
 	if err != nil {
 		return nil, fmt.Errorf("%s %q: holders: %w", kind, name, err)
 	}
-	return wrapHolders(hs), nil
+	return hs, nil
 }
 
 func (h *Handle) holders(ctx context.Context, layout string, keys []string) ([]HolderInfo, error) {

@@ -2,15 +2,11 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/rueidis"
 
 	"github.com/distsync/distsync/internal/scripts"
 )
@@ -18,6 +14,11 @@ import (
 // RenewDivisor sets the renewal period of a renewed lease: TTL / RenewDivisor. At a third of
 // the TTL a holder survives two consecutive failed renewals before its lease runs out.
 const RenewDivisor = 3
+
+// MinLease is the shortest lease: a lease must outlast the margin taken off its local deadline
+// (Drift: 1% and 2 ms) by enough for its holder to use it, or every acquisition would come too
+// late to use (ErrLate) and a Lock would try for ever.
+const MinLease = 10 * time.Millisecond
 
 // LeaseSpec describes a claim that was just acquired.
 type LeaseSpec struct {
@@ -80,8 +81,8 @@ type Lease struct {
 	ctx  context.Context // done when the lease ends; its cause is Err
 	end  context.CancelCauseFunc
 
-	// Public is the distsync.Lease that wraps this lease.
-	Public any
+	// pub is the distsync.Lease that wraps this lease (see Public).
+	pub any
 
 	// quorum, if set, makes this a lease over other leases (see Handle.Quorum): held while
 	// enough of them are, never on the renewal loop itself.
@@ -111,9 +112,7 @@ type Lease struct {
 func (h *Handle) Hold(spec LeaseSpec) (*Lease, error) {
 	l := &Lease{h: h, spec: spec}
 	l.ctx, l.end = context.WithCancelCause(context.Background())
-	if wrapLease != nil {
-		l.Public = wrapLease(l)
-	}
+	l.wrap()
 	l.deadline = spec.Sent.Add(spec.TTL - Drift(spec.TTL))
 	if !spec.Deadline.IsZero() {
 		l.deadline = spec.Deadline
@@ -414,333 +413,3 @@ func (spec LeaseSpec) extendFor(ttl time.Duration) scripts.Call {
 func (l *Lease) Fixed() bool { return !l.spec.Renew }
 
 func lost(reason string) error { return fmt.Errorf("%w: %s", ErrLost, reason) }
-
-// renewer is the handle's renewal loop: one goroutine and one timer for every lease, renewals
-// batched per tick into one pipeline per node, and local deadlines enforced even when Redis
-// cannot be reached.
-type renewer struct {
-	h      *Handle
-	mu     sync.Mutex
-	leases map[*Lease]struct{}
-	closed bool
-	kick   chan struct{}
-	wakeAt time.Time // when the loop will look at the leases next (zero: it is running)
-}
-
-func newRenewer(h *Handle) *renewer {
-	return &renewer{h: h, leases: make(map[*Lease]struct{}), kick: make(chan struct{}, 1)}
-}
-
-func (r *renewer) add(l *Lease) bool {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return false
-	}
-	r.leases[l] = struct{}{}
-	// Wake the loop only if it would look too late: a new lease renewed at the usual
-	// period mostly falls after the wake-up already planned, and then costs no context switch.
-	due := l.deadline
-	if (l.spec.Renew || l.first != nil) && l.next.Before(due) {
-		due = l.next
-	}
-	early := !r.wakeAt.IsZero() && due.Before(r.wakeAt)
-	r.mu.Unlock()
-	if early {
-		r.wake()
-	}
-	return true
-}
-
-func (r *renewer) remove(l *Lease) {
-	r.mu.Lock()
-	delete(r.leases, l)
-	r.mu.Unlock()
-}
-
-func (r *renewer) wake() {
-	select {
-	case r.kick <- struct{}{}:
-	default:
-	}
-}
-
-// Count returns the number of leases the loop tracks.
-func (h *Handle) Leases() int {
-	h.ren.mu.Lock()
-	defer h.ren.mu.Unlock()
-	return len(h.ren.leases)
-}
-
-func (r *renewer) run(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		now := time.Now()
-		wake := now.Add(time.Hour)
-		var batch []*Lease
-
-		var ended []*Lease
-		r.mu.Lock()
-		r.wakeAt = time.Time{}
-		for l := range r.leases {
-			if !now.Before(l.deadline) {
-				// Ended under the lock: a lease off the loop and not yet ended would read as
-				// held to Err (expire skips leases the loop no longer tracks).
-				delete(r.leases, l)
-				if l.finish(errDeadline()) {
-					ended = append(ended, l)
-				}
-				continue
-			}
-			at := l.deadline
-			if (l.spec.Renew || l.first != nil) && !l.inflight {
-				period := l.spec.TTL / RenewDivisor
-				// Renew everything due within the next eighth of its period now, so that
-				// leases taken at nearly the same time share one pipeline.
-				if !now.Before(l.next.Add(-period / 8)) {
-					l.inflight = true
-					batch = append(batch, l)
-				} else if l.next.Before(at) {
-					at = l.next
-				}
-			}
-			if at.Before(wake) {
-				wake = at
-			}
-		}
-		r.wakeAt = wake
-		r.mu.Unlock()
-
-		if len(batch) > 0 {
-			r.h.bg.Add(1)
-			go func() {
-				defer r.h.bg.Done()
-				r.renew(ctx, batch)
-			}()
-		}
-		// After the batch is on its way: an observer or a log that is slow delays the loop's
-		// next look, never the renewals due now.
-		for _, l := range ended {
-			l.report(context.Cause(l.ctx))
-		}
-
-		timer.Reset(time.Until(wake))
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.kick:
-		case <-timer.C:
-		}
-	}
-}
-
-// renew extends every lease of batch in one DoMulti (rueidis sends one pipeline per node).
-func (r *renewer) renew(ctx context.Context, batch []*Lease) {
-	calls := make([]scripts.Call, len(batch))
-	r.mu.Lock()
-	limit := batch[0].deadline
-	for i, l := range batch {
-		switch {
-		case l.first != nil:
-			calls[i] = *l.first
-		default:
-			calls[i] = l.spec.renewal()
-		}
-		if l.deadline.Before(limit) {
-			limit = l.deadline
-		}
-	}
-	r.mu.Unlock()
-	sent := time.Now()
-	// No renewal reply is worth waiting for past the first deadline of the batch: the loop
-	// ends that lease then anyway, and the others are retried.
-	cctx, cancel := context.WithDeadline(ctx, limit)
-	res := scripts.DoMulti(cctx, r.h.Client, calls)
-	cancel()
-
-	now := time.Now()
-	var ended []*Lease
-	var renewed []*Lease
-	var failed []error
-	r.mu.Lock()
-	for i, l := range batch {
-		l.inflight = false
-		if _, ok := r.leases[l]; !ok {
-			continue // released or ended while the renewal was in flight: not ours to judge
-		}
-		ok, err := res[i].AsInt64()
-		period := l.spec.TTL / RenewDivisor
-		switch {
-		case err == nil && ok == 1:
-			l.next = sent.Add(period)
-			l.deadline = sent.Add(l.spec.TTL - Drift(l.spec.TTL))
-			l.first = nil
-			if r.h.Observed() {
-				renewed, failed = append(renewed, l), append(failed, nil)
-			}
-		case err == nil || isWrongType(err):
-			delete(r.leases, l) // and ended under the lock, as in run
-			if l.finish(lost("the claim was gone or held by another owner when it was renewed")) {
-				ended = append(ended, l)
-			}
-		default:
-			// Unreachable, or a transient Redis error (LOADING, READONLY during a failover):
-			// try again soon; the deadline ends the lease if nothing gets through.
-			l.next = now.Add(min(max(period/6, 10*time.Millisecond), time.Second))
-			r.h.Log().Debug("distsync: renewal failed, will retry", "key", l.spec.Key, "err", err)
-			if r.h.Observed() {
-				renewed, failed = append(renewed, l), append(failed, err)
-			}
-		}
-	}
-	r.mu.Unlock()
-	r.wake() // the loop reschedules these leases at once, whatever the reports below cost
-	// Reported outside the lock: the observer and the log may be slow.
-	for i, l := range renewed {
-		l.renewed(failed[i])
-	}
-	for _, l := range ended {
-		l.report(context.Cause(l.ctx))
-	}
-}
-
-func isWrongType(err error) bool {
-	var re *rueidis.RedisError
-	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
-}
-
-// closeAll ends every lease with ErrClosed, then releases each claim in Redis.
-func (r *renewer) closeAll(ctx context.Context) error {
-	r.mu.Lock()
-	r.closed = true
-	held := make([]*Lease, 0, len(r.leases))
-	var ended []*Lease
-	for l := range r.leases {
-		held = append(held, l)
-		if l.finish(ErrClosed) { // first, and under the lock: the release below must not record the end as a release
-			ended = append(ended, l)
-		}
-	}
-	r.leases = map[*Lease]struct{}{}
-	r.mu.Unlock()
-	for _, l := range ended {
-		l.report(ErrClosed)
-	}
-
-	var errs []error
-	for _, l := range held {
-		r.mu.Lock()
-		l.inflight = false // the loop is stopping: whatever it did not send, the release sends
-		r.mu.Unlock()
-		// A waiter's place is left by its waiting call, which Close ends next (it returns
-		// ErrClosed after leaving the queue); leaving it here would void the waiter under it.
-		if l.spec.Release != nil && !l.spec.Place {
-			if err := l.spec.Release(ctx, l); err != nil && !errors.Is(err, ErrLost) {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// Release stops l and gives back its claim with release, which reports whether the claim was
-// still l's (see GiveBack). It returns nil once released; an error matching ErrNotHeld and
-// ErrLost if the claim was not l's any more, or l had already ended (lost, or the handle
-// closed); and otherwise the error, while the handle goes on trying in the background for up
-// to the lease's TTL. l ends either way: at once; or, after an error, as released when a
-// background try reaches Redis before l's local deadline and finds the claim released by l,
-// as lost when a try finds it gone or taken, and as lost at that deadline if no try reached
-// Redis by then.
-//
-// A lease that was lost is still given back if Redis has it under l's owner (release is a
-// compare-and-delete): a holder whose deadline passed while a renewal's reply was late, or
-// whose process was paused, may still own the key, which would otherwise hold everyone else
-// up until its TTL. That changes nothing for the caller, who is told of the loss.
-func (h *Handle) Release(ctx context.Context, what string, l *Lease, release func(ctx context.Context) (bool, error)) error {
-	if err := l.Stop(); err != nil {
-		if errors.Is(err, ErrLost) {
-			_, _ = release(ctx)
-		}
-		return fmt.Errorf("%w: %w", ErrNotHeld, err)
-	}
-	// If no attempt is confirmed now, the background goes on trying. The lease ends as
-	// released once one reaches Redis before the lease's local deadline and finds the claim
-	// released by this hold (now, or by an earlier attempt whose reply was lost: release tells
-	// them apart by a record of the hold's release, or reports the loss when it cannot); as
-	// lost when an attempt finds the claim gone or taken, or at the deadline if none reached
-	// Redis by then: the holder must not believe in it past the moment Redis may have expired
-	// it, whatever the background does later. A loss is never reported as a release.
-	deadline := l.Deadline()
-	var confirmed atomic.Bool
-	ended := func() {
-		if confirmed.Load() {
-			l.End(ErrReleased)
-		} else {
-			l.End(lost("its release could not be confirmed before its lease ran out, or found the claim gone"))
-		}
-	}
-	held, err := h.GiveBack(ctx, what, l.TTL(), ended, func(ctx context.Context) (bool, error) {
-		held, err := release(ctx)
-		if err == nil && held && time.Now().Before(deadline) {
-			confirmed.Store(true)
-		}
-		return held, err
-	})
-	if err != nil && l.Err() == nil {
-		time.AfterFunc(time.Until(deadline), func() {
-			if !confirmed.Load() {
-				ended()
-			}
-		})
-	}
-	switch {
-	case err != nil:
-		return err
-	case !held:
-		lost := lost("the claim had expired or been taken when it was released")
-		l.End(lost)
-		return fmt.Errorf("%w: %w", ErrNotHeld, lost)
-	}
-	l.End(ErrReleased)
-	return nil
-}
-
-// GiveBack runs release, which gives back a claim and reports whether it was still held; it
-// must be safe to repeat, and tell an earlier attempt of the same release that went through
-// (its reply lost) from a claim that was lost meanwhile: a request id Redis applies once
-// (reentrant, semaphore), or the owner of the last release kept beside the claim (mutex, fair,
-// rwmutex). A connection error is retried a few times at once, and a retry's answer is the
-// answer; where the two cannot be told apart, the release reports the loss. If no
-// attempt is confirmed (ctx ended, Redis unreachable or failing), GiveBack returns the error
-// and goes on trying in the background for up to within (the claim expires by then anyway),
-// then runs finally (if not nil).
-func (h *Handle) GiveBack(ctx context.Context, what string, within time.Duration, finally func(), release func(ctx context.Context) (bool, error)) (bool, error) {
-	var held bool
-	err := RetryNow(ctx, func() (err error) {
-		held, err = release(ctx)
-		return err
-	})
-	if err == nil {
-		return held, nil
-	}
-	started := h.Background(what+" (the claim expires with its lease)", within, func(bctx context.Context) error {
-		if finally != nil {
-			defer finally()
-		}
-		for backoff := 20 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-			if _, err := release(bctx); err == nil {
-				return nil
-			}
-			select {
-			case <-time.After(backoff):
-			case <-bctx.Done():
-				return bctx.Err()
-			}
-		}
-	})
-	if !started && finally != nil {
-		finally()
-	}
-	return false, fmt.Errorf("release not confirmed (finishing in the background): %w", err)
-}

@@ -122,15 +122,13 @@ func (a *Acquire) Once(kind uint8) {
 	}
 }
 
-// Done reports how the call ended: with the hold l, a *distsync.Lease or a *Lease (EventAcquired), whose end the lease then
+// Done reports how the call ended: with the hold l (EventAcquired), whose end the lease then
 // reports (EventReleased, EventLost) with its renewals; or, l nil, not acquired
-// (EventNotAcquired) because of err, nil for a try that found the claim taken. l is taken as an
-// any so that a call on a handle without an observer does not even unwrap it.
-func (a *Acquire) Done(public any, err error) {
+// (EventNotAcquired) because of err, nil for a try that found the claim taken.
+func (a *Acquire) Done(l *Lease, err error) {
 	if a == nil {
 		return
 	}
-	l := unwrapLease(public)
 	now := time.Now()
 	if l == nil || err != nil {
 		a.emit(Event{Kind: EventNotAcquired, Context: a.ctx, Wait: now.Sub(a.start), Err: err})
@@ -194,15 +192,4 @@ func (l *Lease) renewed(err error) {
 		kind = EventRenewalFailed
 	}
 	a.emit(Event{Kind: kind, Token: l.spec.Token, Err: err})
-}
-
-// unwrapLease returns the core of l, a *distsync.Lease or a *Lease; nil for a nil one.
-func unwrapLease(l any) *Lease {
-	switch l := l.(type) {
-	case *Lease:
-		return l
-	case nil:
-		return nil
-	}
-	return leaseOf(l)
 }

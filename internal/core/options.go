@@ -8,11 +8,21 @@ import (
 )
 
 // Settings are what options set on one primitive: its handle's Config, overridden by the
-// primitive's own options, and Ext, the primitive package's own settings (once's), which its
-// options reach through a type assertion.
+// primitive's own options, and ext, the primitive package's own settings (see ExtOpt).
 type Settings struct {
 	Config
-	Ext any
+	ext any
+}
+
+// ExtOpt returns an option of a primitive package's own, which sets the package's settings
+// of type E: set is called with the *E that the package's New gave Handle.Settings. kinds are
+// the primitives it applies to.
+func ExtOpt[E any](name string, kinds []string, set func(*E)) Opt {
+	return Opt{Name: name, Kinds: kinds, Set: func(s *Settings) {
+		if e, ok := s.ext.(*E); ok {
+			set(e)
+		}
+	}}
 }
 
 // Opt is one option. Package distsync wraps it as a distsync.Option; primitive packages make
@@ -54,23 +64,6 @@ func (o Opt) where() string {
 	return strings.Join(w, ", ")
 }
 
-var (
-	wrapOpt   func(Opt) any
-	unwrapOpt func(any) Opt
-)
-
-// WrapOption returns o as a distsync.Option (a primitive package asserts the type).
-func WrapOption(o Opt) any { return wrapOpt(o) }
-
-// Unwrap returns the Opts of opts, each a distsync.Option.
-func Unwrap[O any](opts []O) []Opt {
-	out := make([]Opt, len(opts))
-	for i, o := range opts {
-		out[i] = unwrapOpt(o)
-	}
-	return out
-}
-
 // Configure applies opts to the defaults of a Handle. Its errors match ErrInvalid.
 func Configure(cfg Config, opts []Opt) (Config, error) {
 	s := Settings{Config: cfg}
@@ -91,7 +84,7 @@ func Configure(cfg Config, opts []Opt) (Config, error) {
 // errors (an option that does not apply to kind, a bad value) match ErrInvalid and name the
 // primitive.
 func (h *Handle) Settings(kind, name string, opts []Opt, ext any) (Settings, error) {
-	s := Settings{Config: h.Config, Ext: ext}
+	s := Settings{Config: h.Config, ext: ext}
 	for _, o := range opts {
 		if !o.appliesTo(kind) {
 			return s, fmt.Errorf("%s %q: %w: %s does not apply to a %s (it applies to %s)", kind, name, ErrInvalid, o.name(), kind, o.where())

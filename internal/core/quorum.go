@@ -28,9 +28,7 @@ type quorum struct {
 func (h *Handle) Quorum(members []*Lease, need int, token int64, ttl time.Duration, renew bool) *Lease {
 	l := &Lease{h: h, spec: LeaseSpec{TTL: ttl, Token: token, Renew: renew}, quorum: &quorum{members: members, need: need}}
 	l.ctx, l.end = context.WithCancelCause(context.Background())
-	if wrapLease != nil {
-		l.Public = wrapLease(l)
-	}
+	l.wrap()
 	stop := context.AfterFunc(h.ctx, func() { l.End(ErrClosed) })
 	context.AfterFunc(l.ctx, func() { stop() })
 	for _, m := range members {

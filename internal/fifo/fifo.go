@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/keys"
 	"github.com/distsync/distsync/internal/scripts"
 	"github.com/distsync/distsync/internal/waitq"
 )
@@ -26,8 +26,9 @@ const voidTTL = time.Minute
 // Lock is one FIFO lock. It keeps no holds itself: Acquire and TryAcquire return each hold's
 // lease, and Held, if set, is told of it first.
 type Lock struct {
-	c      *core.Handle
-	kind   string // for errors: "fair", "election"
+	p      core.Prim
+	c      *core.Handle // p.H
+	kind   string       // p.Kind: "fair", "election"
 	name   string
 	ttl    time.Duration
 	renew  bool
@@ -51,14 +52,11 @@ type Lock struct {
 	Held func(*core.Lease)
 }
 
-// New returns the lock of kind (core.KindFair or core.KindElection) called name, with set's
-// lease settings; with record, it keeps a record of its holder (Acquire's value).
-func New(c *core.Handle, kind, name string, set core.Settings, record bool) (*Lock, error) {
-	m := &Lock{c: c, kind: kind, name: name, ttl: set.LeaseTTL, renew: !set.Fixed, wlease: set.WaiterLease}
-	ks, err := c.Space(kind, name, m.ttl)
-	if err != nil {
-		return nil, err
-	}
+// New returns the lock p (of kind core.KindFair or core.KindElection), with set's lease
+// settings and its keys in ks; with record, it keeps a record of its holder (Acquire's value).
+func New(p core.Prim, set core.Settings, ks keys.Space, record bool) *Lock {
+	c := p.H
+	m := &Lock{p: p, c: c, kind: p.Kind, name: p.Name, ttl: set.LeaseTTL, renew: !set.Fixed, wlease: set.WaiterLease}
 	m.keys = []string{ks.Key(), ks.Part("fence"), ks.Part("q"), ks.Part("qx")}
 	m.relKeys = append(m.keys[:4:4], ks.Part("rel"))
 	m.chanPrefix = ks.Channel()
@@ -75,7 +73,7 @@ func New(c *core.Handle, kind, name string, set core.Settings, record bool) (*Lo
 	m.renewWith = func(owner string) scripts.Call {
 		return scripts.Call{Script: scripts.MutexRenew, Keys: renewKeys, Args: []string{owner, m.ttlArg, m.chanPrefix, m.c.Pub}}
 	}
-	return m, nil
+	return m
 }
 
 // Name returns the lock's name.
@@ -105,33 +103,19 @@ func (m *Lock) record(args []string, more ...string) []string {
 // it returns an error matching both [distsync.ErrNotAcquired] and ctx.Err(), having left the
 // queue (passing the lock on if it was just handed to it).
 func (m *Lock) Acquire(ctx context.Context, value string) (*core.Lease, error) {
-	obs := m.c.Begin(ctx, m.kind, m.name, 1, false)
-	l, err := m.acquire(obs.Bind(ctx), value)
-	obs.Done(l, err)
-	return l, err
-}
-
-func (m *Lock) acquire(ctx context.Context, value string) (*core.Lease, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, m.notAcquired(err)
-	}
-	if err := m.c.Enter(); err != nil {
-		return nil, fmt.Errorf("%s %q: %w", m.kind, m.name, err)
-	}
-	defer m.c.Exit()
-	w := m.proc + "/" + m.c.NewID()
-	slot := m.box.Register(w) // subscribed only if the first attempt fails
-	defer slot.Close()
-	sctx, sink := core.WithSink(ctx)
-	err := m.wait(sctx, w, value, slot)
-	if err != nil {
-		// Leave the queue (passing on a lock handed over meanwhile) before returning: a
-		// release and a TryAcquire right after must find the caller gone.
-		m.c.Undo("leaving the queue of "+m.kind+" "+strconv.Quote(m.name), voidTTL,
-			func(bctx context.Context) error { return m.leave(bctx, w) })
-		return nil, m.fail(ctx, err)
-	}
-	return sink.Lease, nil
+	return m.p.Wait(ctx, core.One, m.verb(), func(ctx context.Context) (*core.Lease, error) {
+		w := m.proc + "/" + m.c.NewID()
+		slot := m.box.Register(w) // subscribed only if the first attempt fails
+		defer slot.Close()
+		if err := m.wait(ctx, w, value, slot); err != nil {
+			// Leave the queue (passing on a lock handed over meanwhile) before returning: a
+			// release and a TryAcquire right after must find the caller gone.
+			m.c.Undo("leaving the queue of "+m.kind+" "+strconv.Quote(m.name), voidTTL,
+				func(bctx context.Context) error { return m.leave(bctx, w) })
+			return nil, err
+		}
+		return nil, nil // the lease is in the sink (hold)
+	})
 }
 
 // wait is Acquire's loop (see waitq.WaitTurn).
@@ -176,20 +160,13 @@ func (m *Lock) wait(ctx context.Context, w, value string, slot *waitq.Slot) erro
 // otherwise. ctx bounds the one round trip; if it ends first TryAcquire returns its error
 // (matching [distsync.ErrNotAcquired]) and makes sure the attempt takes nothing.
 func (m *Lock) TryAcquire(ctx context.Context, value string) (*core.Lease, bool, error) {
-	obs := m.c.Begin(ctx, m.kind, m.name, 1, false)
-	l, ok, err := m.tryAcquire(ctx, value)
-	obs.Done(l, err)
-	return l, ok, err
+	return m.p.Try(ctx, core.One, m.verb(), func(ctx context.Context) (*core.Lease, bool, error) {
+		return m.try(ctx, value)
+	})
 }
 
-func (m *Lock) tryAcquire(ctx context.Context, value string) (*core.Lease, bool, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, false, m.notAcquired(err)
-	}
-	if err := m.c.Enter(); err != nil {
-		return nil, false, fmt.Errorf("%s %q: %w", m.kind, m.name, err)
-	}
-	defer m.c.Exit()
+// try is one try of TryAcquire.
+func (m *Lock) try(ctx context.Context, value string) (*core.Lease, bool, error) {
 	w := m.proc + "/" + m.c.NewID()
 	sent := time.Now()
 	vals, err := scripts.FairAcquire.Exec(ctx, m.c.Client, m.keys, m.record(
@@ -197,14 +174,13 @@ func (m *Lock) tryAcquire(ctx context.Context, value string) (*core.Lease, bool,
 	if err != nil {
 		m.c.Undo("cleanup after a cancelled try of "+m.kind+" "+strconv.Quote(m.name), voidTTL,
 			func(bctx context.Context) error { return m.leave(bctx, w) })
-		return nil, false, m.fail(ctx, err)
+		return nil, false, err
 	}
 	if len(vals) == 2 && vals[0] == 1 {
-		sctx, sink := core.WithSink(ctx)
-		if err := m.hold(sctx, w, vals[1], sent, time.Time{}, nil); err != nil {
-			return nil, false, m.fail(ctx, err)
+		if err := m.hold(ctx, w, vals[1], sent, time.Time{}, nil); err != nil {
+			return nil, false, err
 		}
-		return sink.Lease, true, nil
+		return nil, true, nil // the lease is in the sink (hold)
 	}
 	return nil, false, nil
 }
@@ -246,10 +222,8 @@ func Waiter(owner string) string {
 }
 
 // Holders returns who holds the lock, as Redis has it at one moment (see distsync.Holder).
-func (m *Lock) Holders(ctx context.Context) ([]distsync.Holder, error) {
-	hs, err := m.c.Holders(ctx, m.kind, m.name, core.LayoutString, m.keys[:2])
-	held, _ := hs.([]distsync.Holder)
-	return held, err
+func (m *Lock) Holders(ctx context.Context) ([]core.HolderInfo, error) {
+	return m.c.Holders(ctx, m.kind, m.name, core.LayoutString, m.keys[:2])
 }
 
 // hold records an acquisition under owner, with its lease on the renewal loop, and delivers
@@ -298,25 +272,10 @@ func (m *Lock) leave(ctx context.Context, w string) error {
 		m.record([]string{w, m.wleaseArg, m.fenceArg, m.chanPrefix, m.c.Pub, core.Ms(voidTTL)})).Error()
 }
 
-func (m *Lock) fail(ctx context.Context, err error) error {
-	switch {
-	case ctx.Err() != nil:
-		return m.notAcquired(ctx.Err())
-	case errors.Is(err, core.ErrLate):
-		return m.notAcquired(err)
-	case errors.Is(err, core.ErrClosed):
-		return fmt.Errorf("%s %q: %w", m.kind, m.name, core.ErrClosed)
-	}
-	return fmt.Errorf("%s %q: %s: %w", m.kind, m.name, m.verb(), err)
-}
-
+// verb is what the lock's errors say it did.
 func (m *Lock) verb() string {
 	if m.kind == core.KindElection {
 		return "campaign"
 	}
 	return "lock"
-}
-
-func (m *Lock) notAcquired(err error) error {
-	return fmt.Errorf("%s %q: %w: %w", m.kind, m.name, distsync.ErrNotAcquired, err)
 }

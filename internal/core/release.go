@@ -1,0 +1,110 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Release stops l and gives back its claim with release, which reports whether the claim was
+// still l's (see GiveBack). It returns nil once released; an error matching ErrNotHeld and
+// ErrLost if the claim was not l's any more, or l had already ended (lost, or the handle
+// closed); and otherwise the error, while the handle goes on trying in the background for up
+// to the lease's TTL. l ends either way: at once; or, after an error, as released when a
+// background try reaches Redis before l's local deadline and finds the claim released by l,
+// as lost when a try finds it gone or taken, and as lost at that deadline if no try reached
+// Redis by then.
+//
+// A lease that was lost is still given back if Redis has it under l's owner (release is a
+// compare-and-delete): a holder whose deadline passed while a renewal's reply was late, or
+// whose process was paused, may still own the key, which would otherwise hold everyone else
+// up until its TTL. That changes nothing for the caller, who is told of the loss.
+func (h *Handle) Release(ctx context.Context, what string, l *Lease, release func(ctx context.Context) (bool, error)) error {
+	if err := l.Stop(); err != nil {
+		if errors.Is(err, ErrLost) {
+			_, _ = release(ctx)
+		}
+		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	// If no attempt is confirmed now, the background goes on trying. The lease ends as
+	// released once one reaches Redis before the lease's local deadline and finds the claim
+	// released by this hold (now, or by an earlier attempt whose reply was lost: release tells
+	// them apart by a record of the hold's release, or reports the loss when it cannot); as
+	// lost when an attempt finds the claim gone or taken, or at the deadline if none reached
+	// Redis by then: the holder must not believe in it past the moment Redis may have expired
+	// it, whatever the background does later. A loss is never reported as a release.
+	deadline := l.Deadline()
+	var confirmed atomic.Bool
+	ended := func() {
+		if confirmed.Load() {
+			l.End(ErrReleased)
+		} else {
+			l.End(lost("its release could not be confirmed before its lease ran out, or found the claim gone"))
+		}
+	}
+	held, err := h.GiveBack(ctx, what, l.TTL(), ended, func(ctx context.Context) (bool, error) {
+		held, err := release(ctx)
+		if err == nil && held && time.Now().Before(deadline) {
+			confirmed.Store(true)
+		}
+		return held, err
+	})
+	if err != nil && l.Err() == nil {
+		time.AfterFunc(time.Until(deadline), func() {
+			if !confirmed.Load() {
+				ended()
+			}
+		})
+	}
+	switch {
+	case err != nil:
+		return err
+	case !held:
+		lost := lost("the claim had expired or been taken when it was released")
+		l.End(lost)
+		return fmt.Errorf("%w: %w", ErrNotHeld, lost)
+	}
+	l.End(ErrReleased)
+	return nil
+}
+
+// GiveBack runs release, which gives back a claim and reports whether it was still held; it
+// must be safe to repeat, and tell an earlier attempt of the same release that went through
+// (its reply lost) from a claim that was lost meanwhile: a request id Redis applies once
+// (reentrant, semaphore), or the owner of the last release kept beside the claim (mutex, fair,
+// rwmutex). A connection error is retried a few times at once, and a retry's answer is the
+// answer; where the two cannot be told apart, the release reports the loss. If no
+// attempt is confirmed (ctx ended, Redis unreachable or failing), GiveBack returns the error
+// and goes on trying in the background for up to within (the claim expires by then anyway),
+// then runs finally (if not nil).
+func (h *Handle) GiveBack(ctx context.Context, what string, within time.Duration, finally func(), release func(ctx context.Context) (bool, error)) (bool, error) {
+	var held bool
+	err := RetryNow(ctx, func() (err error) {
+		held, err = release(ctx)
+		return err
+	})
+	if err == nil {
+		return held, nil
+	}
+	started := h.Background(what+" (the claim expires with its lease)", within, func(bctx context.Context) error {
+		if finally != nil {
+			defer finally()
+		}
+		for backoff := 20 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+			if _, err := release(bctx); err == nil {
+				return nil
+			}
+			select {
+			case <-time.After(backoff):
+			case <-bctx.Done():
+				return bctx.Err()
+			}
+		}
+	})
+	if !started && finally != nil {
+		finally()
+	}
+	return false, fmt.Errorf("release not confirmed (finishing in the background): %w", err)
+}
