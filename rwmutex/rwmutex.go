@@ -383,7 +383,6 @@ func parse(to string) func(string) waitq.Signal {
 	}
 }
 
-
 // Holders returns who holds m, as Redis has it at one moment: the writer, or every reader's hold (Shared), or none if m is free. It reads in one round
 // trip and changes nothing; like any snapshot, it may be stale when it returns (see
 // [distsync.Holder]). Find the process that holds a name by comparing [distsync.Holder.Handle]
