@@ -2,11 +2,25 @@
 // rueidis client, the [Lease] of a held claim, the sentinel errors and the defaults.
 //
 // distsync brings Go's sync and golang.org/x/sync primitives to processes on many machines,
-// on Redis: [github.com/distsync/distsync/mutex], [github.com/distsync/distsync/reentrant],
-// [github.com/distsync/distsync/rwmutex], [github.com/distsync/distsync/fair],
-// [github.com/distsync/distsync/semaphore] and [github.com/distsync/distsync/once]. Build one
-// Handle per rueidis client and make primitives from it; making a primitive costs no round
-// trip to Redis:
+// on Redis, one package each:
+//
+//   - [github.com/distsync/distsync/mutex]: sync.Mutex, and a Redlock quorum of primaries;
+//   - [github.com/distsync/distsync/reentrant]: a mutex its owner may lock again;
+//   - [github.com/distsync/distsync/rwmutex]: sync.RWMutex;
+//   - [github.com/distsync/distsync/fair]: a mutex served strictly in arrival order;
+//   - [github.com/distsync/distsync/semaphore]: x/sync's weighted semaphore;
+//   - [github.com/distsync/distsync/once]: x/sync's singleflight and sync.Once, OnceFunc,
+//     OnceValue and OnceValues;
+//   - [github.com/distsync/distsync/election]: leader election in the shape of etcd's;
+//   - [github.com/distsync/distsync/waitgroup]: sync.WaitGroup;
+//   - [github.com/distsync/distsync/fenced]: a value that refuses writes with a stale
+//     fencing token;
+//   - [github.com/distsync/distsync/inspect]: who holds and who waits, read-only;
+//   - [github.com/distsync/distsync/embedded]: an in-process miniredis for examples and tests.
+//
+// OpenTelemetry metrics and spans are in a module of their own,
+// github.com/distsync/distsync/otel. Build one Handle per rueidis client and make primitives
+// from it; making a primitive costs no round trip to Redis:
 //
 //	h, err := distsync.New(client)
 //	...

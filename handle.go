@@ -49,7 +49,7 @@ const (
 	// MinLeaseTTL is the shortest lease any option accepts: a holder stops believing in its
 	// lease 1% and 2 ms before Redis drops it (for client and server clocks that run at
 	// slightly different rates), and a shorter lease would leave it next to nothing.
-	MinLeaseTTL = core.MinLease
+	MinLeaseTTL = 10 * time.Millisecond
 )
 
 // Handle is the shared machinery of the primitives made from one rueidis client: key layout,

@@ -67,41 +67,41 @@ type Event struct {
 // EventKind says what an [Event] reports.
 type EventKind uint8
 
-// The kinds of [Event]. A call that acquires reports EventAcquireStarted, then, if it waits,
+// The kinds of [Event] (their values are the core's, which a test checks). A call that acquires reports EventAcquireStarted, then, if it waits,
 // EventQueued once and EventWoken or EventGranted each time a release lets it try again, then
 // EventAcquired or EventNotAcquired. A hold it took reports EventRenewed or
 // EventRenewalFailed at each renewal, and ends with EventReleased or EventLost.
 const (
 	// EventAcquireStarted: a call began to acquire (Lock, TryLock, Acquire, Campaign, Do...).
-	EventAcquireStarted EventKind = core.EventAcquireStarted
+	EventAcquireStarted EventKind = iota + 1
 	// EventAcquired: the call acquired; Wait and Token are set.
-	EventAcquired EventKind = core.EventAcquired
+	EventAcquired
 	// EventNotAcquired: the call returned without acquiring; Wait is set, and Err says why.
-	EventNotAcquired EventKind = core.EventNotAcquired
+	EventNotAcquired
 	// EventReleased: the hold was released (or the Handle was closed); Held is set.
-	EventReleased EventKind = core.EventReleased
+	EventReleased
 	// EventLost: the hold ended without being released; Held is set, and Err says why. The
 	// Handle also logs it, at level Warn, with [WithLogger].
-	EventLost EventKind = core.EventLost
+	EventLost
 	// EventRenewed: the Handle's renewal loop extended the hold's lease.
-	EventRenewed EventKind = core.EventRenewed
+	EventRenewed
 	// EventRenewalFailed: a renewal of the hold could not reach Redis or failed there; it is
 	// retried until the lease's deadline, at which the hold is lost. Err is the error.
-	EventRenewalFailed EventKind = core.EventRenewalFailed
+	EventRenewalFailed
 	// EventQueued: the call found the claim taken and began to wait (once per call).
-	EventQueued EventKind = core.EventQueued
+	EventQueued
 	// EventWoken: a waiting call was told to try again (a release's message, or its turn among
 	// the waiting calls of its process).
-	EventWoken EventKind = core.EventWoken
+	EventWoken
 	// EventGranted: a release handed the claim to the waiting call inside Redis (a hand-off).
-	EventGranted EventKind = core.EventGranted
+	EventGranted
 	// EventOnceLeader: a once call runs the function itself.
-	EventOnceLeader EventKind = core.EventOnceLeader
+	EventOnceLeader
 	// EventOnceFollower: a once call waits for the result of a leader elsewhere.
-	EventOnceFollower EventKind = core.EventOnceFollower
+	EventOnceFollower
 	// EventOnceTakeover: a waiting once call took over from a leader whose lease was lost,
 	// and runs the function itself.
-	EventOnceTakeover EventKind = core.EventOnceTakeover
+	EventOnceTakeover
 )
 
 var eventNames = [...]string{

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/kind"
 )
 
 // An Option configures a [Handle] (given to [New]) or one primitive (given to its package's
@@ -50,7 +51,7 @@ func WithFixedLease(ttl time.Duration) Option {
 //
 // Applies to: New, fair, semaphore, election.
 func WithWaiterLease(d time.Duration) Option {
-	return Option{core.Opt{Name: "WithWaiterLease", Handle: true, Kinds: []string{core.KindFair, core.KindSemaphore, core.KindElection},
+	return Option{core.Opt{Name: "WithWaiterLease", Handle: true, Kinds: []string{kind.Fair, kind.Semaphore, kind.Election},
 		Set: func(s *core.Settings) { s.WaiterLease = d }}}
 }
 
@@ -60,7 +61,7 @@ func WithWaiterLease(d time.Duration) Option {
 //
 // Applies to: New, mutex, reentrant, rwmutex.
 func WithHandoffWindow(d time.Duration) Option {
-	return Option{core.Opt{Name: "WithHandoffWindow", Handle: true, Kinds: []string{core.KindMutex, core.KindReentrant, core.KindRWMutex},
+	return Option{core.Opt{Name: "WithHandoffWindow", Handle: true, Kinds: []string{kind.Mutex, kind.Reentrant, kind.RWMutex},
 		Set: func(s *core.Settings) { s.HandoffWindow = d }}}
 }
 

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/distsync/distsync/internal/stats"
 	"github.com/redis/rueidis"
 )
 
@@ -354,7 +355,7 @@ func contended(ctx context.Context, l lib, addr string, processes, goroutines in
 	out.handoffs = handoffs
 	out.reacquired = float64(same) / float64(n-1)
 	out.waitP99 = pct(waits, 99)
-	out.jain = jain(shares)
+	out.jain = stats.Jain(shares)
 	out.clientCmds = float64(clientCmds) / float64(n)
 	out.redisCmds, out.redisCPU = after.per(before, float64(n))
 	return out, nil
@@ -420,19 +421,6 @@ func pct(d []time.Duration, p int) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[(len(s)-1)*p/100]
-}
-
-// jain is Jain's fairness index: (Σx)² / (n·Σx²); 1 when every goroutine got the same share.
-func jain(xs []float64) float64 {
-	var sum, sq float64
-	for _, x := range xs {
-		sum += x
-		sq += x * x
-	}
-	if sq == 0 {
-		return 0
-	}
-	return sum * sum / (float64(len(xs)) * sq)
 }
 
 // ---- idle wake-up: the first waiter's Lock return after an Unlock, once both sat idle

@@ -35,6 +35,7 @@ import (
 	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/fifo"
+	"github.com/distsync/distsync/internal/kind"
 	"github.com/distsync/distsync/internal/scripts"
 )
 
@@ -65,7 +66,7 @@ type Election struct {
 // [distsync.ErrInvalid] for an empty name, a bad option value, or an option that does not
 // apply to an election.
 func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Election, error) {
-	p, set, ks, err := api.Setup(h, core.KindElection, name, opts, nil)
+	p, set, ks, err := api.Setup(h, kind.Election, name, opts, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/fifo"
+	"github.com/distsync/distsync/internal/kind"
 )
 
 // Mutex is a FIFO mutual exclusion lock shared by every process that uses the same name on
@@ -39,7 +40,7 @@ type Mutex struct {
 // returns an error matching [distsync.ErrInvalid] for an empty name, a bad option value, or an
 // option that does not apply to a fair mutex.
 func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, error) {
-	p, set, ks, err := api.Setup(h, core.KindFair, name, opts, nil)
+	p, set, ks, err := api.Setup(h, kind.Fair, name, opts, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/kind"
 	"github.com/distsync/distsync/internal/scripts"
 )
 
@@ -58,11 +59,11 @@ type Value struct {
 // [distsync.ErrInvalid] for a nil handle or an empty name. Any name is allowed otherwise;
 // names that differ are different values.
 func New(h *distsync.Handle, name string) (*Value, error) {
-	c, err := api.Core(h, "fenced")
+	c, err := api.Core(h, kind.Fenced)
 	if err != nil {
 		return nil, err
 	}
-	ks, err := c.Keys("fenced", name)
+	ks, err := c.Keys(kind.Fenced, name)
 	if err != nil {
 		return nil, fmt.Errorf("fenced %q: %w", name, err)
 	}

@@ -32,7 +32,7 @@ import (
 //   - q, qx: junk there may make a call fail (an error), never acquire a held lock.
 //   - every key: no panic; a TryLock or Lock that returns an error or false leaves no claim
 //     behind (the lock key holds no value the caller did not write); a Lock that waits issues
-//     a bounded number of commands (no polling: DESIGN.md, "The waiting protocol").
+//     a bounded number of commands (no polling: docs/design.md, "The waiting protocol").
 func FuzzMutexForeign(f *testing.F) {
 	r := redistest.StartFuzz(f)
 	for _, s := range []struct {

@@ -25,6 +25,7 @@ import (
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/kind"
 )
 
 // voidTTL is how long an abandoned acquire attempt stays void (see mutex_leave.lua): far
@@ -54,7 +55,7 @@ type locker interface {
 // is allowed otherwise; names that differ are different mutexes.
 func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, error) {
 	o := &options{}
-	p, set, ks, err := api.Setup(h, core.KindMutex, name, opts, o)
+	p, set, ks, err := api.Setup(h, kind.Mutex, name, opts, o)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/kind"
 	"github.com/distsync/distsync/internal/scripts"
 )
 
@@ -67,7 +68,7 @@ type options struct {
 //
 // Applies to: mutex.
 func WithQuorum(others ...*distsync.Handle) distsync.Option {
-	return api.Option(core.ExtOpt("WithQuorum", []string{core.KindMutex},
+	return api.Option(core.ExtOpt("WithQuorum", []string{kind.Mutex},
 		func(o *options) { o.quorum = append([]*distsync.Handle{}, others...) }))
 }
 
@@ -97,7 +98,7 @@ func newQuorum(p core.Prim, set core.Settings, others []*distsync.Handle) (*quor
 	c, name := p.H, p.Name
 	hs := []*core.Handle{c}
 	for _, h := range others {
-		oc, err := api.Core(h, core.KindMutex)
+		oc, err := api.Core(h, kind.Mutex)
 		if err != nil {
 			return nil, fmt.Errorf("mutex %q: WithQuorum: %w", name, err)
 		}
@@ -111,7 +112,7 @@ func newQuorum(p core.Prim, set core.Settings, others []*distsync.Handle) (*quor
 	}
 	q := &quorumLock{p: p, name: name, c: c, need: len(hs)/2 + 1, ttl: set.LeaseTTL, renew: !set.Fixed, turn: make(chan struct{}, 1)}
 	for _, h := range hs {
-		ks, err := h.Space(core.KindMutex, name, set.LeaseTTL)
+		ks, err := h.Space(kind.Mutex, name, set.LeaseTTL)
 		if err != nil {
 			return nil, err
 		}

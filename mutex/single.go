@@ -12,6 +12,7 @@ import (
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/keys"
+	"github.com/distsync/distsync/internal/kind"
 	"github.com/distsync/distsync/internal/scripts"
 	"github.com/distsync/distsync/internal/waitq"
 )
@@ -46,7 +47,7 @@ type single struct {
 // newSingle returns the lock called name on c's Redis, with settings set and keys in ks; its
 // owner values and waiter id come from ids (c, except for the members of a quorum).
 func newSingle(c, ids *core.Handle, name string, set core.Settings, ks keys.Space) *single {
-	m := &single{p: core.Prim{H: c, Kind: core.KindMutex, Name: name}, c: c, ids: ids, name: name, ttl: set.LeaseTTL, renew: !set.Fixed}
+	m := &single{p: core.Prim{H: c, Kind: kind.Mutex, Name: name}, c: c, ids: ids, name: name, ttl: set.LeaseTTL, renew: !set.Fixed}
 	m.lockKey, m.fence, m.q, m.qx, m.chanPrefix = ks.Key(), ks.Part("fence"), ks.Part("q"), ks.Part("qx"), ks.Channel()
 	m.keys = []string{m.lockKey, m.fence, m.q, m.qx}
 	m.relKeys = append(m.keys[:4:4], ks.Part("rel"))
@@ -168,7 +169,7 @@ func (m *single) release(ctx context.Context, l *core.Lease) (bool, error) {
 
 // holders reads who holds m.
 func (m *single) holders(ctx context.Context) ([]core.HolderInfo, error) {
-	return m.c.Holders(ctx, core.KindMutex, m.name, core.LayoutString, m.keys[:2])
+	return m.c.Holders(ctx, kind.Mutex, m.name, core.LayoutString, m.keys[:2])
 }
 
 // attempt is the waitq.Attempt of Lock: it queues this Mutex's waiter id on failure.

@@ -33,6 +33,7 @@ import (
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/kind"
 	"github.com/distsync/distsync/internal/pubsub"
 	"github.com/distsync/distsync/internal/scripts"
 )
@@ -84,7 +85,7 @@ func (g *Group[T]) fenceTTL() time.Duration {
 // concurrent use and must not be copied.
 type Group[T any] struct {
 	c          *core.Handle
-	kind       string // core.KindGroup, or the kind of the Once, OnceValue... it serves
+	kind       string // kind.Group, or the kind of the Once, OnceValue... it serves
 	name       string
 	ttl        time.Duration
 	renew      bool          // false: a fixed lease (distsync.WithFixedLease)
@@ -132,7 +133,7 @@ func option(name string, set func(o *options), kinds ...string) distsync.Option 
 //
 // Applies to: NewGroup.
 func WithKeep(d time.Duration) distsync.Option {
-	return option("WithKeep", func(o *options) { o.keep = d }, core.KindGroup)
+	return option("WithKeep", func(o *options) { o.keep = d }, kind.Group)
 }
 
 // WithKeepErrors keeps failed results too, for the WithKeep period: callers within it get the
@@ -141,7 +142,7 @@ func WithKeep(d time.Duration) distsync.Option {
 //
 // Applies to: NewGroup, with WithKeep.
 func WithKeepErrors() distsync.Option {
-	return option("WithKeepErrors", func(o *options) { o.keepErrors = true }, core.KindGroup)
+	return option("WithKeepErrors", func(o *options) { o.keepErrors = true }, kind.Group)
 }
 
 // WithMaxValueSize sets the largest encoded result shared with other callers (default
@@ -149,7 +150,7 @@ func WithKeepErrors() distsync.Option {
 //
 // Applies to: NewGroup, OnceValue, OnceValues.
 func WithMaxValueSize(n int) distsync.Option {
-	return option("WithMaxValueSize", func(o *options) { o.maxSize = n }, core.KindGroup, core.KindOnceValue)
+	return option("WithMaxValueSize", func(o *options) { o.maxSize = n }, kind.Group, kind.OnceValue)
 }
 
 // WithCodec sets how results are encoded. Its type parameter must be the result's. The
@@ -157,7 +158,7 @@ func WithMaxValueSize(n int) distsync.Option {
 //
 // Applies to: NewGroup, OnceValue (not OnceValues, which stores its pair as JSON).
 func WithCodec[T any](c Codec[T]) distsync.Option {
-	return option("WithCodec", func(o *options) { o.codec = c }, core.KindGroup, core.KindOnceValue)
+	return option("WithCodec", func(o *options) { o.codec = c }, kind.Group, kind.OnceValue)
 }
 
 // settings applies opts for a primitive of kind called name, and returns the package's own
@@ -179,14 +180,14 @@ func settings(h *distsync.Handle, kind, name string, opts []distsync.Option) (*c
 // for an empty name, a non-positive duration or size, a codec of another type, or an option
 // that does not apply to a Group.
 func NewGroup[T any](h *distsync.Handle, name string, opts ...distsync.Option) (*Group[T], error) {
-	c, set, o, err := settings(h, core.KindGroup, name, opts)
+	c, set, o, err := settings(h, kind.Group, name, opts)
 	if err != nil {
 		return nil, err
 	}
 	if o.keep < 0 {
 		return nil, fmt.Errorf("once %q: %w: keep must be positive, got %v", name, distsync.ErrInvalid, o.keep)
 	}
-	return newGroup[T](c, core.KindGroup, name, set.LeaseTTL, !set.Fixed, *o)
+	return newGroup[T](c, kind.Group, name, set.LeaseTTL, !set.Fixed, *o)
 }
 
 func newGroup[T any](c *core.Handle, kind, name string, ttl time.Duration, renew bool, o options) (*Group[T], error) {
@@ -367,7 +368,7 @@ type keyset struct {
 
 func (g *Group[T]) keys(key string) (keyset, error) {
 	// The length prefix keeps (group, key) pairs apart: "a:b"+"c" is not "a"+"b:c".
-	ks, err := g.c.Keys("once", strconv.Itoa(len(g.name))+":"+g.name+":"+key)
+	ks, err := g.c.Keys(kind.Space(g.kind), strconv.Itoa(len(g.name))+":"+g.name+":"+key)
 	if err != nil {
 		return keyset{}, fmt.Errorf("once %q: %w", g.name, err)
 	}

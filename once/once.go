@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/distsync/distsync"
-	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/kind"
 )
 
 // Once is sync.Once across processes: Do runs its function until it succeeds once, for every
@@ -24,7 +24,7 @@ type Once struct {
 // fn. It returns an error matching [distsync.ErrInvalid] for an empty name, a bad option value,
 // or an option that does not apply to a Once.
 func NewOnce(h *distsync.Handle, name string, opts ...distsync.Option) (*Once, error) {
-	g, err := onceGroup[struct{}](h, core.KindOnce, name, opts, nil)
+	g, err := onceGroup[struct{}](h, kind.Once, name, opts, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +116,7 @@ func OnceFunc(h *distsync.Handle, name string, fn func(ctx context.Context) erro
 // [distsync.ErrInvalid] for an empty name, a bad option value, a codec of another type, or an
 // option that does not apply to a OnceValue.
 func OnceValue[T any](h *distsync.Handle, name string, fn func(ctx context.Context) (T, error), opts ...distsync.Option) (func(ctx context.Context) (T, error), error) {
-	g, err := onceGroup[T](h, core.KindOnceValue, name, opts, nil)
+	g, err := onceGroup[T](h, kind.OnceValue, name, opts, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +140,7 @@ func OnceValue[T any](h *distsync.Handle, name string, fn func(ctx context.Conte
 // once.OnceValue: it returns an error matching [distsync.ErrInvalid] for an empty name, a bad
 // option value, WithCodec, or an option that does not apply to a OnceValue.
 func OnceValues[T1, T2 any](h *distsync.Handle, name string, fn func(ctx context.Context) (T1, T2, error), opts ...distsync.Option) (func(ctx context.Context) (T1, T2, error), error) {
-	g, err := onceGroup[pair[T1, T2]](h, core.KindOnceValue, name, opts, func(o *options) error {
+	g, err := onceGroup[pair[T1, T2]](h, kind.OnceValue, name, opts, func(o *options) error {
 		if o.codec != nil {
 			return errors.New("WithCodec does not apply to OnceValues, which stores the pair as JSON (use OnceValue with a struct)")
 		}

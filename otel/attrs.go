@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/kind"
 )
 
 // The results of a call that acquires (distsync.result).
@@ -29,7 +30,7 @@ var results = [nResults]string{"acquired", "busy", "shared", "canceled", "timeou
 // resultOf returns how e, an EventNotAcquired, ended.
 func resultOf(e distsync.Event) int {
 	switch {
-	case e.Err == nil && strings.HasPrefix(e.Primitive, "once."):
+	case e.Err == nil && strings.HasPrefix(e.Primitive, kind.OncePrefix):
 		return resultShared // another leader's result
 	case e.Err == nil:
 		return resultBusy

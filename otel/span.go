@@ -8,13 +8,19 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/kind"
 )
 
 var spanKind = trace.WithSpanKind(trace.SpanKindInternal)
 
-var spanNames = map[string]string{"mutex": "mutex acquire", "reentrant": "reentrant acquire",
-	"rwmutex": "rwmutex acquire", "fair": "fair acquire", "semaphore": "semaphore acquire",
-	"election": "election acquire", "once.Group": "once.Group acquire"}
+// spanNames are the span names of every kind, made once.
+var spanNames = func() map[string]string {
+	m := make(map[string]string, len(kind.All))
+	for _, k := range kind.All {
+		m[k] = k + " acquire"
+	}
+	return m
+}()
 
 // spanName returns the name of the span of a call to a primitive: "<primitive> acquire".
 func spanName(primitive string) string {

@@ -27,7 +27,7 @@ import (
 //   - A hash with 'o:<owner>' is the owner's own hold (an owner may be shared across
 //     processes): taking it again is re-entry, and anything but a panic is allowed.
 //   - No panic, and a Lock that waits issues a bounded number of commands whatever the key
-//     holds, with or without a TTL (no polling: DESIGN.md, "The waiting protocol").
+//     holds, with or without a TTL (no polling: docs/design.md, "The waiting protocol").
 func FuzzReentrantForeign(f *testing.F) {
 	r := redistest.StartFuzz(f)
 	for _, s := range []struct {

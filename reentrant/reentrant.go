@@ -39,6 +39,7 @@ import (
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/kind"
 	"github.com/distsync/distsync/internal/scripts"
 	"github.com/distsync/distsync/internal/waitq"
 )
@@ -132,7 +133,7 @@ type hold struct {
 // [distsync.ErrInvalid] for an empty name, a bad option value, or an option that does not
 // apply to a reentrant mutex.
 func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, error) {
-	p, set, ks, err := api.Setup(h, core.KindReentrant, name, opts, nil)
+	p, set, ks, err := api.Setup(h, kind.Reentrant, name, opts, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -667,6 +668,6 @@ func flag(b bool) string {
 // [distsync.Holder]). Find the process that holds a name by comparing [distsync.Holder.Handle]
 // with [distsync.Handle.ID].
 func (m *Mutex) Holders(ctx context.Context) ([]distsync.Holder, error) {
-	hs, err := m.c.Holders(ctx, core.KindReentrant, m.name, core.LayoutHash, m.keys[:1])
+	hs, err := m.c.Holders(ctx, kind.Reentrant, m.name, core.LayoutHash, m.keys[:1])
 	return api.Holders(hs), err
 }

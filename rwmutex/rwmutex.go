@@ -32,6 +32,7 @@ import (
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/kind"
 	"github.com/distsync/distsync/internal/scripts"
 	"github.com/distsync/distsync/internal/waitq"
 )
@@ -74,7 +75,7 @@ type RWMutex struct {
 // [distsync.WithHandoffWindow]. It returns an error matching [distsync.ErrInvalid] for an
 // empty name, a bad option value, or an option that does not apply to a rwmutex.
 func New(h *distsync.Handle, name string, opts ...distsync.Option) (*RWMutex, error) {
-	p, set, ks, err := api.Setup(h, core.KindRWMutex, name, opts, nil)
+	p, set, ks, err := api.Setup(h, kind.RWMutex, name, opts, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -388,6 +389,6 @@ func parse(to string) func(string) waitq.Signal {
 // [distsync.Holder]). Find the process that holds a name by comparing [distsync.Holder.Handle]
 // with [distsync.Handle.ID].
 func (m *RWMutex) Holders(ctx context.Context) ([]distsync.Holder, error) {
-	hs, err := m.c.Holders(ctx, core.KindRWMutex, m.name, core.LayoutRW, []string{m.keys[0], m.keys[1], m.keys[5]})
+	hs, err := m.c.Holders(ctx, kind.RWMutex, m.name, core.LayoutRW, []string{m.keys[0], m.keys[1], m.keys[5]})
 	return api.Holders(hs), err
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/kind"
 	"github.com/distsync/distsync/internal/scripts"
 	"github.com/distsync/distsync/internal/waitq"
 )
@@ -81,7 +82,7 @@ type hold struct {
 // [distsync.ErrInvalid] for an empty name, a size below 1, a bad option value, or an option
 // that does not apply to a semaphore.
 func New(h *distsync.Handle, name string, size int64, opts ...distsync.Option) (*Semaphore, error) {
-	p, set, ks, err := api.Setup(h, core.KindSemaphore, name, opts, nil)
+	p, set, ks, err := api.Setup(h, kind.Semaphore, name, opts, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -349,7 +350,7 @@ func (s *Semaphore) Resize(ctx context.Context, size int64) error {
 // [distsync.Holder]). Find the process that holds a name by comparing [distsync.Holder.Handle]
 // with [distsync.Handle.ID].
 func (s *Semaphore) Holders(ctx context.Context) ([]distsync.Holder, error) {
-	hs, err := s.c.Holders(ctx, core.KindSemaphore, s.name, core.LayoutSem, s.keys[:2])
+	hs, err := s.c.Holders(ctx, kind.Semaphore, s.name, core.LayoutSem, s.keys[:2])
 	return api.Holders(hs), err
 }
 

@@ -45,6 +45,7 @@ import (
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/kind"
 	"github.com/distsync/distsync/internal/pubsub"
 	"github.com/distsync/distsync/internal/scripts"
 )
@@ -114,7 +115,7 @@ type options struct{ expiry time.Duration }
 //
 // Applies to: New.
 func WithExpiry(d time.Duration) distsync.Option {
-	return api.Option(core.ExtOpt("WithExpiry", []string{core.KindWaitGroup}, func(o *options) { o.expiry = d }))
+	return api.Option(core.ExtOpt("WithExpiry", []string{kind.WaitGroup}, func(o *options) { o.expiry = d }))
 }
 
 // New returns the WaitGroup called name. It sends nothing to Redis. Its options are
@@ -124,7 +125,7 @@ func WithExpiry(d time.Duration) distsync.Option {
 // that does not apply to a WaitGroup.
 func New(h *distsync.Handle, name string, opts ...distsync.Option) (*WaitGroup, error) {
 	o := &options{expiry: DefaultExpiry}
-	p, set, ks, err := api.Setup(h, core.KindWaitGroup, name, opts, o)
+	p, set, ks, err := api.Setup(h, kind.WaitGroup, name, opts, o)
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/embedded"
 	"github.com/distsync/distsync/internal/counting"
+	"github.com/distsync/distsync/internal/stats"
 	"github.com/distsync/distsync/internal/sweep"
 	"github.com/distsync/distsync/mutex"
 )
@@ -240,7 +241,7 @@ func report(out io.Writer, cfg demoConfig, records []demoRecord, maxInside int, 
 			pct(handoffs, 50), pct(handoffs, 90), pct(handoffs, 99), inRTT(pct(handoffs, 50), rtt))
 	}
 	fmt.Fprintf(out, "wait in Lock:     p50 %v  p99 %v  max %v\n", pct(waits, 50), pct(waits, 99), pct(waits, 100))
-	fmt.Fprintf(out, "fairness:         Jain's index %.3f over %d goroutines (1 = equal shares)\n", jain(perG), len(perG))
+	fmt.Fprintf(out, "fairness:         Jain's index %.3f over %d goroutines (1 = equal shares)\n", stats.Jain(perG), len(perG))
 	fmt.Fprintf(out, "Redis commands:   %.2f per acquisition, all pods together (renewals and clean-up included)\n",
 		float64(commands)/float64(max(len(records), 1)))
 }
@@ -260,17 +261,4 @@ func inRTT(d, rtt time.Duration) string {
 		return "?"
 	}
 	return fmt.Sprintf("%.1f round trips", float64(d)/float64(rtt))
-}
-
-// jain is Jain's fairness index of xs: (Σx)² / (n·Σx²).
-func jain(xs []float64) float64 {
-	var sum, sq float64
-	for _, x := range xs {
-		sum += x
-		sq += x * x
-	}
-	if sq == 0 {
-		return 1
-	}
-	return sum * sum / (float64(len(xs)) * sq)
 }

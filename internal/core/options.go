@@ -34,19 +34,6 @@ type Opt struct {
 	Set    func(*Settings)
 }
 
-// Primitive kinds, as options name them.
-const (
-	KindMutex     = "mutex"
-	KindReentrant = "reentrant"
-	KindRWMutex   = "rwmutex"
-	KindFair      = "fair"
-	KindSemaphore = "semaphore"
-	KindGroup     = "once.Group"
-	KindOnce      = "once.Once"
-	KindOnceValue = "once.OnceValue"
-	KindElection  = "election"
-	KindWaitGroup = "waitgroup"
-)
 
 func (o Opt) appliesTo(kind string) bool {
 	return o.Set != nil && (o.Kinds == nil || slices.Contains(o.Kinds, kind))

@@ -16,12 +16,6 @@ import (
 	"github.com/distsync/distsync/internal/scripts"
 )
 
-// ErrNotReplicated: a claim was taken or renewed on the primary, but fewer replicas than the
-// Handle's replica ack asks for acknowledged it in time. An acquire that gets it has given the
-// claim back; a renewal that gets it is retried, and the lease ends at its deadline if no
-// renewal is acknowledged before.
-var ErrNotReplicated = errors.New("distsync: not acknowledged by enough replicas")
-
 // ReplicaAck is what WithReplicaAck asks for: every script call that takes or extends a claim
 // is followed, on the same connection, by WAIT N Timeout.
 type ReplicaAck struct {

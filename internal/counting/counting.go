@@ -11,7 +11,7 @@ import (
 )
 
 // Client is a rueidis.Client that counts the commands sent through it, by name. rueidis'
-// own health-check PINGs do not go through it, so they are not counted (DESIGN.md: a PING is
+// own health-check PINGs do not go through it, so they are not counted (a PING is
 // the client's, not the library's).
 type Client struct {
 	rueidis.Client

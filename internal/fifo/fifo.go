@@ -15,6 +15,7 @@ import (
 
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/keys"
+	"github.com/distsync/distsync/internal/kind"
 	"github.com/distsync/distsync/internal/scripts"
 	"github.com/distsync/distsync/internal/waitq"
 )
@@ -52,7 +53,7 @@ type Lock struct {
 	Held func(*core.Lease)
 }
 
-// New returns the lock p (of kind core.KindFair or core.KindElection), with set's lease
+// New returns the lock p (of kind kind.Fair or kind.Election), with set's lease
 // settings and its keys in ks; with record, it keeps a record of its holder (Acquire's value).
 func New(p core.Prim, set core.Settings, ks keys.Space, record bool) *Lock {
 	c := p.H
@@ -274,7 +275,7 @@ func (m *Lock) leave(ctx context.Context, w string) error {
 
 // verb is what the lock's errors say it did.
 func (m *Lock) verb() string {
-	if m.kind == core.KindElection {
+	if m.kind == kind.Election {
 		return "campaign"
 	}
 	return "lock"

@@ -23,7 +23,7 @@ var kinds = map[string][]string{
 // waiterID has the shape of core.Handle.NewID: base64url, ':', base36.
 const waiterID = "AAECAwQFBgcICQoL:1z"
 
-// FuzzSpace checks the key layout (DESIGN.md, "Key layout") for any prefix and names, through
+// FuzzSpace checks the key layout (docs/design.md, "Keys and channels") for any prefix and names, through
 // the path every primitive's New takes (core.Handle.Space, over keys.New).
 //
 // Property: Space never panics. For a prefix with a brace, or an empty name, it returns an

@@ -1,4 +1,4 @@
-// Package waitq is the waiting protocol of DESIGN.md, written once for every primitive that
+// Package waitq is the waiting protocol (docs/design.md, "The waiting protocol"), written once for every primitive that
 // waits on a pub/sub channel.
 //
 // The goroutines of one process that wait for the same primitive form a local FIFO (a Room).
