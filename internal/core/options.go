@@ -34,7 +34,6 @@ type Opt struct {
 	Set    func(*Settings)
 }
 
-
 func (o Opt) appliesTo(kind string) bool {
 	return o.Set != nil && (o.Kinds == nil || slices.Contains(o.Kinds, kind))
 }
