@@ -1,0 +1,390 @@
+package once
+
+// This file: the run of one call (the lead taken or a leader followed, the result shared and
+// kept).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/pubsub"
+	"github.com/distsync/distsync/internal/scripts"
+)
+
+// run is the call of key in this process: it waits for a result in Redis, or leads.
+//
+// ctx is the call's, not a caller's: it ends when no caller in this process waits any more
+// (Do cancels it), so a result it cuts short reaches nobody. Those results match
+// [distsync.ErrNotAcquired] all the same, as a caller's own cancelled wait does.
+func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(context.Context) (T, error)) {
+	defer func() {
+		g.mu.Lock()
+		if g.calls[key] == c {
+			delete(g.calls, key)
+		}
+		c.out = c.shared || c.joined > 1 // nobody joins once the call is out of the map
+		g.mu.Unlock()
+		c.cancel()
+		close(c.done)
+	}()
+	// For the Handle's observer, the call acquires the lead: it reports the lead it takes
+	// (and its hold), or, not acquired, the result of another leader (Err nil) or its error.
+	obs := g.c.Begin(ctx, g.kind, g.name, 1, false)
+	led, followed := false, false
+	defer func() {
+		switch {
+		case led:
+		case c.shared:
+			obs.Done(nil, nil)
+		default:
+			obs.Done(nil, c.err)
+		}
+	}()
+	if err := g.c.Enter(); err != nil {
+		c.err = g.wrap(key, err)
+		return
+	}
+	defer g.c.Exit()
+	ks, err := g.keys(key)
+	if err != nil {
+		c.err = err
+		return
+	}
+	// A kept result, or the lead, needs no subscription: check first, and subscribe (then
+	// check again: a result published in between would reach nobody) only to wait.
+	l := &listener{ch: make(chan string, 4)}
+	sub := g.c.Notifier.Attach(ks.channel, l) // free if the channel is subscribed already
+	defer func() {
+		if sub != nil {
+			sub.Close()
+		}
+	}()
+
+	// What the call may take while it waits: the result key of leader (its result, if the
+	// call missed its message), and published results whose fencing token is at least floor.
+	// A leader that Forget found leading is waited for, but its result is not taken (leader
+	// is "" then, and floor is above its token), unless the call waited for it before the
+	// Forget (joined is that leader): its callers came before the Forget. Tokens tell the
+	// results apart: a message that comes with a smaller one is an older lead's (published
+	// before this call looked, and delivered late), which may predate a Forget.
+	leader, floor := "", int64(-1) // -1: take no published result (look again instead)
+	joined := ""
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for backoff := 10 * time.Millisecond; ; {
+		resub := l.Next() // before the check: a re-subscription after it means look again
+		owner := g.c.NewID()
+		sent := time.Now()
+		reply, err := scripts.OnceBegin.Exec(ctx, g.c.Client,
+			[]string{ks.lead, ks.kept, ks.resPrefix + leader, ks.resPrefix + owner, ks.fence, ks.forgot},
+			[]string{owner, core.Ms(g.ttl), core.Ms(g.fenceTTL())}).ToArray()
+		if _, redisErr := rueidis.IsRedisErr(err); err != nil && !redisErr {
+			// The script may have run without its reply (a cancelled ctx does not cancel a
+			// command Redis received): if it made this call the leader, give the lead up.
+			g.c.Undo("giving up an unused lead", g.ttl, func(ctx context.Context) error {
+				return g.finish(ctx, ks, owner, "", 0, 0)
+			})
+		}
+		if err != nil {
+			if ctx.Err() == nil && core.Transient(err) {
+				select {
+				case <-time.After(backoff):
+					backoff = min(2*backoff, time.Second)
+					continue
+				case <-ctx.Done():
+				}
+			}
+			if ctx.Err() != nil {
+				c.err = g.notAcquired(key, ctx.Err())
+			} else {
+				c.err = g.wrap(key, err)
+			}
+			return
+		}
+		kind, _ := reply[0].ToString()
+		switch kind {
+		case "k", "r":
+			res, _ := reply[1].ToString()
+			c.val, c.err = g.decode(key, res)
+			c.shared = true
+			return
+		case "l":
+			var token int64 // the lead's fencing token: {'l', token}
+			if len(reply) > 1 {
+				token, _ = reply[1].AsInt64()
+			}
+			// The lease keeps the fence key (the lead's token, which waiters compare results
+			// with) and a Forget's mark alive as long as the lead.
+			lease, err := g.c.Hold(core.LeaseSpec{Key: ks.lead, Owner: owner, Kind: "s", Keep: []string{ks.fence, ks.forgot},
+				TTL: g.ttl, Renew: g.renew, Sent: sent, Token: token,
+				Release: func(ctx context.Context, _ *core.Lease) error { return g.finish(ctx, ks, owner, "", 0, token) }})
+			switch {
+			case errors.Is(err, core.ErrLate):
+				continue // the lead came too late to use and was given up: look again
+			case err != nil:
+				c.err = g.wrap(key, err) // the Handle closed: fn must not run uncoordinated
+				return
+			}
+			if leader != "" { // it waited for a leader whose result it would have taken
+				obs.Once(core.EventOnceTakeover)
+			} else {
+				obs.Once(core.EventOnceLeader)
+			}
+			led = true
+			obs.Done(lease, nil)
+			g.lead(c, ks, key, owner, lease, fn, ctx, sub != nil)
+			return
+		case "w":
+			// {'w', leader, pttl, token, forgotten}
+			leader, _ = reply[1].ToString()
+			floor = -1
+			if len(reply) > 4 {
+				floor, _ = reply[3].AsInt64()
+				switch forgotten, _ := reply[4].AsInt64(); {
+				case forgotten != 1 || leader == joined:
+					joined = leader
+				default:
+					leader = "" // it led when Forget ran: its result predates the Forget
+					if floor >= 0 {
+						floor++ // a later leader's result is newer
+					}
+				}
+			}
+			if !followed {
+				followed = true
+				obs.Once(core.EventOnceFollower)
+			}
+			if sub == nil {
+				if sub, err = g.c.Notifier.Subscribe(ctx, ks.channel, l); err != nil {
+					switch {
+					case errors.Is(err, pubsub.ErrClosed):
+						c.err = g.wrap(key, distsync.ErrClosed)
+					case ctx.Err() != nil:
+						c.err = g.notAcquired(key, ctx.Err())
+					default:
+						c.err = g.wrap(key, err)
+					}
+					return
+				}
+				continue
+			}
+			pttl, _ := reply[2].AsInt64()
+			wait := time.Duration(pttl) * time.Millisecond
+			timer.Reset(core.Backstop(wait, g.ttl))
+		default:
+			c.err = g.wrap(key, core.Unexpected(scripts.OnceBegin, kind))
+			return
+		}
+	wait:
+		for {
+			select {
+			case m := <-l.ch:
+				if m == forgetNotice {
+					if leader != "" {
+						// A Forget marked the leader this call waits for and may take the
+						// result of: its callers came before the Forget and get that result;
+						// later ones must not join it.
+						g.detach(c, key)
+					}
+					continue
+				}
+				// "<token>\n<result>": a result this call may take, from the leader it waits
+				// for or a later one (who took over after a lost lease), or anything else:
+				// a lead given up ("<token>\n"), an older result, or one the call must not
+				// take. Then it looks again.
+				tok, res, ok := strings.Cut(m, "\n")
+				n, err := strconv.ParseInt(tok, 10, 64)
+				if !ok || err != nil || res == "" || floor < 0 || n < floor {
+					break wait
+				}
+				c.val, c.err = g.decode(key, res)
+				c.shared = true
+				return
+			case <-resub:
+				break wait
+			case <-timer.C:
+				break wait // the backstop: a lease that lapses publishes nothing
+			case <-ctx.Done():
+				c.err = g.notAcquired(key, ctx.Err())
+				return
+			case <-g.c.Done():
+				c.err = g.wrap(key, distsync.ErrClosed)
+				return
+			}
+		}
+	}
+}
+
+// lead runs fn as the key's leader, under lease, and shares its result.
+func (g *Group[T]) lead(c *call[T], ks keyset, key, owner string, lease *core.Lease, fn func(context.Context) (T, error), callCtx context.Context, subscribed bool) {
+	fctx, cancel := lease.Bind(context.WithoutCancel(callCtx))
+	var (
+		val      T
+		err      error
+		panicked any
+		returned bool
+	)
+	// fn ends in one of three ways: it returns; it panics, recovered below; or it calls
+	// runtime.Goexit, which no recover stops: this goroutine ends once its deferred calls have
+	// run. So the result is shared by a deferred call, which runs in all three: a Goexit must
+	// neither leave the lead held (renewed, so that every later call waits on it) nor tell the
+	// callers that fn succeeded. recover returns nil for a Goexit (and, since Go 1.21, a
+	// *runtime.PanicNilError for panic(nil)): fn did not return and nothing was recovered.
+	defer func() {
+		cancel()
+		g.share(c, ks, key, owner, lease, val, err, panicked, !returned && panicked == nil, subscribed)
+	}()
+	defer func() {
+		if r := recover(); r != nil {
+			panicked = r
+		}
+	}()
+	val, err = fn(fctx)
+	returned = true
+}
+
+// share ends the lead of a call whose fn has ended, with fn's results: val and err if it
+// returned, the value it panicked with, or goexit if it called runtime.Goexit.
+func (g *Group[T]) share(c *call[T], ks keyset, key, owner string, lease *core.Lease, val T, err error, panicked any, goexit bool, subscribed bool) {
+	// Err reads the lease's deadline now: a leader whose process was frozen past it learns of
+	// the loss here, even if the renewal loop has not run since it resumed.
+	if lerr := lease.Stop(); lerr != nil {
+		// The lead was lost (or the Handle closed) while fn ran: another process may lead now,
+		// and may have run fn at the same time. This process's callers are told; the others
+		// are not (another leader's result, or a re-check, reaches them), and the lead is given
+		// up if Redis still has it.
+		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+		_ = g.finish(rctx, ks, owner, "", 0, lease.Token())
+		rcancel()
+		if goexit {
+			err = ErrGoexit // for want of an error of fn's
+		}
+		g.lostLead(c, key, val, err, panicked, lerr)
+		return
+	}
+
+	var res string
+	switch {
+	case goexit:
+		res = "g"
+		err = ErrGoexit
+	case panicked != nil:
+		res = "p" + fmt.Sprint(panicked)
+	case err != nil:
+		res = "e" + err.Error()
+	default:
+		b, eerr := g.codec.Encode(val)
+		switch {
+		case eerr != nil:
+			err = fmt.Errorf("once %q: key %q: %w: encode: %v", g.name, key, ErrCodec, eerr)
+			res = "e" + err.Error()
+		case len(b) > g.maxSize:
+			err = fmt.Errorf("once %q: key %q: %w: %d bytes encoded, limit %d", g.name, key, ErrTooLarge, len(b), g.maxSize)
+			res = "e" + err.Error()
+		default:
+			res = "v" + string(b)
+		}
+	}
+	keep := time.Duration(0)
+	if err == nil && panicked == nil || err != nil && g.keepErrors && !goexit {
+		keep = g.keep
+	}
+	// A call that Forget detached keeps nothing, even if its lead began after the Forget
+	// reached Redis (the Forget's mark, which once_finish.lua reads, covers the others).
+	g.mu.Lock()
+	if c.forgot {
+		keep = 0
+	}
+	g.mu.Unlock()
+	// Publish the result, retrying a lost connection a few times: the waiters would otherwise
+	// wait for the lease to lapse and run fn again.
+	var n int64
+	ferr := core.RetryNow(context.Background(), func() (err error) {
+		fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer fcancel()
+		n, err = g.finishN(fctx, ks, owner, res, keep, lease.Token())
+		return err
+	})
+	if ferr != nil {
+		g.c.Log().Warn("distsync: once: could not share a result (waiters will take over when the lead lapses)",
+			"group", g.name, "key", key, "err", ferr)
+	}
+	if ferr == nil && n < 0 {
+		// Redis no longer had this lead when the result came (it lapsed: the process or Redis
+		// stalled): nothing was shared or kept, and another leader may be running fn.
+		lerr := fmt.Errorf("%w: the lead was gone from Redis when fn returned", distsync.ErrLost)
+		lease.End(lerr)
+		g.lostLead(c, key, val, err, panicked, lerr)
+		return
+	}
+	lease.End(distsync.ErrReleased)
+	if goexit {
+		err = g.wrap(key, err) // fn's own error goes to its process's callers as it is
+	}
+	c.val, c.err, c.panicked = val, err, panicked
+	own := int64(0)
+	if subscribed {
+		own = 1 // this process's own subscription is one of those the result reached
+	}
+	c.shared = n > own
+}
+
+// lostLead ends a call whose lead was lost while fn ran: its callers get fn's value with an
+// error matching [distsync.ErrLost] (and fn's own error, if any), since another process may
+// have run fn at the same time; a panic still panics.
+func (g *Group[T]) lostLead(c *call[T], key string, val T, err error, panicked any, lost error) {
+	e := fmt.Errorf("%w: the lead was lost while fn ran, so another process may have run it too", lost)
+	if err != nil {
+		e = errors.Join(e, err)
+	}
+	c.val, c.err, c.panicked = val, g.wrap(key, e), panicked
+}
+
+// finish runs once_finish.lua for the lead of owner, whose fencing token is token (0 if not
+// known: a lead given up before its reply came); res "" gives the lead up without a result.
+func (g *Group[T]) finish(ctx context.Context, ks keyset, owner, res string, keep time.Duration, token int64) error {
+	_, err := g.finishN(ctx, ks, owner, res, keep, token)
+	return err
+}
+
+// linger is how long a leader's result key outlives its lead: longer than any waiter's
+// backstop.
+func (g *Group[T]) linger() time.Duration { return 2*g.ttl + time.Second }
+
+func (g *Group[T]) finishN(ctx context.Context, ks keyset, owner, res string, keep time.Duration, token int64) (int64, error) {
+	keepArg := core.Ms(keep)
+	if keep < 0 {
+		keepArg = "-1"
+	}
+	return scripts.OnceFinish.Exec(ctx, g.c.Client, []string{ks.lead, ks.kept, ks.resPrefix + owner, ks.forgot},
+		[]string{owner, res, keepArg, core.Ms(g.linger()), ks.channel, g.c.Pub, strconv.FormatInt(token, 10)}).AsInt64()
+}
+
+// decode turns a shared result into Do's results.
+func (g *Group[T]) decode(key, res string) (T, error) {
+	var zero T
+	if res == "" {
+		return zero, fmt.Errorf("once %q: key %q: %w: empty result", g.name, key, ErrCodec)
+	}
+	switch res[0] {
+	case 'v':
+		v, err := g.codec.Decode([]byte(res[1:]))
+		if err != nil {
+			return zero, fmt.Errorf("once %q: key %q: %w: decode: %v", g.name, key, ErrCodec, err)
+		}
+		return v, nil
+	case 'p':
+		return zero, fmt.Errorf("once %q: key %q: %w: %s", g.name, key, ErrPanicked, res[1:])
+	case 'g':
+		return zero, fmt.Errorf("once %q: key %q: %w", g.name, key, ErrGoexit)
+	}
+	return zero, fmt.Errorf("once %q: key %q: %w: %s", g.name, key, ErrLeaderFailed, res[1:])
+}
