@@ -94,13 +94,8 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 			})
 		}
 		if err != nil {
-			if ctx.Err() == nil && core.Transient(err) {
-				select {
-				case <-time.After(backoff):
-					backoff = min(2*backoff, time.Second)
-					continue
-				case <-ctx.Done():
-				}
+			if core.RetryAfter(ctx, &backoff, err) {
+				continue
 			}
 			if ctx.Err() != nil {
 				c.err = g.notAcquired(key, ctx.Err())

@@ -222,13 +222,8 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 			err = core.Unexpected(scripts.WaitGroupCheck, r)
 		}
 		if err != nil {
-			if ctx.Err() == nil && core.Transient(err) {
-				select {
-				case <-time.After(backoff):
-					backoff = min(2*backoff, time.Second)
-					continue
-				case <-ctx.Done():
-				}
+			if core.RetryAfter(ctx, &backoff, err) {
+				continue
 			}
 			if ctx.Err() != nil {
 				return wg.notAcquired(ctx.Err())

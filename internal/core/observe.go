@@ -156,40 +156,41 @@ func (l *Lease) report(err error) {
 	if lg := l.h.Log(); lg != nil && !l.spec.Place && errors.Is(err, ErrLost) && l.logged.CompareAndSwap(false, true) {
 		lg.Warn("distsync: lease lost", "key", l.spec.Key, "token", l.spec.Token, "err", err)
 	}
+	l.tell(func(a *Acquire) {
+		l.reported = true
+		kind := uint8(EventReleased)
+		if errors.Is(err, ErrLost) {
+			kind = EventLost
+		} else if errors.Is(err, ErrReleased) {
+			err = nil
+		}
+		a.emit(Event{Kind: kind, Held: time.Since(a.acquired), Token: l.spec.Token, Err: err})
+	})
+}
+
+// tell calls f with the observed call that follows l, under l's emit lock, unless nobody
+// follows l or its end was reported already (a renewal's reply that came after the hold
+// ended has nothing to tell).
+func (l *Lease) tell(f func(a *Acquire)) {
 	a := l.obs.Load()
 	if a == nil {
 		return
 	}
 	l.emit.Lock()
 	defer l.emit.Unlock()
-	if l.reported {
-		return
+	if !l.reported {
+		f(a)
 	}
-	l.reported = true
-	kind := uint8(EventReleased)
-	if errors.Is(err, ErrLost) {
-		kind = EventLost
-	} else if errors.Is(err, ErrReleased) {
-		err = nil
-	}
-	a.emit(Event{Kind: kind, Held: time.Since(a.acquired), Token: l.spec.Token, Err: err})
 }
 
 // renewed tells the observer of a renewal of l: nil if it succeeded, else its error (the
 // renewal is retried).
 func (l *Lease) renewed(err error) {
-	a := l.obs.Load()
-	if a == nil {
-		return
-	}
-	l.emit.Lock()
-	defer l.emit.Unlock()
-	if l.reported {
-		return // a renewal's reply that came after the hold ended: nothing to tell
-	}
-	kind := uint8(EventRenewed)
-	if err != nil {
-		kind = EventRenewalFailed
-	}
-	a.emit(Event{Kind: kind, Token: l.spec.Token, Err: err})
+	l.tell(func(a *Acquire) {
+		kind := uint8(EventRenewed)
+		if err != nil {
+			kind = EventRenewalFailed
+		}
+		a.emit(Event{Kind: kind, Token: l.spec.Token, Err: err})
+	})
 }

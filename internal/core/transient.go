@@ -67,3 +67,21 @@ func RetryNow(ctx context.Context, f func() error) error {
 	}
 	return err
 }
+
+// RetryAfter reports whether a wait that failed with err should try again: it does if err is
+// transient and ctx is alive, after sleeping *backoff, which it then doubles up to a second.
+// It returns false at once for any other error, or when ctx ends during the sleep.
+func RetryAfter(ctx context.Context, backoff *time.Duration, err error) bool {
+	if ctx.Err() != nil || !Transient(err) {
+		return false
+	}
+	t := time.NewTimer(*backoff)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		*backoff = min(2**backoff, time.Second)
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

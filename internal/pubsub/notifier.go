@@ -146,13 +146,7 @@ func (n *Notifier) Subscribe(ctx context.Context, name string, l Listener) (*Sub
 		n.wg.Add(1)
 		go n.run(c)
 	}
-	if c.linger != nil {
-		c.linger.Stop()
-		c.linger = nil
-	}
-	s := &Subscription{n: n, c: c}
-	c.listeners[s] = l
-	c.refs++
+	s := n.add(c, l)
 	confirmed := c.confirmed
 	n.mu.Unlock()
 
@@ -179,6 +173,11 @@ func (n *Notifier) Attach(name string, l Listener) *Subscription {
 	if n.closed || c == nil || !c.isConfirmed {
 		return nil
 	}
+	return n.add(c, l)
+}
+
+// add registers l on c, keeping c from lingering; n.mu is held.
+func (n *Notifier) add(c *channel, l Listener) *Subscription {
 	if c.linger != nil {
 		c.linger.Stop()
 		c.linger = nil

@@ -303,6 +303,18 @@ func (r *Room) Acquire(ctx context.Context) error {
 	return err
 }
 
+// keep makes sub the Room's subscription, unless it has one already: then it returns sub,
+// for the caller to close.
+func (r *Room) keep(sub *pubsub.Subscription) *pubsub.Subscription {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sub == nil {
+		r.sub = sub
+		return nil
+	}
+	return sub
+}
+
 // contend is the head's loop. It returns the owner value of an attempt whose reply it did
 // not get, with the error that ended the loop.
 func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
@@ -313,13 +325,9 @@ func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
 	r.mu.Unlock()
 	if !attached {
 		if sub := r.h.Notifier.Attach(r.channel, r); sub != nil {
-			r.mu.Lock()
-			if r.sub == nil {
-				r.sub = sub
-			} else {
-				defer sub.Close() // cannot happen: only the head subscribes
+			if dup := r.keep(sub); dup != nil {
+				defer dup.Close() // cannot happen: only the head subscribes
 			}
-			r.mu.Unlock()
 		}
 	}
 	r.mu.Lock()
@@ -431,13 +439,9 @@ func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
 					}
 					return "", err
 				}
-				r.mu.Lock()
-				if r.sub == nil {
-					r.sub = sub
-				} else {
-					defer sub.Close() // cannot happen: only the head subscribes
+				if dup := r.keep(sub); dup != nil {
+					defer dup.Close() // cannot happen: only the head subscribes
 				}
-				r.mu.Unlock()
 				continue
 			}
 		}
