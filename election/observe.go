@@ -96,7 +96,7 @@ func (o *observer) run(ctx context.Context, out chan<- Info) {
 				return
 			}
 			c.Log().Debug("distsync: election observer could not subscribe, retrying", "election", o.e.Name(), "err", err, "in", backoff)
-			if !sleep(ctx, backoff) {
+			if !core.Sleep(ctx, backoff) {
 				return
 			}
 		}
@@ -120,7 +120,7 @@ func (o *observer) run(ctx context.Context, out chan<- Info) {
 					return
 				}
 				c.Log().Debug("distsync: election observer could not read the leader, retrying", "election", o.e.Name(), "err", err, "in", backoff)
-				if !sleep(ctx, backoff) {
+				if !core.Sleep(ctx, backoff) {
 					return
 				}
 				backoff = min(2*backoff, maxBackoff)
@@ -182,14 +182,3 @@ const (
 	maxBackoff = time.Second
 )
 
-// sleep waits for d or ctx, and reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}

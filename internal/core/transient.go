@@ -72,14 +72,19 @@ func RetryNow(ctx context.Context, f func() error) error {
 // transient and ctx is alive, after sleeping *backoff, which it then doubles up to a second.
 // It returns false at once for any other error, or when ctx ends during the sleep.
 func RetryAfter(ctx context.Context, backoff *time.Duration, err error) bool {
-	if ctx.Err() != nil || !Transient(err) {
+	if ctx.Err() != nil || !Transient(err) || !Sleep(ctx, *backoff) {
 		return false
 	}
-	t := time.NewTimer(*backoff)
+	*backoff = min(2**backoff, time.Second)
+	return true
+}
+
+// Sleep waits for d or ctx, and reports whether d passed.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		*backoff = min(2**backoff, time.Second)
 		return true
 	case <-ctx.Done():
 		return false
