@@ -79,9 +79,10 @@ type Mutex struct {
 	renew bool
 
 	lock       string
-	keys       []string // lock, fence, ops, q, qx
-	chanPrefix string   // waiter w listens on chanPrefix + ":" + w
-	waiter     string   // this Mutex value's id in the Redis queue
+	keys       []string              // lock, fence, ops, q, qx: every key of m
+	scriptKeys scripts.ReentrantKeys // the same, named, as its scripts take them
+	chanPrefix string                // waiter w listens on chanPrefix + ":" + w
+	waiter     string                // this Mutex value's id in the Redis queue
 	room       *waitq.Room
 
 	// Script arguments that never change, built once.
@@ -145,7 +146,8 @@ func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, erro
 		return nil, err
 	}
 	m.lock, m.chanPrefix = ks.Key(), ks.Channel()
-	m.keys = []string{m.lock, ks.Part("fence"), ks.Part("ops"), ks.Part("q"), ks.Part("qx")}
+	k := scripts.ReentrantKeys{Lock: m.lock, Fence: ks.Part("fence"), Ops: ks.Part("ops"), Q: ks.Part("q"), QX: ks.Part("qx")}
+	m.scriptKeys, m.keys = k, []string{k.Lock, k.Fence, k.Ops, k.Q, k.QX}
 	// A queue entry outlives the lease it waits behind by two renewal periods, as a mutex's.
 	m.ttlArg, m.fenceArg, m.slackArg = core.Ms(m.ttl), core.Ms(c.Config.FenceTTL), core.Ms(2*m.ttl/core.RenewDivisor)
 	m.windowArg = core.Ms(set.HandoffWindow)
@@ -398,9 +400,10 @@ func (m *Mutex) attempt(ctx context.Context, waiter string, t waitq.Try) (waitq.
 		backup = t.Grant.Backup
 	}
 	sent := time.Now()
-	vals, err := scripts.ReentrantLock.Exec(ctx, m.c.Client, m.keys,
-		[]string{string(o), id, m.ttlArg, m.fenceArg, core.Ms(opsTTL), expect, waiter, flag(t.More) + flag(t.Queued),
-			m.slackArg, m.chanPrefix, m.c.Pub, backup, strconv.FormatInt(t.LastToken, 10)}).AsIntSlice()
+	lock := scripts.ReentrantLockArgs{Keys: m.scriptKeys, Owner: string(o), ID: id, TTL: m.ttlArg, FenceTTL: m.fenceArg,
+		OpsTTL: core.Ms(opsTTL), Expect: expect, Waiter: waiter, Flags: flag(t.More) + flag(t.Queued), Slack: m.slackArg,
+		Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: backup, Last: strconv.FormatInt(t.LastToken, 10)}
+	vals, err := lock.Exec(ctx, m.c.Client).AsIntSlice()
 	if err != nil {
 		return waitq.Result{}, undo, err
 	}
@@ -431,8 +434,9 @@ func (m *Mutex) attempt(ctx context.Context, waiter string, t waitq.Try) (waitq.
 		var renewal *scripts.Call
 		if m.renew {
 			// A renewal also tells the head waiter when the lease now ends (reentrant_renew.lua).
-			renewal = &scripts.Call{Script: scripts.ReentrantRenew, Keys: []string{m.lock, m.keys[3], m.keys[4]},
-				Args: []string{"o:" + string(o), m.ttlArg, strconv.FormatInt(vals[2], 10), m.chanPrefix, m.c.Pub}}
+			call := scripts.ReentrantRenewArgs{Lock: m.lock, Q: m.scriptKeys.Q, QX: m.scriptKeys.QX, Field: "o:" + string(o),
+				TTL: m.ttlArg, Token: strconv.FormatInt(vals[2], 10), Prefix: m.chanPrefix, Pub: m.c.Pub}.Call()
+			renewal = &call
 		}
 		l, err := m.c.Hold(core.LeaseSpec{
 			Key: m.lock, Owner: "o:" + string(o), Kind: "h", TTL: m.ttl, Renew: m.renew,
@@ -489,9 +493,10 @@ func (m *Mutex) undo(undo string) {
 // the grant it passed on (0 if none).
 func (m *Mutex) abandon(ctx context.Context, lv waitq.Leave) (int64, error) {
 	id, o, _ := strings.Cut(lv.Owner, " ")
-	vals, err := scripts.ReentrantAbandon.Exec(ctx, m.c.Client, m.keys,
-		[]string{o, id, core.Ms(opsTTL), m.waiter, m.windowArg, m.fenceArg, m.chanPrefix, m.c.Pub,
-			strconv.FormatInt(lv.LastToken, 10), flag(lv.Dequeue), strconv.FormatInt(lv.Grant, 10)}).AsIntSlice()
+	abandon := scripts.ReentrantAbandonArgs{Keys: m.scriptKeys, Owner: o, ID: id, OpsTTL: core.Ms(opsTTL), Waiter: m.waiter,
+		Window: m.windowArg, FenceTTL: m.fenceArg, Prefix: m.chanPrefix, Pub: m.c.Pub,
+		Last: strconv.FormatInt(lv.LastToken, 10), Dequeue: flag(lv.Dequeue), Grant: strconv.FormatInt(lv.Grant, 10)}
+	vals, err := abandon.Exec(ctx, m.c.Client).AsIntSlice()
 	if err != nil {
 		return 0, err
 	}
@@ -603,9 +608,10 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // unlock runs reentrant_unlock.lua: the owner's count left in the hold with token, or -1 if it
 // held nothing there.
 func (m *Mutex) unlock(ctx context.Context, o Owner, id string, by int, token int64) (int64, error) {
-	vals, err := scripts.ReentrantUnlock.Exec(ctx, m.c.Client, m.keys,
-		[]string{string(o), id, strconv.Itoa(by), core.Ms(opsTTL), m.chanPrefix, m.c.Pub, strconv.FormatInt(token, 10),
-			m.windowArg, m.fenceArg}).AsIntSlice()
+	unlock := scripts.ReentrantUnlockArgs{Keys: m.scriptKeys, Owner: string(o), ID: id, By: strconv.Itoa(by),
+		OpsTTL: core.Ms(opsTTL), Prefix: m.chanPrefix, Pub: m.c.Pub, Token: strconv.FormatInt(token, 10),
+		Window: m.windowArg, FenceTTL: m.fenceArg}
+	vals, err := unlock.Exec(ctx, m.c.Client).AsIntSlice()
 	if err != nil {
 		return 0, err
 	}
@@ -697,7 +703,7 @@ func (m *Mutex) notAcquired(err error) error {
 // [distsync.Holder]). Find the process that holds a name by comparing [distsync.Holder.Handle]
 // with [distsync.Handle.ID].
 func (m *Mutex) Holders(ctx context.Context) ([]distsync.Holder, error) {
-	hs, err := m.c.Holders(ctx, "reentrant", m.name, core.LayoutHash, m.keys[:1])
+	hs, err := m.c.Holders(ctx, "reentrant", m.name, core.LayoutHash, []string{m.lock})
 	held, _ := hs.([]distsync.Holder)
 	return held, err
 }
