@@ -3,6 +3,8 @@ package scripts
 import (
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -506,4 +508,59 @@ func TestSeamCheckerFindsMismatches(t *testing.T) {
 			t.Error("no error")
 		}
 	})
+}
+
+// positional is a script run, or a call made, with positional KEYS and ARGV: a script's Exec
+// (scripts.MutexAcquire.Exec, call.Script.Exec) or a Call literal (not a []scripts.Call).
+var positional = regexp.MustCompile(`scripts\.[A-Z]\w*\.Exec\(|\.Script\.Exec\(|(^|[^\]])scripts\.Call\{`)
+
+// TestCallSitesNameTheirArguments checks that the module's code (not its tests, nor the
+// modules under it) runs every script through its struct, never with positional slices.
+func TestCallSitesNameTheirArguments(t *testing.T) {
+	for line, want := range map[string]bool{
+		`vals, err := scripts.MutexAcquire.Exec(ctx, c, m.keys, []string{owner})`: true,
+		`n, err := call.Script.Exec(ctx, c, call.Keys, call.Args).AsInt64()`:      true,
+		`confirm := &scripts.Call{Script: scripts.MutexConfirm, Keys: m.keys}`:    true,
+		`res := scripts.DoMulti(ctx, c, []scripts.Call{*first, rel.Call()})`:      false,
+		`vals, err := scripts.MutexAcquireArgs{Keys: m.keys}.Exec(ctx, c)`:        false,
+	} {
+		if positional.MatchString(line) != want {
+			t.Fatalf("positional.MatchString(%q) = %v", line, !want)
+		}
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Skipf("no module root at %s: %v", root, err)
+	}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if _, err := os.Stat(filepath.Join(path, "go.mod")); path != root && err == nil {
+				return filepath.SkipDir // another module (bench, otel)
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if positional.MatchString(line) {
+				rel, _ := filepath.Rel(root, path)
+				t.Errorf("%s:%d: positional KEYS and ARGV; use the script's struct (seam.go): %s", rel, i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
