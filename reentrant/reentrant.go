@@ -400,10 +400,9 @@ func (m *Mutex) attempt(ctx context.Context, waiter string, t waitq.Try) (waitq.
 		backup = t.Grant.Backup
 	}
 	sent := time.Now()
-	lock := scripts.ReentrantLockArgs{Keys: m.scriptKeys, Owner: string(o), ID: id, TTL: m.ttlArg, FenceTTL: m.fenceArg,
+	vals, err := scripts.ReentrantLockArgs{Keys: m.scriptKeys, Owner: string(o), ID: id, TTL: m.ttlArg, FenceTTL: m.fenceArg,
 		OpsTTL: core.Ms(opsTTL), Expect: expect, Waiter: waiter, Flags: flag(t.More) + flag(t.Queued), Slack: m.slackArg,
-		Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: backup, Last: strconv.FormatInt(t.LastToken, 10)}
-	vals, err := lock.Exec(ctx, m.c.Client).AsIntSlice()
+		Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: backup, Last: strconv.FormatInt(t.LastToken, 10)}.Exec(ctx, m.c.Client).AsIntSlice()
 	if err != nil {
 		return waitq.Result{}, undo, err
 	}
