@@ -212,7 +212,8 @@ func (e *Election) Leader(ctx context.Context) (Info, error) {
 // read runs election_leader.lua.
 func (e *Election) read(ctx context.Context) (Info, bool, error) {
 	ks := e.l.Keys()
-	vals, err := scripts.ElectionLeader.Exec(ctx, e.c.Client, []string{ks[0], ks[1], ks[4]}, nil).ToArray()
+	leader := scripts.ElectionLeaderArgs{Lock: ks.Lock, Fence: ks.Fence, Values: e.l.Record().Values}
+	vals, err := leader.Exec(ctx, e.c.Client).ToArray()
 	if err != nil {
 		return Info{}, false, err
 	}
@@ -309,14 +310,14 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 	if err := t.l.Err(); err != nil {
 		return fmt.Errorf("election %q: proclaim: %w: %w", t.e.Name(), distsync.ErrNotHeld, err)
 	}
-	ks, owner := t.e.l.Keys(), t.l.Owner()
-	keys := []string{ks[0], ks[4]}
-	args := []string{owner, fifo.Waiter(owner), strconv.FormatInt(t.l.Token(), 10), value,
-		t.e.l.Observers(), core.Ms(t.e.l.TTL()), t.e.c.Pub}
+	owner := t.l.Owner()
+	proclaim := scripts.ElectionProclaimArgs{Lock: t.e.l.Keys().Lock, Values: t.e.l.Record().Values,
+		Owner: owner, Waiter: fifo.Waiter(owner), Term: strconv.FormatInt(t.l.Token(), 10), Value: value,
+		Observers: t.e.l.Observers(), TTL: core.Ms(t.e.l.TTL()), Pub: t.e.c.Pub}
 	// A proclaim that went through and is sent again only announces the same value again.
 	var n int64
 	err := core.RetryNow(ctx, func() (err error) {
-		n, err = scripts.ElectionProclaim.Exec(ctx, t.e.c.Client, keys, args).AsInt64()
+		n, err = proclaim.Exec(ctx, t.e.c.Client).AsInt64()
 		return err
 	})
 	switch {

@@ -51,7 +51,6 @@ type Value struct {
 	c       *core.Handle
 	name    string
 	key     string
-	keys    []string
 	keepArg string
 }
 
@@ -67,7 +66,7 @@ func New(h *distsync.Handle, name string) (*Value, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fenced %q: %w", name, err)
 	}
-	return &Value{c: c, name: name, key: ks.Key(), keys: []string{ks.Key()}, keepArg: core.Ms(c.Config.FenceTTL)}, nil
+	return &Value{c: c, name: name, key: ks.Key(), keepArg: core.Ms(c.Config.FenceTTL)}, nil
 }
 
 // Name returns the name the Value was made with.
@@ -84,7 +83,8 @@ func (v *Value) Name() string { return v.name }
 // If the key holds what package fenced did not write (another type, or a token field that is
 // not a token), Set returns an error and changes nothing.
 func (v *Value) Set(ctx context.Context, token int64, value string) (bool, error) {
-	return v.write(ctx, "set", scripts.FencedSet, token, value)
+	set := scripts.FencedSetArgs{Key: v.key, Token: strconv.FormatInt(token, 10), Value: value}
+	return v.write(ctx, "set", token, set.Call())
 }
 
 // Delete deletes v's value if token is at least the largest token v has accepted, and records
@@ -93,10 +93,12 @@ func (v *Value) Set(ctx context.Context, token int64, value string) (bool, error
 // or not it was set) and false, with a nil error, if v has accepted a larger token: v is
 // unchanged. Bad input, a closed Handle, ctx and errors are as for [Value.Set].
 func (v *Value) Delete(ctx context.Context, token int64) (bool, error) {
-	return v.write(ctx, "delete", scripts.FencedDelete, token, v.keepArg)
+	del := scripts.FencedDeleteArgs{Key: v.key, Token: strconv.FormatInt(token, 10), Keep: v.keepArg}
+	return v.write(ctx, "delete", token, del.Call())
 }
 
-func (v *Value) write(ctx context.Context, op string, s *scripts.Script, token int64, arg string) (bool, error) {
+// write runs call, the op of token, once (if token is valid).
+func (v *Value) write(ctx context.Context, op string, token int64, call scripts.Call) (bool, error) {
 	if token < 1 {
 		return false, fmt.Errorf("fenced %q: %s: %w: token must be positive, got %d", v.name, op, distsync.ErrInvalid, token)
 	}
@@ -107,9 +109,9 @@ func (v *Value) write(ctx context.Context, op string, s *scripts.Script, token i
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("fenced %q: %s: %w", v.name, op, err)
 	}
-	n, err := s.Exec(ctx, v.c.Client, v.keys, []string{strconv.FormatInt(token, 10), arg}).AsInt64()
+	n, err := call.Exec(ctx, v.c.Client).AsInt64()
 	if err == nil && n != 0 && n != 1 {
-		err = core.Unexpected(s, n)
+		err = core.Unexpected(call.Script, n)
 	}
 	if err != nil {
 		return false, fmt.Errorf("fenced %q: %s: %w", v.name, op, err)

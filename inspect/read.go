@@ -73,7 +73,7 @@ func readName(ctx context.Context, c *core.Handle, name string, kinds []string, 
 	if len(kinds) == 1 {
 		what = fmt.Sprintf("inspect %s %q", kinds[0], name)
 	}
-	reply, err := scripts.Inspect.Exec(ctx, c.Raw, ks, kinds).ToArray()
+	reply, err := scripts.InspectArgs{Keys: ks, Kinds: kinds}.Exec(ctx, c.Raw).ToArray()
 	if err == nil && len(reply) != len(kinds) {
 		err = core.Unexpected(scripts.Inspect, reply)
 	}
@@ -289,7 +289,7 @@ func readOnce(ctx context.Context, c *core.Handle, group string) (r Report, foun
 				return err
 			}
 			names = append(names, name)
-			calls = append(calls, scripts.Call{Script: scripts.Inspect, Keys: ks, Args: []string{Once}})
+			calls = append(calls, scripts.InspectArgs{Keys: ks, Kinds: []string{Once}}.Call())
 		}
 		for i, res := range scripts.DoMulti(ctx, c.Raw, calls) {
 			reply, err := res.ToArray()

@@ -385,7 +385,7 @@ func (q *quorumLock) hold(ctx context.Context, got []int) *core.Lease {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := scripts.FenceRaise.Exec(rctx, m.c.Client, []string{m.fence}, []string{arg, m.fenceArg}).Error()
+			err := scripts.FenceRaiseArgs{Fence: m.fence, Token: arg, FenceTTL: m.fenceArg}.Exec(rctx, m.c.Client).Error()
 			raised[i] = err == nil
 		}()
 	}

@@ -32,7 +32,8 @@ type single struct {
 	room                  *waitq.Room
 
 	// Script arguments that never change, built once.
-	keys, relKeys                         []string // relKeys: for the release, keys and rel
+	keys                                  scripts.MutexKeys
+	rel                                   string // the record of releases (mutex_release.lua)
 	ttlArg, fenceArg, slackArg, windowArg string
 
 	mu           sync.Mutex
@@ -49,8 +50,8 @@ type single struct {
 func newSingle(c, ids *core.Handle, name string, set core.Settings, ks keys.Space) *single {
 	m := &single{p: core.Prim{H: c, Kind: kind.Mutex, Name: name}, c: c, ids: ids, name: name, ttl: set.LeaseTTL, renew: !set.Fixed}
 	m.lockKey, m.fence, m.q, m.qx, m.chanPrefix = ks.Key(), ks.Part("fence"), ks.Part("q"), ks.Part("qx"), ks.Channel()
-	m.keys = []string{m.lockKey, m.fence, m.q, m.qx}
-	m.relKeys = append(m.keys[:4:4], ks.Part("rel"))
+	m.keys = scripts.MutexKeys{Lock: m.lockKey, Fence: m.fence, Q: m.q, QX: m.qx}
+	m.rel = ks.Part("rel")
 	// A queue entry outlives the lease it waits behind by two renewal periods: one for the
 	// backstop slack, one for a late timer.
 	m.ttlArg, m.fenceArg, m.slackArg = core.Ms(m.ttl), core.Ms(c.Config.FenceTTL), core.Ms(2*m.ttl/core.RenewDivisor)
@@ -63,10 +64,9 @@ func newSingle(c, ids *core.Handle, name string, set core.Settings, ks keys.Spac
 		return err
 	}
 	// A renewal also tells the head waiter when the lease now ends (mutex_renew.lua).
-	renewKeys := []string{m.lockKey, m.q, m.qx}
 	m.renewWith = func(owner string) scripts.Call {
-		return scripts.Call{Script: scripts.MutexRenew, Keys: renewKeys,
-			Args: []string{owner, m.ttlArg, m.chanPrefix, m.c.Pub}}
+		return scripts.MutexRenewArgs{Lock: m.lockKey, Q: m.q, QX: m.qx,
+			Owner: owner, TTL: m.ttlArg, Prefix: m.chanPrefix, Pub: m.c.Pub}.Call()
 	}
 	m.free = make(chan struct{})
 	close(m.free)
@@ -156,20 +156,20 @@ func (m *single) unlock(ctx context.Context) error {
 // the same round trip, first: the confirm also queues this Mutex's other waiters again, which
 // must not be skipped by a holder quicker than the loop.
 func (m *single) release(ctx context.Context, l *core.Lease) (bool, error) {
-	call := scripts.Call{Script: scripts.MutexRelease, Keys: m.relKeys,
-		Args: []string{l.Owner(), m.windowArg, m.fenceArg, m.chanPrefix, m.c.Pub, m.ttlArg}}
+	rel := scripts.MutexReleaseArgs{Keys: m.keys, Rel: m.rel, Owner: l.Owner(), Window: m.windowArg,
+		FenceTTL: m.fenceArg, Prefix: m.chanPrefix, Pub: m.c.Pub, TTL: m.ttlArg}
 	if first := l.Unsent(); first != nil {
-		res := scripts.DoMulti(ctx, m.c.Client, []scripts.Call{*first, call})
+		res := scripts.DoMulti(ctx, m.c.Client, []scripts.Call{*first, rel.Call()})
 		n, err := res[1].AsInt64()
 		return n == 1, err
 	}
-	n, err := call.Script.Exec(ctx, m.c.Client, call.Keys, call.Args).AsInt64()
+	n, err := rel.Exec(ctx, m.c.Client).AsInt64()
 	return n == 1, err
 }
 
 // holders reads who holds m.
 func (m *single) holders(ctx context.Context) ([]core.HolderInfo, error) {
-	return m.c.Holders(ctx, kind.Mutex, m.name, core.LayoutString, m.keys[:2])
+	return m.c.Holders(ctx, kind.Mutex, m.name, core.LayoutString, []string{m.lockKey, m.fence})
 }
 
 // attempt is the waitq.Attempt of Lock: it queues this Mutex's waiter id on failure.
@@ -186,10 +186,10 @@ func (m *single) attempt(ctx context.Context, t waitq.Try) (waitq.Result, string
 		window := g.Window
 		deadline := t.QueuedAt.Add(window - core.Drift(window))
 		if time.Until(deadline) > window/4 {
-			confirm := &scripts.Call{Script: scripts.MutexConfirm, Keys: m.keys,
-				Args: []string{g.Owner, m.ttlArg, m.waiter, flag(t.More), m.slackArg, m.chanPrefix, m.c.Pub, g.Backup,
-					m.windowArg, m.fenceArg}}
-			if err := m.hold(ctx, g.Owner, g.Token, time.Now(), deadline, confirm); err != nil {
+			confirm := scripts.MutexConfirmArgs{Keys: m.keys, Owner: g.Owner, TTL: m.ttlArg, Waiter: m.waiter,
+				Requeue: flag(t.More), Slack: m.slackArg, Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: g.Backup,
+				Window: m.windowArg, FenceTTL: m.fenceArg}.Call()
+			if err := m.hold(ctx, g.Owner, g.Token, time.Now(), deadline, &confirm); err != nil {
 				return waitq.Result{}, "", err
 			}
 			return waitq.Result{Acquired: true, Token: g.Token, Queued: t.More, Floor: g.Token, Wait: m.ttl + m.ttl/core.RenewDivisor}, "", nil
@@ -208,9 +208,10 @@ func (m *single) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Res
 		backup = t.Grant.Backup
 	}
 	sent := time.Now()
-	vals, err := scripts.MutexAcquire.Exec(ctx, m.c.Client, m.keys,
-		[]string{owner, m.ttlArg, m.fenceArg, waiter, flag(t.More) + flag(t.Queued) + flag(t.Grant != nil),
-			m.slackArg, m.chanPrefix, m.c.Pub, backup, strconv.FormatInt(t.LastToken, 10)}).AsIntSlice()
+	acquire := scripts.MutexAcquireArgs{Keys: m.keys, Owner: owner, TTL: m.ttlArg, FenceTTL: m.fenceArg,
+		Waiter: waiter, Flags: flag(t.More) + flag(t.Queued) + flag(t.Grant != nil), Slack: m.slackArg,
+		Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: backup, Last: strconv.FormatInt(t.LastToken, 10)}
+	vals, err := acquire.Exec(ctx, m.c.Client).AsIntSlice()
 	if err != nil {
 		return waitq.Result{}, owner, err
 	}
@@ -264,9 +265,10 @@ func (m *single) hold(ctx context.Context, owner string, token int64, sent, dead
 
 // abandon is the waitq.Abandon of Lock (and the cleanup of a TryLock whose reply was lost).
 func (m *single) abandon(ctx context.Context, lv waitq.Leave) (int64, error) {
-	vals, err := scripts.MutexLeave.Exec(ctx, m.c.Client, m.keys,
-		[]string{m.waiter, lv.Owner, m.windowArg, m.fenceArg, m.chanPrefix, m.c.Pub, core.Ms(voidTTL),
-			strconv.FormatInt(lv.LastToken, 10), flag(lv.Dequeue), strconv.FormatInt(lv.Grant, 10)}).AsIntSlice()
+	leave := scripts.MutexLeaveArgs{Keys: m.keys, Waiter: m.waiter, Owner: lv.Owner, Window: m.windowArg,
+		FenceTTL: m.fenceArg, Prefix: m.chanPrefix, Pub: m.c.Pub, VoidTTL: core.Ms(voidTTL),
+		Last: strconv.FormatInt(lv.LastToken, 10), Dequeue: flag(lv.Dequeue), Grant: strconv.FormatInt(lv.Grant, 10)}
+	vals, err := leave.Exec(ctx, m.c.Client).AsIntSlice()
 	if err != nil {
 		return 0, err
 	}

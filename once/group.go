@@ -339,8 +339,8 @@ func (g *Group[T]) Forget(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	err = scripts.OnceForget.Exec(ctx, g.c.Client, []string{ks.lead, ks.kept, ks.forgot},
-		[]string{core.Ms(g.linger()), ks.channel, g.c.Pub}).Error()
+	err = scripts.OnceForgetArgs{Lead: ks.lead, Kept: ks.kept, Forgot: ks.forgot,
+		Linger: core.Ms(g.linger()), Channel: ks.channel, Pub: g.c.Pub}.Exec(ctx, g.c.Client).Error()
 	if err != nil {
 		return fmt.Errorf("once %q: forget %q: %w", g.name, key, err)
 	}

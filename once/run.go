@@ -83,9 +83,9 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 		resub := l.Next() // before the check: a re-subscription after it means look again
 		owner := g.c.NewID()
 		sent := time.Now()
-		reply, err := scripts.OnceBegin.Exec(ctx, g.c.Client,
-			[]string{ks.lead, ks.kept, ks.resPrefix + leader, ks.resPrefix + owner, ks.fence, ks.forgot},
-			[]string{owner, core.Ms(g.ttl), core.Ms(g.fenceTTL())}).ToArray()
+		begin := scripts.OnceBeginArgs{Lead: ks.lead, Kept: ks.kept, Res: ks.resPrefix + leader, Mine: ks.resPrefix + owner,
+			Fence: ks.fence, Forgot: ks.forgot, Owner: owner, TTL: core.Ms(g.ttl), FenceTTL: core.Ms(g.fenceTTL())}
+		reply, err := begin.Exec(ctx, g.c.Client).ToArray()
 		if _, redisErr := rueidis.IsRedisErr(err); err != nil && !redisErr {
 			// The script may have run without its reply (a cancelled ctx does not cancel a
 			// command Redis received): if it made this call the leader, give the lead up.
@@ -359,8 +359,9 @@ func (g *Group[T]) finishN(ctx context.Context, ks keyset, owner, res string, ke
 	if keep < 0 {
 		keepArg = "-1"
 	}
-	return scripts.OnceFinish.Exec(ctx, g.c.Client, []string{ks.lead, ks.kept, ks.resPrefix + owner, ks.forgot},
-		[]string{owner, res, keepArg, core.Ms(g.linger()), ks.channel, g.c.Pub, strconv.FormatInt(token, 10)}).AsInt64()
+	return scripts.OnceFinishArgs{Lead: ks.lead, Kept: ks.kept, Res: ks.resPrefix + owner, Forgot: ks.forgot,
+		Owner: owner, Result: res, Keep: keepArg, Linger: core.Ms(g.linger()), Channel: ks.channel, Pub: g.c.Pub,
+		Token: strconv.FormatInt(token, 10)}.Exec(ctx, g.c.Client).AsInt64()
 }
 
 // decode turns a shared result into Do's results.

@@ -172,9 +172,9 @@ func (m *Mutex) attempt(ctx context.Context, waiter string, t waitq.Try) (waitq.
 		backup = t.Grant.Backup
 	}
 	sent := time.Now()
-	vals, err := scripts.ReentrantLock.Exec(ctx, m.c.Client, m.keys,
-		[]string{string(o), id, m.ttlArg, m.fenceArg, core.Ms(opsTTL), expect, waiter, flag(t.More) + flag(t.Queued),
-			m.slackArg, m.chanPrefix, m.c.Pub, backup, strconv.FormatInt(t.LastToken, 10)}).AsIntSlice()
+	vals, err := scripts.ReentrantLockArgs{Keys: m.scriptKeys, Owner: string(o), ID: id, TTL: m.ttlArg, FenceTTL: m.fenceArg,
+		OpsTTL: core.Ms(opsTTL), Expect: expect, Waiter: waiter, Flags: flag(t.More) + flag(t.Queued), Slack: m.slackArg,
+		Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: backup, Last: strconv.FormatInt(t.LastToken, 10)}.Exec(ctx, m.c.Client).AsIntSlice()
 	if err != nil {
 		return waitq.Result{}, undo, err
 	}
@@ -205,8 +205,9 @@ func (m *Mutex) attempt(ctx context.Context, waiter string, t waitq.Try) (waitq.
 		var renewal *scripts.Call
 		if m.renew {
 			// A renewal also tells the head waiter when the lease now ends (reentrant_renew.lua).
-			renewal = &scripts.Call{Script: scripts.ReentrantRenew, Keys: []string{m.lock, m.keys[3], m.keys[4]},
-				Args: []string{"o:" + string(o), m.ttlArg, strconv.FormatInt(vals[2], 10), m.chanPrefix, m.c.Pub}}
+			call := scripts.ReentrantRenewArgs{Lock: m.lock, Q: m.scriptKeys.Q, QX: m.scriptKeys.QX, Field: "o:" + string(o),
+				TTL: m.ttlArg, Token: strconv.FormatInt(vals[2], 10), Prefix: m.chanPrefix, Pub: m.c.Pub}.Call()
+			renewal = &call
 		}
 		l, err := m.c.Hold(core.LeaseSpec{
 			Key: m.lock, Owner: "o:" + string(o), Kind: "h", TTL: m.ttl, Renew: m.renew,
@@ -263,9 +264,10 @@ func (m *Mutex) undo(undo string) {
 // the grant it passed on (0 if none).
 func (m *Mutex) abandon(ctx context.Context, lv waitq.Leave) (int64, error) {
 	id, o, _ := strings.Cut(lv.Owner, " ")
-	vals, err := scripts.ReentrantAbandon.Exec(ctx, m.c.Client, m.keys,
-		[]string{o, id, core.Ms(opsTTL), m.waiter, m.windowArg, m.fenceArg, m.chanPrefix, m.c.Pub,
-			strconv.FormatInt(lv.LastToken, 10), flag(lv.Dequeue), strconv.FormatInt(lv.Grant, 10)}).AsIntSlice()
+	abandon := scripts.ReentrantAbandonArgs{Keys: m.scriptKeys, Owner: o, ID: id, OpsTTL: core.Ms(opsTTL), Waiter: m.waiter,
+		Window: m.windowArg, FenceTTL: m.fenceArg, Prefix: m.chanPrefix, Pub: m.c.Pub,
+		Last: strconv.FormatInt(lv.LastToken, 10), Dequeue: flag(lv.Dequeue), Grant: strconv.FormatInt(lv.Grant, 10)}
+	vals, err := abandon.Exec(ctx, m.c.Client).AsIntSlice()
 	if err != nil {
 		return 0, err
 	}

@@ -81,9 +81,10 @@ type Mutex struct {
 	renew bool
 
 	lock       string
-	keys       []string // lock, fence, ops, q, qx
-	chanPrefix string   // waiter w listens on chanPrefix + ":" + w
-	waiter     string   // this Mutex value's id in the Redis queue
+	keys       []string              // lock, fence, ops, q, qx: every key of m
+	scriptKeys scripts.ReentrantKeys // the same, named, as its scripts take them
+	chanPrefix string                // waiter w listens on chanPrefix + ":" + w
+	waiter     string                // this Mutex value's id in the Redis queue
 	room       *waitq.Room
 
 	// Script arguments that never change, built once.
@@ -140,7 +141,8 @@ func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, erro
 	m := &Mutex{p: p, c: c, name: name, ttl: set.LeaseTTL, renew: !set.Fixed, turn: make(chan struct{}, 1), holds: make(map[Owner]*hold),
 		unlocking: make(map[Owner]*pending), waiting: make(map[Owner]map[*roomWait]struct{})}
 	m.lock, m.chanPrefix = ks.Key(), ks.Channel()
-	m.keys = []string{m.lock, ks.Part("fence"), ks.Part("ops"), ks.Part("q"), ks.Part("qx")}
+	k := scripts.ReentrantKeys{Lock: m.lock, Fence: ks.Part("fence"), Ops: ks.Part("ops"), Q: ks.Part("q"), QX: ks.Part("qx")}
+	m.scriptKeys, m.keys = k, []string{k.Lock, k.Fence, k.Ops, k.Q, k.QX}
 	// A queue entry outlives the lease it waits behind by two renewal periods, as a mutex's.
 	m.ttlArg, m.fenceArg, m.slackArg = core.Ms(m.ttl), core.Ms(c.Config.FenceTTL), core.Ms(2*m.ttl/core.RenewDivisor)
 	m.windowArg = core.Ms(set.HandoffWindow)
@@ -320,9 +322,10 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // unlock runs reentrant_unlock.lua: the owner's count left in the hold with token, or -1 if it
 // held nothing there.
 func (m *Mutex) unlock(ctx context.Context, o Owner, id string, by int, token int64) (int64, error) {
-	vals, err := scripts.ReentrantUnlock.Exec(ctx, m.c.Client, m.keys,
-		[]string{string(o), id, strconv.Itoa(by), core.Ms(opsTTL), m.chanPrefix, m.c.Pub, strconv.FormatInt(token, 10),
-			m.windowArg, m.fenceArg}).AsIntSlice()
+	unlock := scripts.ReentrantUnlockArgs{Keys: m.scriptKeys, Owner: string(o), ID: id, By: strconv.Itoa(by),
+		OpsTTL: core.Ms(opsTTL), Prefix: m.chanPrefix, Pub: m.c.Pub, Token: strconv.FormatInt(token, 10),
+		Window: m.windowArg, FenceTTL: m.fenceArg}
+	vals, err := unlock.Exec(ctx, m.c.Client).AsIntSlice()
 	if err != nil {
 		return 0, err
 	}
@@ -409,6 +412,6 @@ func flag(b bool) string {
 // [distsync.Holder]). Find the process that holds a name by comparing [distsync.Holder.Handle]
 // with [distsync.Handle.ID].
 func (m *Mutex) Holders(ctx context.Context) ([]distsync.Holder, error) {
-	hs, err := m.c.Holders(ctx, kind.Reentrant, m.name, core.LayoutHash, m.keys[:1])
+	hs, err := m.c.Holders(ctx, kind.Reentrant, m.name, core.LayoutHash, []string{m.lock})
 	return api.Holders(hs), err
 }

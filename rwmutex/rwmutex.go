@@ -51,8 +51,7 @@ type RWMutex struct {
 	ttl   time.Duration
 	renew bool
 
-	keys        []string // see internal/scripts/lib/rw.lua
-	fixed       []string // ARGV[5:]: ttl, slack, window, fence_ttl, ops_ttl, channel, pub
+	base        scripts.RWMutexArgs // the keys and the arguments that never change (lib/rw.lua)
 	slack       time.Duration
 	window      time.Duration
 	waiterR     string // this value's waiter id for RLock, in Redis
@@ -81,21 +80,22 @@ func New(h *distsync.Handle, name string, opts ...distsync.Option) (*RWMutex, er
 	}
 	c := p.H
 	m := &RWMutex{p: p, c: c, name: name, ttl: set.LeaseTTL, renew: !set.Fixed}
-	m.keys = []string{ks.Key(), ks.Part("r"), ks.Part("ww"), ks.Part("rq"), ks.Part("ra"), ks.Part("fence"), ks.Part("ops"), ks.Part("wo"), ks.Part("rel")}
+	keys := scripts.RWMutexKeys{W: ks.Key(), R: ks.Part("r"), WW: ks.Part("ww"), RQ: ks.Part("rq"), RA: ks.Part("ra"),
+		Fence: ks.Part("fence"), Ops: ks.Part("ops"), WO: ks.Part("wo"), Rel: ks.Part("rel")}
 	// A waiting mark outlives the wait it reported by two renewal periods: one for the
 	// waiter's backstop slack, one for a late timer.
 	m.slack, m.window = 2*m.ttl/core.RenewDivisor, set.HandoffWindow
-	m.fixed = []string{core.Ms(m.ttl), core.Ms(m.slack), core.Ms(m.window),
-		core.Ms(c.Config.FenceTTL), core.Ms(opsTTL), ks.Channel(), c.Pub}
+	m.base = scripts.RWMutexArgs{Keys: keys, TTL: core.Ms(m.ttl), Slack: core.Ms(m.slack), Window: core.Ms(m.window),
+		FenceTTL: core.Ms(c.Config.FenceTTL), OpsTTL: core.Ms(opsTTL), Prefix: ks.Channel(), Pub: c.Pub}
 	m.waiterR, m.waiterW = c.NewID(), c.NewID()
 	m.readersChan = ks.Channel() + ":r"
 	m.free = make(chan struct{})
 	close(m.free)
 	m.renewR = func(owner string) scripts.Call {
-		return scripts.Call{Script: scripts.RWMutexRenew, Keys: m.keys, Args: m.args("r", owner, "", false)}
+		return m.args("r", owner, "", false).Call(scripts.RWMutexRenew)
 	}
 	m.renewW = func(owner string) scripts.Call {
-		return scripts.Call{Script: scripts.RWMutexRenew, Keys: m.keys, Args: m.args("w", owner, "", false)}
+		return m.args("w", owner, "", false).Call(scripts.RWMutexRenew)
 	}
 	m.readers = waitq.NewRoom(c, m.readersChan, waitq.Hooks{Parse: parse("*"),
 		Attempt: func(ctx context.Context, t waitq.Try) (waitq.Result, string, error) {
@@ -254,20 +254,21 @@ func (m *RWMutex) try(ctx context.Context, mode string) (*distsync.Lease, bool, 
 	return api.Lease(l), ok, err
 }
 
-// args returns the ARGV of every rwmutex script (see internal/scripts/lib/rw.lua).
-func (m *RWMutex) args(mode, owner, waiter string, more bool) []string {
-	more1 := "0"
+// args returns the KEYS and ARGV of every rwmutex script (see internal/scripts/lib/rw.lua).
+func (m *RWMutex) args(mode, owner, waiter string, more bool) scripts.RWMutexArgs {
+	a := m.base
+	a.Mode, a.Owner, a.Waiter, a.More = mode, owner, waiter, "0"
 	if more {
-		more1 = "1"
+		a.More = "1"
 	}
-	return append([]string{mode, owner, waiter, more1}, m.fixed...)
+	return a
 }
 
 // attempt runs rwmutex_lock.lua once; waiter "" is a Try (no waiting mark).
 func (m *RWMutex) attempt(ctx context.Context, mode, waiter string, more bool) (waitq.Result, string, error) {
 	owner := m.c.NewID()
 	sent := time.Now()
-	vals, err := scripts.RWMutexLock.Exec(ctx, m.c.Client, m.keys, m.args(mode, owner, waiter, more)).AsIntSlice()
+	vals, err := m.args(mode, owner, waiter, more).Exec(ctx, m.c.Client, scripts.RWMutexLock).AsIntSlice()
 	if err != nil {
 		return waitq.Result{}, owner, err
 	}
@@ -308,10 +309,10 @@ func (m *RWMutex) attempt(ctx context.Context, mode, waiter string, more bool) (
 // hold records an acquisition, puts its lease on the renewal loop and delivers it to ctx's
 // sink.
 func (m *RWMutex) hold(ctx context.Context, mode, owner string, token int64, sent time.Time) error {
-	spec := core.LeaseSpec{Key: m.keys[0], Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent,
+	spec := core.LeaseSpec{Key: m.base.Keys.W, Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent,
 		RenewWith: m.renewW}
 	if mode == "r" {
-		spec.Key, spec.Kind, spec.RenewWith = m.keys[1], "z", m.renewR
+		spec.Key, spec.Kind, spec.RenewWith = m.base.Keys.R, "z", m.renewR
 	}
 	spec.Release = func(ctx context.Context, l *core.Lease) error {
 		_, err := m.unlock(ctx, mode, l)
@@ -348,7 +349,7 @@ func (m *RWMutex) release(ctx context.Context, mode string, l *core.Lease) error
 
 // unlock runs rwmutex_unlock.lua for l: true if it was still held.
 func (m *RWMutex) unlock(ctx context.Context, mode string, l *core.Lease) (bool, error) {
-	n, err := scripts.RWMutexUnlock.Exec(ctx, m.c.Client, m.keys, m.args(mode, l.Owner(), "", false)).AsInt64()
+	n, err := m.args(mode, l.Owner(), "", false).Exec(ctx, m.c.Client, scripts.RWMutexUnlock).AsInt64()
 	return n == 1, err
 }
 
@@ -357,7 +358,7 @@ func (m *RWMutex) leave(ctx context.Context, mode, waiter, owner string, dequeue
 	if !dequeue {
 		waiter = ""
 	}
-	return scripts.RWMutexLeave.Exec(ctx, m.c.Client, m.keys, m.args(mode, owner, waiter, false)).Error()
+	return m.args(mode, owner, waiter, false).Exec(ctx, m.c.Client, scripts.RWMutexLeave).Error()
 }
 
 // gate is the writers' waitq.Hooks.Gate: closed while this value's write hold is not held.
@@ -389,6 +390,6 @@ func parse(to string) func(string) waitq.Signal {
 // [distsync.Holder]). Find the process that holds a name by comparing [distsync.Holder.Handle]
 // with [distsync.Handle.ID].
 func (m *RWMutex) Holders(ctx context.Context) ([]distsync.Holder, error) {
-	hs, err := m.c.Holders(ctx, kind.RWMutex, m.name, core.LayoutRW, []string{m.keys[0], m.keys[1], m.keys[5]})
+	hs, err := m.c.Holders(ctx, kind.RWMutex, m.name, core.LayoutRW, []string{m.base.Keys.W, m.base.Keys.R, m.base.Keys.Fence})
 	return api.Holders(hs), err
 }

@@ -55,7 +55,8 @@ type Semaphore struct {
 	renew  bool
 	wlease time.Duration // the waiter lease
 
-	keys       []string // see internal/scripts/lib/sem.lua
+	keys       []string              // every key, in internal/scripts/lib/sem.lua's order
+	scriptKeys scripts.SemaphoreKeys // the same, named, as its scripts take them
 	chanPrefix string
 	proc       string
 	box        *waitq.Mailbox
@@ -91,12 +92,14 @@ func New(h *distsync.Handle, name string, size int64, opts ...distsync.Option) (
 	}
 	c := p.H
 	s := &Semaphore{p: p, c: c, name: name, size: size, ttl: set.LeaseTTL, renew: !set.Fixed, wlease: set.WaiterLease}
-	s.keys = []string{ks.Key(), ks.Part("n"), ks.Part("q"), ks.Part("qx"), ks.Part("qn"), ks.Part("size"), ks.Part("ops")}
+	k := scripts.SemaphoreKeys{H: ks.Key(), N: ks.Part("n"), Q: ks.Part("q"), QX: ks.Part("qx"), QN: ks.Part("qn"),
+		Size: ks.Part("size"), Ops: ks.Part("ops")}
+	s.scriptKeys, s.keys = k, []string{k.H, k.N, k.Q, k.QX, k.QN, k.Size, k.Ops}
 	s.chanPrefix = ks.Channel()
 	s.proc = c.NewID()
 	s.box = waitq.NewMailbox(c, s.chanPrefix+":"+s.proc, waitq.ParseQueued)
 	s.renewWith = func(owner string) scripts.Call {
-		return scripts.Call{Script: scripts.SemaphoreRenew, Keys: s.keys, Args: s.args(owner, 0, s.Size(), "")}
+		return s.args(owner, 0, s.Size(), "").Call(scripts.SemaphoreRenew)
 	}
 	return s, nil
 }
@@ -150,12 +153,13 @@ func (s *Semaphore) wait(ctx context.Context, n int64) (*core.Lease, error) {
 	slot := s.box.Register(w) // subscribed only if the first attempt fails
 	defer slot.Close()
 	var got *core.Lease
+	k, place := s.scriptKeys, s.args(w, n, s.Size(), "").Call(scripts.SemaphorePlace)
 	err := waitq.WaitTurn(ctx, s.c, s.wlease, waitq.Turn{
-		ID: w, Slot: slot, Place: s.keys[3], PlaceKeep: []string{s.keys[2], s.keys[4], s.keys[5]},
+		ID: w, Slot: slot, Place: k.QX, PlaceKeep: []string{k.Q, k.QN, k.Size},
 		// The head's place renewal also serves the queue if its permits came back by
 		// themselves: a stall (a dead grantee watched by a dead waiter) lasts at most a
 		// renewal period after that.
-		PlaceRenewal: &scripts.Call{Script: scripts.SemaphorePlace, Keys: s.keys, Args: s.args(w, n, s.Size(), "")},
+		PlaceRenewal: &place,
 		Leave:        func(ctx context.Context) error { return s.leave(ctx, w) },
 		Attempt: func(ctx context.Context, _ string) (waitq.TurnResult, error) {
 			sent := time.Now()
@@ -350,7 +354,7 @@ func (s *Semaphore) Resize(ctx context.Context, size int64) error {
 // [distsync.Holder]). Find the process that holds a name by comparing [distsync.Holder.Handle]
 // with [distsync.Handle.ID].
 func (s *Semaphore) Holders(ctx context.Context) ([]distsync.Holder, error) {
-	hs, err := s.c.Holders(ctx, kind.Semaphore, s.name, core.LayoutSem, s.keys[:2])
+	hs, err := s.c.Holders(ctx, kind.Semaphore, s.name, core.LayoutSem, []string{s.scriptKeys.H, s.scriptKeys.N})
 	return api.Holders(hs), err
 }
 
@@ -409,19 +413,20 @@ func (s *Semaphore) run(ctx context.Context, script *scripts.Script, id string, 
 }
 
 func (s *Semaphore) runWith(ctx context.Context, script *scripts.Script, id string, n, size int64, extra string) rueidis.RedisResult {
-	return script.Exec(ctx, s.c.Client, s.keys, s.args(id, n, size, extra))
+	return s.args(id, n, size, extra).Exec(ctx, s.c.Client, script)
 }
 
-// args returns the ARGV of every semaphore script (see internal/scripts/lib/sem.lua).
-func (s *Semaphore) args(id string, n, size int64, extra string) []string {
-	return []string{id, strconv.FormatInt(n, 10), strconv.FormatInt(size, 10),
-		core.Ms(s.ttl), core.Ms(s.wlease), core.Ms(2 * s.ttl / core.RenewDivisor), s.chanPrefix, s.c.Pub, core.Ms(opsTTL), extra}
+// args returns the KEYS and ARGV of every semaphore script (see internal/scripts/lib/sem.lua).
+func (s *Semaphore) args(id string, n, size int64, extra string) scripts.SemaphoreArgs {
+	return scripts.SemaphoreArgs{Keys: s.scriptKeys, ID: id, N: strconv.FormatInt(n, 10), Size: strconv.FormatInt(size, 10),
+		TTL: core.Ms(s.ttl), WLease: core.Ms(s.wlease), Slack: core.Ms(2 * s.ttl / core.RenewDivisor), Prefix: s.chanPrefix,
+		Pub: s.c.Pub, OpsTTL: core.Ms(opsTTL), Extra: extra}
 }
 
 // hold records an acquisition of n permits under owner, with its lease on the renewal loop.
 // A grant (granted) is confirmed by an extension sent at once.
 func (s *Semaphore) hold(owner string, n int64, sent, deadline time.Time, granted bool) (*core.Lease, error) {
-	spec := core.LeaseSpec{Key: s.keys[0], Keep: []string{s.keys[1], s.keys[5]}, Owner: owner, Kind: "z",
+	spec := core.LeaseSpec{Key: s.scriptKeys.H, Keep: []string{s.scriptKeys.N, s.scriptKeys.Size}, Owner: owner, Kind: "z",
 		TTL: s.ttl, Renew: s.renew, Sent: sent, Deadline: deadline, RenewWith: s.renewWith}
 	spec.Release = func(ctx context.Context, l *core.Lease) error {
 		_, err := s.release(ctx, owner, n, s.c.NewID())

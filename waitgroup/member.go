@@ -60,7 +60,7 @@ func (wg *WaitGroup) member(ctx context.Context, kind string) (*Member, error) {
 	}
 	// Sent counts from before the first attempt: Redis's expiry is later than the local
 	// deadline, whichever attempt went through.
-	m.lease, err = wg.c.Hold(core.LeaseSpec{Key: wg.keys[1], Kind: "z", Owner: m.id, Keep: wg.keys[:1],
+	m.lease, err = wg.c.Hold(core.LeaseSpec{Key: wg.keys.M, Kind: "z", Owner: m.id, Keep: wg.keep,
 		TTL: wg.ttl, Renew: wg.renew, Sent: sent, Release: m.release})
 	if err != nil {
 		return nil, wg.wrap(err) // given back by m.release

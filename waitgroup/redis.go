@@ -20,8 +20,9 @@ import (
 
 // run runs one waitgroup script once.
 func (wg *WaitGroup) run(ctx context.Context, s *scripts.Script, id string, delta int64, extra string) rueidis.RedisResult {
-	return s.Exec(ctx, wg.c.Client, wg.keys, []string{id, strconv.FormatInt(delta, 10), core.Ms(wg.ttl),
-		core.Ms(wg.expiry), strconv.Itoa(keepRounds), wg.channel, wg.c.Pub, core.Ms(min(opsTTL, wg.expiry)), extra})
+	return scripts.WaitGroupArgs{Keys: wg.keys, ID: id, Delta: strconv.FormatInt(delta, 10), TTL: core.Ms(wg.ttl),
+		Expiry: core.Ms(wg.expiry), Keep: strconv.Itoa(keepRounds), Channel: wg.channel, Pub: wg.c.Pub,
+		OpsTTL: core.Ms(min(opsTTL, wg.expiry)), Extra: extra}.Exec(ctx, wg.c.Client, s)
 }
 
 // apply runs s, a request that adds to the group (waitgroup_add.lua with delta > 0, or

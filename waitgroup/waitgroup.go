@@ -103,7 +103,8 @@ type WaitGroup struct {
 	ttl     time.Duration // a member's lease
 	renew   bool
 	expiry  time.Duration
-	keys    []string // see internal/scripts/lib/waitgroup.lua
+	keys    scripts.WaitGroupKeys // see internal/scripts/lib/waitgroup.lua
+	keep    []string              // what a member keeps alive: s
 	channel string
 }
 
@@ -132,8 +133,9 @@ func New(h *distsync.Handle, name string, opts ...distsync.Option) (*WaitGroup, 
 	if o.expiry < time.Millisecond {
 		return nil, fmt.Errorf("waitgroup %q: %w: expiry must be at least 1ms, got %v", name, distsync.ErrInvalid, o.expiry)
 	}
+	keys := scripts.WaitGroupKeys{S: ks.Key(), M: ks.Part("m"), Ops: ks.Part("ops")}
 	return &WaitGroup{c: p.H, name: name, ttl: set.LeaseTTL, renew: !set.Fixed, expiry: o.expiry,
-		keys: []string{ks.Key(), ks.Part("m"), ks.Part("ops")}, channel: ks.Channel()}, nil
+		keys: keys, keep: []string{keys.S}, channel: ks.Channel()}, nil
 }
 
 // Name returns the name the WaitGroup was made with.

@@ -38,7 +38,7 @@ func (h *Handle) Holders(ctx context.Context, kind, name, layout string, keys []
 }
 
 func (h *Handle) holders(ctx context.Context, layout string, keys []string) ([]HolderInfo, error) {
-	rows, err := scripts.Holders.Exec(ctx, h.Client, keys, []string{layout}).ToArray()
+	rows, err := scripts.HoldersArgs{Keys: keys, Layout: layout}.Exec(ctx, h.Client).ToArray()
 	if err != nil {
 		return nil, err
 	}

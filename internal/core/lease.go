@@ -66,11 +66,12 @@ func (spec LeaseSpec) renewal() scripts.Call {
 
 // Extend returns the extend.lua call that renews the claim of spec.
 func (spec LeaseSpec) Extend() scripts.Call {
-	args := []string{spec.Kind, spec.Owner, strconv.FormatInt(spec.TTL.Milliseconds(), 10)}
+	a := scripts.ExtendArgs{Key: spec.Key, Keep: spec.Keep, Kind: spec.Kind, Owner: spec.Owner,
+		TTL: strconv.FormatInt(spec.TTL.Milliseconds(), 10)}
 	if spec.Kind == "h" {
-		args = append(args, strconv.FormatInt(spec.Token, 10))
+		a.Token = strconv.FormatInt(spec.Token, 10)
 	}
-	return scripts.Call{Script: scripts.Extend, Keys: append([]string{spec.Key}, spec.Keep...), Args: args}
+	return a.Call()
 }
 
 // Lease is one held claim: renewed by the handle's loop, and ended (Done closed, Err set) when

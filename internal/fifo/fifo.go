@@ -35,8 +35,11 @@ type Lock struct {
 	renew  bool
 	wlease time.Duration // the waiter lease
 
-	keys       []string // lock, fence, q, qx, and values with a record
-	relKeys    []string // lock, fence, q, qx, rel, and values with a record (mutex_release.lua)
+	keys       scripts.MutexKeys
+	rel        string         // the record of releases (mutex_release.lua)
+	rec        scripts.Record // the record of the holder: zero without one
+	keep       []string       // what a hold keeps alive: the record's values hash, if any
+	placeKeep  []string       // what a waiter's place keeps alive: q
 	chanPrefix string
 	observers  string // the record's channel ("" without a record)
 	proc       string // this Lock value's part of its waiter ids, and its channel's suffix
@@ -58,21 +61,21 @@ type Lock struct {
 func New(p core.Prim, set core.Settings, ks keys.Space, record bool) *Lock {
 	c := p.H
 	m := &Lock{p: p, c: c, kind: p.Kind, name: p.Name, ttl: set.LeaseTTL, renew: !set.Fixed, wlease: set.WaiterLease}
-	m.keys = []string{ks.Key(), ks.Part("fence"), ks.Part("q"), ks.Part("qx")}
-	m.relKeys = append(m.keys[:4:4], ks.Part("rel"))
+	m.keys = scripts.MutexKeys{Lock: ks.Key(), Fence: ks.Part("fence"), Q: ks.Part("q"), QX: ks.Part("qx")}
+	m.rel, m.placeKeep = ks.Part("rel"), []string{m.keys.Q}
 	m.chanPrefix = ks.Channel()
-	if record {
-		m.keys = append(m.keys, ks.Part("v"))
-		m.relKeys = append(m.relKeys, ks.Part("v"))
-		m.observers = m.chanPrefix + ":obs" // no waiter's channel: those end in a handle id
-	}
 	m.proc = c.NewID()
 	m.ttlArg, m.fenceArg = core.Ms(m.ttl), core.Ms(c.Config.FenceTTL)
 	m.wleaseArg, m.slackArg = core.Ms(m.wlease), core.Ms(2*m.ttl/core.RenewDivisor)
+	if record {
+		m.observers = m.chanPrefix + ":obs" // no waiter's channel: those end in a handle id
+		m.rec = scripts.Record{Values: ks.Part("v"), Observers: m.observers, TTL: m.ttlArg}
+		m.keep = []string{m.rec.Values}
+	}
 	m.box = waitq.NewMailbox(c, m.chanPrefix+":"+m.proc, waitq.ParseQueued)
-	renewKeys := append([]string{m.keys[0], m.keys[2], m.keys[3]}, m.keys[4:]...) // lock, q, qx, and the record
 	m.renewWith = func(owner string) scripts.Call {
-		return scripts.Call{Script: scripts.MutexRenew, Keys: renewKeys, Args: []string{owner, m.ttlArg, m.chanPrefix, m.c.Pub}}
+		return scripts.MutexRenewArgs{Lock: m.keys.Lock, Q: m.keys.Q, QX: m.keys.QX, Keep: m.keep, // and the record
+			Owner: owner, TTL: m.ttlArg, Prefix: m.chanPrefix, Pub: m.c.Pub}.Call()
 	}
 	return m
 }
@@ -83,20 +86,15 @@ func (m *Lock) Name() string { return m.name }
 // TTL returns the lease of each hold.
 func (m *Lock) TTL() time.Duration { return m.ttl }
 
-// Keys returns the lock's keys: lock, fence, q, qx, and the record's values hash if it keeps
-// one.
-func (m *Lock) Keys() []string { return m.keys }
+// Keys returns the lock's keys but the record's (see [Lock.Record]).
+func (m *Lock) Keys() scripts.MutexKeys { return m.keys }
+
+// Record returns the record of the lock's holder: its values hash, channel and lease; the zero
+// Record if the lock keeps none.
+func (m *Lock) Record() scripts.Record { return m.rec }
 
 // Observers returns the channel the record's changes are announced on ("" without a record).
 func (m *Lock) Observers() string { return m.observers }
-
-// record returns args followed by the record's arguments, if the lock keeps a record.
-func (m *Lock) record(args []string, more ...string) []string {
-	if m.observers == "" {
-		return args
-	}
-	return append(append(args, m.observers, m.ttlArg), more...)
-}
 
 // Acquire takes the lock after every Acquire that reached Redis before it and has not given
 // up, waiting without polling until it is handed over or ctx ends, and returns the hold's
@@ -121,17 +119,19 @@ func (m *Lock) Acquire(ctx context.Context, value string) (*core.Lease, error) {
 
 // wait is Acquire's loop (see waitq.WaitTurn).
 func (m *Lock) wait(ctx context.Context, w, value string, slot *waitq.Slot) error {
+	place := scripts.FairPlaceArgs{Keys: m.keys, Waiter: w, WLease: m.wleaseArg, FenceTTL: m.fenceArg,
+		Prefix: m.chanPrefix, Pub: m.c.Pub, Record: m.rec}.Call()
 	return waitq.WaitTurn(ctx, m.c, m.wlease, waitq.Turn{
-		ID: w, Slot: slot, Place: m.keys[3], PlaceKeep: m.keys[2:3],
+		ID: w, Slot: slot, Place: m.keys.QX, PlaceKeep: m.placeKeep,
 		// The renewal of a place also hands a lock that lapsed free to the head: a stalled
 		// hand-off (a dead grantee watched by a dead waiter) lasts at most a renewal period.
-		PlaceRenewal: &scripts.Call{Script: scripts.FairPlace, Keys: m.keys,
-			Args: m.record([]string{w, m.wleaseArg, m.fenceArg, m.chanPrefix, m.c.Pub})},
-		Leave: func(ctx context.Context) error { return m.leave(ctx, w) },
+		PlaceRenewal: &place,
+		Leave:        func(ctx context.Context) error { return m.leave(ctx, w) },
 		Attempt: func(ctx context.Context, backup string) (waitq.TurnResult, error) {
 			sent := time.Now()
-			vals, err := scripts.FairAcquire.Exec(ctx, m.c.Client, m.keys, m.record(
-				[]string{w, m.ttlArg, m.fenceArg, m.wleaseArg, "0", m.chanPrefix, m.c.Pub, backup, m.slackArg}, value)).AsIntSlice()
+			vals, err := scripts.FairAcquireArgs{Keys: m.keys, Waiter: w, TTL: m.ttlArg, FenceTTL: m.fenceArg,
+				WLease: m.wleaseArg, Try: "0", Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: backup, Slack: m.slackArg,
+				Record: m.rec, Value: value}.Exec(ctx, m.c.Client).AsIntSlice()
 			switch {
 			case err != nil:
 				return waitq.TurnResult{}, err
@@ -149,9 +149,10 @@ func (m *Lock) wait(ctx context.Context, w, value string, slot *waitq.Slot) erro
 		},
 		Take: func(g waitq.Grant, deadline time.Time) error {
 			owner := "~" + w + ":" + strconv.FormatInt(g.Token, 10) // see lib/queue.lua
-			confirm := &scripts.Call{Script: scripts.MutexConfirm, Keys: m.keys[:4],
-				Args: []string{owner, m.ttlArg, w, "0", m.slackArg, m.chanPrefix, m.c.Pub, g.Backup, m.wleaseArg, m.fenceArg}}
-			return m.hold(ctx, owner, g.Token, time.Now(), deadline, confirm)
+			confirm := scripts.MutexConfirmArgs{Keys: m.keys, Owner: owner, TTL: m.ttlArg, Waiter: w, Requeue: "0",
+				Slack: m.slackArg, Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: g.Backup, Window: m.wleaseArg,
+				FenceTTL: m.fenceArg}.Call()
+			return m.hold(ctx, owner, g.Token, time.Now(), deadline, &confirm)
 		},
 	})
 }
@@ -170,8 +171,9 @@ func (m *Lock) TryAcquire(ctx context.Context, value string) (*core.Lease, bool,
 func (m *Lock) try(ctx context.Context, value string) (*core.Lease, bool, error) {
 	w := m.proc + "/" + m.c.NewID()
 	sent := time.Now()
-	vals, err := scripts.FairAcquire.Exec(ctx, m.c.Client, m.keys, m.record(
-		[]string{w, m.ttlArg, m.fenceArg, m.wleaseArg, "1", m.chanPrefix, m.c.Pub, "", m.slackArg}, value)).AsIntSlice()
+	vals, err := scripts.FairAcquireArgs{Keys: m.keys, Waiter: w, TTL: m.ttlArg, FenceTTL: m.fenceArg,
+		WLease: m.wleaseArg, Try: "1", Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: "", Slack: m.slackArg,
+		Record: m.rec, Value: value}.Exec(ctx, m.c.Client).AsIntSlice()
 	if err != nil {
 		m.c.Undo("cleanup after a cancelled try of "+m.kind+" "+strconv.Quote(m.name), voidTTL,
 			func(bctx context.Context) error { return m.leave(bctx, w) })
@@ -200,8 +202,9 @@ func (m *Lock) Release(ctx context.Context, what string, l *core.Lease) error {
 // release runs the release script (shared with mutex: compare, then hand the lock to the
 // head of the queue), after the confirm of a grant if the renewal loop had not sent it yet.
 func (m *Lock) release(ctx context.Context, l *core.Lease) (bool, error) {
-	call := scripts.Call{Script: scripts.MutexRelease, Keys: m.relKeys,
-		Args: m.record([]string{l.Owner(), m.wleaseArg, m.fenceArg, m.chanPrefix, m.c.Pub, m.ttlArg}, Waiter(l.Owner()))}
+	call := scripts.MutexReleaseArgs{Keys: m.keys, Rel: m.rel, Owner: l.Owner(), Window: m.wleaseArg,
+		FenceTTL: m.fenceArg, Prefix: m.chanPrefix, Pub: m.c.Pub, TTL: m.ttlArg,
+		Record: m.rec, Waiter: Waiter(l.Owner())}.Call()
 	calls := []scripts.Call{call}
 	if first := l.Unsent(); first != nil {
 		calls = []scripts.Call{*first, call}
@@ -224,15 +227,15 @@ func Waiter(owner string) string {
 
 // Holders returns who holds the lock, as Redis has it at one moment (see distsync.Holder).
 func (m *Lock) Holders(ctx context.Context) ([]core.HolderInfo, error) {
-	return m.c.Holders(ctx, m.kind, m.name, core.LayoutString, m.keys[:2])
+	return m.c.Holders(ctx, m.kind, m.name, core.LayoutString, []string{m.keys.Lock, m.keys.Fence})
 }
 
 // hold records an acquisition under owner, with its lease on the renewal loop, and delivers
 // the lease to ctx's sink.
 func (m *Lock) hold(ctx context.Context, owner string, token int64, sent, deadline time.Time, first *scripts.Call) error {
 	spec := core.LeaseSpec{
-		Key: m.keys[0], Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent,
-		Deadline: deadline, First: first, Keep: m.keys[4:], // the record lives as long as its holder
+		Key: m.keys.Lock, Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent,
+		Deadline: deadline, First: first, Keep: m.keep, // the record lives as long as its holder
 		RenewWith: m.renewWith,
 		Release: func(ctx context.Context, l *core.Lease) error {
 			_, err := m.release(ctx, l)
@@ -241,8 +244,10 @@ func (m *Lock) hold(ctx context.Context, owner string, token int64, sent, deadli
 	}
 	if m.observers != "" {
 		// An election's renewal also records the leader (election_renew.lua).
-		spec.Renewal = &scripts.Call{Script: scripts.ElectionRenew, Keys: []string{m.keys[0], m.keys[2], m.keys[3], m.keys[4]},
-			Args: []string{owner, m.ttlArg, m.chanPrefix, m.c.Pub, m.observers, Waiter(owner), strconv.FormatInt(token, 10)}}
+		renewal := scripts.ElectionRenewArgs{Lock: m.keys.Lock, Q: m.keys.Q, QX: m.keys.QX, Values: m.rec.Values,
+			Owner: owner, TTL: m.ttlArg, Prefix: m.chanPrefix, Pub: m.c.Pub, Observers: m.observers,
+			Waiter: Waiter(owner), Token: strconv.FormatInt(token, 10)}.Call()
+		spec.Renewal = &renewal
 	}
 	l, err := m.c.Hold(spec)
 	if err != nil { // given back: the handle closed, or the reply came too late to use
@@ -269,8 +274,8 @@ func (m *Lock) hold(ctx context.Context, owner string, token int64, sent, deadli
 
 // leave takes waiter w out of the queue, passing the lock on if it was w's.
 func (m *Lock) leave(ctx context.Context, w string) error {
-	return scripts.FairLeave.Exec(ctx, m.c.Client, m.keys,
-		m.record([]string{w, m.wleaseArg, m.fenceArg, m.chanPrefix, m.c.Pub, core.Ms(voidTTL)})).Error()
+	return scripts.FairLeaveArgs{Keys: m.keys, Waiter: w, Window: m.wleaseArg, FenceTTL: m.fenceArg,
+		Prefix: m.chanPrefix, Pub: m.c.Pub, VoidTTL: core.Ms(voidTTL), Record: m.rec}.Exec(ctx, m.c.Client).Error()
 }
 
 // verb is what the lock's errors say it did.

@@ -1,5 +1,6 @@
 -- holders.lua: who holds a name, for inspection. It writes nothing.
 --
+-- KEYS: the claim's keys, in the order its layout gives them below
 -- ARGV[1] layout: how the primitive keeps its claims
 --   'string'  mutex, fair: KEYS[1] the lock, a string holding the owner value (a grant not yet
 --             confirmed is '~<waiter>:<token>'), KEYS[2] the fence (the holder's token: every

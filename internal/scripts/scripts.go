@@ -1,6 +1,9 @@
 // Package scripts holds every Lua script distsync runs, one embedded .lua file each.
 //
-// Each file starts with a header giving its KEYS, ARGV and reply. A line of the form
+// Each file starts with a header giving its KEYS, ARGV and reply. Go names them too: each
+// script's KEYS and ARGV are the fields of one struct (MutexAcquireArgs for mutex_acquire.lua,
+// see seam.go), whose Exec and Call build them in the header's order, and a test checks
+// every struct against its header. A line of the form
 // "-- #include lib/x.lua" is replaced by that file when the script is loaded, so helpers
 // shared by several scripts (the server clock, the waiter queue) are written once.
 // Scripts run through rueidis' EVALSHA with an EVAL fallback on NOSCRIPT.
@@ -62,6 +65,10 @@ var (
 	FencedDelete = load("fenced_delete.lua")
 )
 
+// loaded is every script, in the order load made them: the test of the seam (seam_test.go)
+// finds each one's struct.
+var loaded []*Script
+
 // Script is one loaded Lua script.
 type Script struct {
 	name string
@@ -73,7 +80,9 @@ type Script struct {
 func load(name string) *Script {
 	src := expand(name, 0)
 	sum := sha1.Sum([]byte(src))
-	return &Script{name: name, src: src, sha: hex.EncodeToString(sum[:]), lua: rueidis.NewLuaScript(src)}
+	s := &Script{name: name, src: src, sha: hex.EncodeToString(sum[:]), lua: rueidis.NewLuaScript(src)}
+	loaded = append(loaded, s)
+	return s
 }
 
 const includeMark = "-- #include "
@@ -112,11 +121,17 @@ func (s *Script) Exec(ctx context.Context, c rueidis.Client, keys, args []string
 	return s.lua.Exec(ctx, c, keys, args)
 }
 
-// Call is one script invocation in a batch.
+// Call is one script invocation, for a batch ([DoMulti]) or to send later. Make it with the
+// Call method of the script's struct (see seam.go), which names every key and argument.
 type Call struct {
 	Script *Script
 	Keys   []string
 	Args   []string
+}
+
+// Exec runs k once, as [Script.Exec] does.
+func (k Call) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
+	return k.Script.lua.Exec(ctx, c, k.Keys, k.Args)
 }
 
 // DoMulti runs calls in one pipeline per Redis node (rueidis groups them by slot). Calls that

@@ -1,0 +1,45 @@
+package scripts
+
+// The seam between Go and Lua. Every script's KEYS and ARGV are one Go struct with a field per
+// entry of the script's header (MutexAcquireArgs for mutex_acquire.lua), and the struct's Exec
+// and Call put them in the header's order: a caller names every key and argument, and builds
+// no positional slice. Scripts that share all their KEYS and ARGV (those of a rwmutex, a
+// semaphore, a wait group: lib/rw.lua, lib/sem.lua, lib/waitgroup.lua) share one struct, whose
+// Exec and Call take the script.
+//
+// The fields are tagged with the header's names, and seam_test.go checks the tags against the
+// header of every script, in order and count:
+//
+//   - `key:"name"` is a KEYS entry and `arg:"name"` an ARGV entry, in the order of the fields.
+//     name is the header's, verbatim ("fence_ttl"). The Go name is free: by convention it is
+//     the header's name in CamelCase (FenceTTL); a second entry of the same name says what it
+//     is for (RecordTTL, the record's ttl in fair_acquire.lua).
+//   - A []string field is a variadic tail, "KEYS[n..] name" in the header; or the whole vector,
+//     where the header describes it in prose ("-- KEYS: ..."): then its name is KEYS or ARGV.
+//   - ",opt" marks an optional entry: the header lists it after a line that ends "also:", or
+//     calls it optional. A struct's optional entries are sent all together or not at all; its
+//     doc says which field decides.
+//   - An untagged struct field (a MutexKeys, a Record) stands for its own fields, in place.
+//
+// Exec builds the slices in a buffer on its own stack: running a script allocates nothing for
+// its keys and arguments. Call allocates one array for both (none if the compiler inlines Call
+// and the Call does not escape), as a Call kept for later, a renewal, must.
+
+// maxArgs is the size of Exec's buffer: at least the KEYS and ARGV of every script but those
+// with a variadic tail (whose longer calls make append allocate).
+const maxArgs = 24
+
+// split returns the call of s whose KEYS are the first nk strings of v and ARGV the rest.
+func split(s *Script, v []string, nk int) Call {
+	return Call{Script: s, Keys: v[:nk:nk], Args: v[nk:]}
+}
+
+// mustBeOne panics unless s is one of the scripts of family, whose shared struct is typ.
+func mustBeOne(typ string, s *Script, family []*Script) {
+	for _, f := range family {
+		if f == s {
+			return
+		}
+	}
+	panic("scripts: " + typ + " is not the KEYS and ARGV of " + s.name)
+}
