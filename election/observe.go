@@ -181,4 +181,3 @@ const (
 	minBackoff = 10 * time.Millisecond
 	maxBackoff = time.Second
 )
-
