@@ -32,8 +32,10 @@ var One = Weight{N: 1}
 
 // Wait runs a blocking acquisition. wait waits, under a context that carries the call's
 // observer and a lease sink, until it holds the claim, and returns its lease or an error;
-// a lease the waiting machinery delivered to the sink (Deliver) is the call's if wait returns
-// none. Its errors are mapped by Fail with verb ("lock", "acquire", "campaign").
+// a lease the waiting machinery delivered to the sink (Deliver) is the call's, in preference
+// to the one wait returns (a primitive's current hold, which another goroutine may have
+// released and replaced meanwhile). Its errors are mapped by Fail with verb ("lock",
+// "acquire", "campaign").
 func (p Prim) Wait(ctx context.Context, w Weight, verb string, wait func(ctx context.Context) (*Lease, error)) (*Lease, error) {
 	obs := p.H.Begin(ctx, p.Kind, p.Name, w.N, w.Shared)
 	l, _, err := p.enter(obs.Bind(ctx), verb, func(ctx context.Context) (*Lease, bool, error) {
