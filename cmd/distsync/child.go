@@ -65,7 +65,7 @@ func lookCommand(name string) (path string, status int, err error) {
 	switch {
 	case err == nil:
 		return path, 0, nil
-	case errors.Is(err, fs.ErrPermission):
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EISDIR): // as a shell: 126
 		return "", exitCannotExec, err
 	default: // exec.ErrNotFound, fs.ErrNotExist, exec.ErrDot
 		return "", exitNotFound, err

@@ -434,6 +434,10 @@ func TestExitStatuses(t *testing.T) {
 		{"Redis unreachable", []string{"lock", "--redis", "redis://127.0.0.1:1", "n", "--", "true"}, 69},
 		{"CMD not found", args(common, "lock", "n", "--", "distsync-no-such-command"), 127},
 		{"CMD not executable", args(common, "lock", "n", "--", notExec), 126},
+		{"CMD a directory", args(common, "lock", "n", "--", dir), 126}, // as bash: "Is a directory"
+		{"--timeout NaN", args(common, "lock", "--timeout", "NaN", "n", "--", "true"), 64},
+		{"--timeout Inf", args(common, "lock", "--timeout", "Inf", "n", "--", "true"), 64},
+		{"--timeout 1e300", args(common, "lock", "--timeout", "1e300", "n", "--", "true"), 64},
 		{"CMD's status", args(common, "lock", "n", "--", "sh", "-c", "exit 5"), 5},
 		{"CMD killed by a signal", args(common, "lock", "n", "--", "sh", "-c", "kill -USR1 $$"), 128 + int(syscall.SIGUSR1)},
 		{"help", []string{"help"}, 0},
@@ -448,6 +452,21 @@ func TestExitStatuses(t *testing.T) {
 				t.Errorf("distsync %q: status %d with nothing on stderr", tc.args, status)
 			}
 		})
+	}
+}
+
+// A duration in seconds that is not a finite number, or is beyond a time.Duration, is told as
+// such (it was "negative duration": the float's conversion wrapped).
+func TestTimeoutThatIsNotAFiniteDuration(t *testing.T) {
+	bin, common, _, _, _ := cliSetup(t)
+	for v, want := range map[string]string{
+		"NaN": "not a number of seconds", "Inf": "longer than the longest duration",
+		"1e300": "longer than the longest duration", "-1e300": "negative duration",
+	} {
+		status, _, stderr := runCLI(t, bin, args(common, "lock", "--timeout", v, "n", "--", "true")...)
+		if status != 64 || !strings.Contains(stderr, want) {
+			t.Errorf("--timeout %s: status %d, %q; want 64 and %q", v, status, stderr, want)
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"runtime"
@@ -107,12 +108,22 @@ func (f durationFlag) String() string {
 	return f.d.String()
 }
 
+// maxSeconds is the longest duration a flag takes in seconds: a time.Duration's (292 years).
+const maxSeconds = float64(math.MaxInt64 / int64(time.Second))
+
 func (f durationFlag) Set(s string) error {
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		secs, ferr := strconv.ParseFloat(s, 64)
-		if ferr != nil {
+		switch {
+		case ferr != nil && !errors.Is(ferr, strconv.ErrRange):
 			return errors.New("not a duration (300ms, 1m30s) nor seconds (2.5)")
+		case math.IsNaN(secs):
+			return errors.New("not a number of seconds")
+		case secs < 0:
+			return errors.New("negative duration")
+		case secs >= maxSeconds || ferr != nil && secs > 0:
+			return fmt.Errorf("longer than the longest duration (%.0f seconds)", maxSeconds)
 		}
 		d = time.Duration(secs * float64(time.Second))
 	}
