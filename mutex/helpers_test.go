@@ -73,29 +73,14 @@ func unlock(t *testing.T, m *mutex.Mutex) {
 
 // lockAsync starts Lock in a goroutine and returns a channel that yields its error and the
 // time it returned.
-type lockResult struct {
-	err error
-	at  time.Time
+func lockAsync(ctx context.Context, m *mutex.Mutex) <-chan redistest.Returned {
+	return redistest.Async(ctx, m.Lock)
 }
 
-func lockAsync(ctx context.Context, m *mutex.Mutex) <-chan lockResult {
-	ch := make(chan lockResult, 1)
-	go func() {
-		err := m.Lock(ctx)
-		ch <- lockResult{err, time.Now()}
-	}()
-	return ch
-}
-
-func wait(t *testing.T, ch <-chan lockResult, limit time.Duration) lockResult {
+// wait returns what ch yields, failing t if Lock does not return within limit.
+func wait(t *testing.T, ch <-chan redistest.Returned, limit time.Duration) redistest.Returned {
 	t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(limit):
-		t.Fatalf("Lock did not return within %v; goroutines:\n%s", limit, redistest.LibraryStacks())
-		return lockResult{}
-	}
+	return redistest.Await(t, ch, limit)
 }
 
 // waitQueued waits until the mutex's Redis queue holds n waiting processes.

@@ -140,8 +140,8 @@ func TestIdleWaiterDoesNotPoll(t *testing.T) {
 		}
 		t.Logf("idle waiter: %d commands in %v with a %v lease: %v", len(sent), window, ttl, sent)
 		unlock(t, holder)
-		if r := wait(t, res, 5*time.Second); r.err != nil {
-			t.Fatal(r.err)
+		if r := wait(t, res, 5*time.Second); r.Err != nil {
+			t.Fatal(r.Err)
 		}
 		unlock(t, waiter)
 	})
@@ -177,10 +177,10 @@ func TestDeadHoldersLockIsTakenAtItsExpiry(t *testing.T) {
 		}
 		expiry := cut.Add(time.Duration(left) * time.Millisecond)
 		r := wait(t, res, ttl+10*time.Second)
-		if r.err != nil {
-			t.Fatal(r.err)
+		if r.Err != nil {
+			t.Fatal(r.Err)
 		}
-		late := r.at.Sub(expiry)
+		late := r.At.Sub(expiry)
 		t.Logf("the waiter took the dead holder's lock %v after its lease ran out (%v left at the cut)", late, time.Duration(left)*time.Millisecond)
 		if late > 350*time.Millisecond {
 			t.Fatalf("the waiter took the lock %v after the dead holder's lease ran out, want within a few round trips", late)
@@ -205,10 +205,10 @@ func TestWaiterWakesPromptlyOnUnlock(t *testing.T) {
 		start := time.Now()
 		unlock(t, holder)
 		r := wait(t, res, ttl)
-		if r.err != nil {
-			t.Fatal(r.err)
+		if r.Err != nil {
+			t.Fatal(r.Err)
 		}
-		if d := r.at.Sub(start); d > ttl/10 {
+		if d := r.At.Sub(start); d > ttl/10 {
 			t.Fatalf("waiter took %v after Unlock; the lease was %v", d, ttl)
 		} else {
 			t.Logf("hand-off took %v", d)
@@ -253,12 +253,12 @@ func TestNoLostWakeUpWhenSubscriptionDrops(t *testing.T) {
 					net.Restore()
 				}
 				r := wait(t, res, ttl)
-				if r.err != nil {
-					t.Fatal(r.err)
+				if r.Err != nil {
+					t.Fatal(r.Err)
 				}
 				// Without the re-check on re-subscription, the waiter would sleep until its
 				// backstop, past the 30 s lease.
-				if d := r.at.Sub(start); d > 5*time.Second {
+				if d := r.At.Sub(start); d > 5*time.Second {
 					t.Fatalf("waiter took %v; the lease was %v: the wake-up was lost", d, ttl)
 				} else {
 					t.Logf("waiter got the lock %v after the connection came back", d)
@@ -317,10 +317,10 @@ func TestCrashedHolderIsReplacedAfterTTL(t *testing.T) {
 		net.Cut() // the holder's process is gone, as far as Redis can tell: no renewal, no Unlock
 		start := time.Now()
 		r := wait(t, res, 10*ttl)
-		if r.err != nil {
-			t.Fatal(r.err)
+		if r.Err != nil {
+			t.Fatal(r.Err)
 		}
-		d := r.at.Sub(start)
+		d := r.At.Sub(start)
 		if d < ttl/2 {
 			t.Fatalf("waiter got the lock %v after the crash, before the holder's lease (%v) could have expired", d, ttl)
 		}
@@ -408,14 +408,14 @@ func TestLockWaitsForLocalUnlockAfterLoss(t *testing.T) {
 		res := lockAsync(context.Background(), m)
 		select {
 		case r := <-res:
-			t.Fatalf("Lock returned (%v) before the lost hold was unlocked", r.err)
+			t.Fatalf("Lock returned (%v) before the lost hold was unlocked", r.Err)
 		case <-time.After(3 * ttl):
 		}
 		if err := m.Unlock(context.Background()); !isBoth(err, distsync.ErrNotHeld, distsync.ErrLost) {
 			t.Fatalf("Unlock of the lost hold = %v", err)
 		}
-		if r := wait(t, res, 5*time.Second); r.err != nil {
-			t.Fatal(r.err)
+		if r := wait(t, res, 5*time.Second); r.Err != nil {
+			t.Fatal(r.Err)
 		}
 		if err := m.Lease().Err(); err != nil {
 			t.Fatalf("the new hold: %v", err)
@@ -593,17 +593,17 @@ func TestDeadWaiterCostsOneHandoffWindow(t *testing.T) {
 		// entry stays queued, as a crashed process's would.
 		net.Cut()
 		kill()
-		if r := wait(t, deadRes, 5*time.Second); r.err == nil {
+		if r := wait(t, deadRes, 5*time.Second); r.Err == nil {
 			t.Fatal("Lock cut off from Redis succeeded")
 		}
 
 		start := time.Now()
 		unlock(t, holder) // grants the lock to the dead waiter, asks the live one to watch
 		r := wait(t, liveRes, ttl)
-		if r.err != nil {
-			t.Fatal(r.err)
+		if r.Err != nil {
+			t.Fatal(r.Err)
 		}
-		d := r.at.Sub(start)
+		d := r.At.Sub(start)
 		if d < window/2 {
 			t.Fatalf("live waiter got the lock %v after Unlock, inside the grant to the dead waiter (%v)", d, window)
 		}
@@ -669,12 +669,12 @@ func TestHandleCloseReleasesAndEndsWaits(t *testing.T) {
 		if err := closing.h.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if r := wait(t, blockedRes, 5*time.Second); !errors.Is(r.err, distsync.ErrClosed) {
-			t.Fatalf("Lock blocked on a closed handle = %v, want ErrClosed", r.err)
+		if r := wait(t, blockedRes, 5*time.Second); !errors.Is(r.Err, distsync.ErrClosed) {
+			t.Fatalf("Lock blocked on a closed handle = %v, want ErrClosed", r.Err)
 		}
-		if r := wait(t, elsewhereRes, ttl); r.err != nil {
-			t.Fatal(r.err)
-		} else if d := r.at.Sub(start); d > 5*time.Second {
+		if r := wait(t, elsewhereRes, ttl); r.Err != nil {
+			t.Fatal(r.Err)
+		} else if d := r.At.Sub(start); d > 5*time.Second {
 			t.Fatalf("waiter elsewhere got the lock %v after Close; the lease was %v", d, ttl)
 		}
 		if err := held.Unlock(context.Background()); !isBoth(err, distsync.ErrNotHeld, distsync.ErrClosed) {
@@ -853,8 +853,8 @@ func TestNoLeakedKeys(t *testing.T) {
 		res := lockAsync(context.Background(), waiter)
 		waitQueued(t, b, prefix, "leak-crash", 1)
 		net.Cut() // the holder crashes
-		if r := wait(t, res, 10*time.Second); r.err != nil {
-			t.Fatal(r.err)
+		if r := wait(t, res, 10*time.Second); r.Err != nil {
+			t.Fatal(r.Err)
 		}
 		for _, p := range pods {
 			_ = p.h.Close(context.Background())
@@ -935,8 +935,8 @@ func TestUnlockRightAfterACancelledLockFreesTheLock(t *testing.T) {
 				ch := lockAsync(ctx, waiter)
 				waitQueued(t, b, prefix, "gone", 1)
 				cancel()
-				if r := wait(t, ch, 5*time.Second); !isBoth(r.err, distsync.ErrNotAcquired, context.Canceled) {
-					t.Fatalf("cancelled Lock = %v", r.err)
+				if r := wait(t, ch, 5*time.Second); !isBoth(r.Err, distsync.ErrNotAcquired, context.Canceled) {
+					t.Fatalf("cancelled Lock = %v", r.Err)
 				}
 				unlock(t, holder)
 				ok, err := third.TryLock(context.Background())
@@ -1003,7 +1003,7 @@ type grantScene struct {
 	b                *redistest.Backend
 	prefix, name     string
 	holder, m, other *mutex.Mutex
-	first            <-chan lockResult
+	first            <-chan redistest.Returned
 	cancel           context.CancelFunc
 	w                string
 }
@@ -1046,8 +1046,8 @@ func (s *grantScene) key(part string) string { return keyOf(s.prefix, s.name, pa
 func (s *grantScene) cancelFirst(t *testing.T) {
 	t.Helper()
 	s.cancel()
-	if r := wait(t, s.first, 5*time.Second); !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("cancelled Lock = %v", r.err)
+	if r := wait(t, s.first, 5*time.Second); !errors.Is(r.Err, context.Canceled) {
+		t.Fatalf("cancelled Lock = %v", r.Err)
 	}
 }
 
@@ -1068,12 +1068,12 @@ func (s *grantScene) lateMessageIsNotTaken(t *testing.T, token int64, what strin
 	})
 	select {
 	case r := <-second:
-		t.Fatalf("Lock took %s (err %v) while another holds the lock", what, r.err)
+		t.Fatalf("Lock took %s (err %v) while another holds the lock", what, r.Err)
 	case <-time.After(300 * time.Millisecond):
 	}
 	unlock(t, s.other)
-	if r := wait(t, second, 5*time.Second); r.err != nil {
-		t.Fatal(r.err)
+	if r := wait(t, second, 5*time.Second); r.Err != nil {
+		t.Fatal(r.Err)
 	}
 	if tok := s.m.Lease().Token(); tok <= token {
 		t.Fatalf("token %d after %s's %d", tok, what, token)
@@ -1102,8 +1102,8 @@ func TestStaleGrantAfterACancelIsNotTaken(t *testing.T) {
 			return c.B().Zrem().Key(s.key("q")).Member(s.w).Build()
 		})
 		s.cancelFirst(t) // m gives up: its clean-up passes the grant on to other
-		if r := wait(t, otherRes, 5*time.Second); r.err != nil {
-			t.Fatalf("the grant was not passed on: %v", r.err)
+		if r := wait(t, otherRes, 5*time.Second); r.Err != nil {
+			t.Fatalf("the grant was not passed on: %v", r.Err)
 		}
 		s.lateMessageIsNotTaken(t, token, "the stale grant")
 	})

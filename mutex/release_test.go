@@ -131,7 +131,7 @@ func TestTwoDeadWaitersInARowCostTwoWindows(t *testing.T) {
 			waitQueued(t, b, prefix, "dead2", int64(i+1))
 			net.Cut()
 			kill()
-			if r := wait(t, res, 5*time.Second); r.err == nil {
+			if r := wait(t, res, 5*time.Second); r.Err == nil {
 				t.Fatal("Lock cut off from Redis succeeded")
 			}
 		}
@@ -142,10 +142,10 @@ func TestTwoDeadWaitersInARowCostTwoWindows(t *testing.T) {
 		start := time.Now()
 		unlock(t, holder)                     // grants the lock to the first dead waiter
 		r := wait(t, liveRes, 10*time.Second) // its backstop is a lease (30 s) away
-		if r.err != nil {
-			t.Fatal(r.err)
+		if r.Err != nil {
+			t.Fatal(r.Err)
 		}
-		d := r.at.Sub(start)
+		d := r.At.Sub(start)
 		if d < window {
 			t.Fatalf("live waiter got the lock %v after Unlock, inside the grant to the dead waiter (%v)", d, window)
 		}

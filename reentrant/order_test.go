@@ -15,31 +15,16 @@ import (
 	"github.com/distsync/distsync/reentrant"
 )
 
-type lockResult struct {
-	err error
-	at  time.Time
-}
-
 // lockAsync starts Lock in a goroutine and returns a channel that yields its error and the
 // time it returned.
-func lockAsync(ctx context.Context, m *reentrant.Mutex) <-chan lockResult {
-	ch := make(chan lockResult, 1)
-	go func() {
-		err := m.Lock(ctx)
-		ch <- lockResult{err, time.Now()}
-	}()
-	return ch
+func lockAsync(ctx context.Context, m *reentrant.Mutex) <-chan redistest.Returned {
+	return redistest.Async(ctx, m.Lock)
 }
 
-func wait(t *testing.T, ch <-chan lockResult, limit time.Duration) lockResult {
+// wait returns what ch yields, failing t if Lock does not return within limit.
+func wait(t *testing.T, ch <-chan redistest.Returned, limit time.Duration) redistest.Returned {
 	t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(limit):
-		t.Fatalf("Lock did not return within %v; goroutines:\n%s", limit, redistest.LibraryStacks())
-		return lockResult{}
-	}
+	return redistest.Await(t, ch, limit)
 }
 
 // queued returns how many processes the mutex's Redis queue holds.
@@ -292,17 +277,17 @@ func TestDeadWaiterCostsOneHandoffWindow(t *testing.T) {
 		// entry stays queued, as a crashed process's would.
 		net.Cut()
 		kill()
-		if r := wait(t, deadRes, 5*time.Second); r.err == nil {
+		if r := wait(t, deadRes, 5*time.Second); r.Err == nil {
 			t.Fatal("Lock cut off from Redis succeeded")
 		}
 
 		start := time.Now()
 		unlock(t, holder, a) // grants the mutex to the dead waiter, asks the live one to watch
 		r := wait(t, liveRes, ttl)
-		if r.err != nil {
-			t.Fatal(r.err)
+		if r.Err != nil {
+			t.Fatal(r.Err)
 		}
-		d := r.at.Sub(start)
+		d := r.At.Sub(start)
 		if d < window/2 {
 			t.Fatalf("live waiter got the mutex %v after Unlock, inside the grant to the dead waiter (%v)", d, window)
 		}
@@ -346,10 +331,10 @@ func TestDeadHoldersLockIsTakenAtItsExpiry(t *testing.T) {
 		}
 		expiry := cut.Add(time.Duration(left) * time.Millisecond)
 		r := wait(t, res, ttl+10*time.Second)
-		if r.err != nil {
-			t.Fatal(r.err)
+		if r.Err != nil {
+			t.Fatal(r.Err)
 		}
-		late := r.at.Sub(expiry)
+		late := r.At.Sub(expiry)
 		t.Logf("the waiter took the dead holder's mutex %v after its lease ran out (%v left at the cut)", late, time.Duration(left)*time.Millisecond)
 		if late > 350*time.Millisecond {
 			t.Fatalf("the waiter took the mutex %v after the dead holder's lease ran out, want within a few round trips", late)
@@ -388,7 +373,7 @@ func TestCancelledLockPassesOnTheGrantItGot(t *testing.T) {
 			waitQueued(t, b, prefix, "granted", 2)
 			f.Expire(1000, redistest.ScriptCall(scripts.ReentrantLock))
 			unlock(t, holder, a) // grants the mutex to the first waiter
-			var took *lockResult
+			var took *redistest.Returned
 			redistest.Eventually(10*time.Second, func() bool {
 				select {
 				case r := <-res:
@@ -399,13 +384,13 @@ func TestCancelledLockPassesOnTheGrantItGot(t *testing.T) {
 			})
 			if took != nil {
 				cancel()
-				if took.err != nil {
-					t.Fatalf("Lock of the granted process = %v", took.err)
+				if took.Err != nil {
+					t.Fatalf("Lock of the granted process = %v", took.Err)
 				}
 				t.Logf("round %d: the granted process took up its grant with an attempt sent before the fault", round)
 				unlock(t, granted, g)
-				if r := wait(t, nextRes, 10*time.Second); r.err != nil {
-					t.Fatal(r.err)
+				if r := wait(t, nextRes, 10*time.Second); r.Err != nil {
+					t.Fatal(r.Err)
 				}
 				unlock(t, next, z)
 				continue
@@ -414,8 +399,8 @@ func TestCancelledLockPassesOnTheGrantItGot(t *testing.T) {
 				t.Fatal("the granted process did not try to take up its grant")
 			}
 			cancel()
-			if r := wait(t, res, 5*time.Second); !errors.Is(r.err, distsync.ErrNotAcquired) || !errors.Is(r.err, context.Canceled) {
-				t.Fatalf("cancelled Lock = %v", r.err)
+			if r := wait(t, res, 5*time.Second); !errors.Is(r.Err, distsync.ErrNotAcquired) || !errors.Is(r.Err, context.Canceled) {
+				t.Fatalf("cancelled Lock = %v", r.Err)
 			}
 			left := time.Now()
 			// The cancelled process's grant went on to the next waiter (the next in line, dequeued
@@ -425,10 +410,10 @@ func TestCancelledLockPassesOnTheGrantItGot(t *testing.T) {
 					n, grantOf(t, b, prefix, "granted"))
 			}
 			r := wait(t, nextRes, 10*time.Second)
-			if r.err != nil {
-				t.Fatal(r.err)
+			if r.Err != nil {
+				t.Fatal(r.Err)
 			}
-			if d := r.at.Sub(left); d > 3*time.Second {
+			if d := r.At.Sub(left); d > 3*time.Second {
 				t.Fatalf("the next waiter got the mutex %v after the cancelled Lock returned; the window is a minute", d)
 			}
 			unlock(t, next, z)
@@ -445,7 +430,7 @@ func TestJoiningAHoldDoesNotQueue(t *testing.T) {
 		p1 := newMutex(t, b.Pod(t, prefix), "join")
 		o := reentrant.NewOwner()
 		lock(t, p1, owned(o))
-		var waiters []<-chan lockResult
+		var waiters []<-chan redistest.Returned
 		var cancels []context.CancelFunc
 		for i := range 3 {
 			ctx, cancel := within(owned(reentrant.NewOwner()), 30*time.Second)
@@ -482,8 +467,8 @@ func TestJoiningAHoldDoesNotQueue(t *testing.T) {
 		}
 		// The first waiter gets the mutex, in turn.
 		r := wait(t, waiters[0], 10*time.Second)
-		if r.err != nil {
-			t.Fatal(r.err)
+		if r.Err != nil {
+			t.Fatal(r.Err)
 		}
 	})
 }
@@ -499,7 +484,7 @@ func TestGoroutinesOfAnOwnerWaitingTogetherEnterTogether(t *testing.T) {
 		lock(t, other, z)
 		m := newMutex(t, b.Pod(t, prefix), "together")
 		o := reentrant.NewOwner()
-		var results []<-chan lockResult
+		var results []<-chan redistest.Returned
 		for i := range 3 {
 			ctx, cancel := within(owned(o), 20*time.Second)
 			defer cancel()
@@ -511,8 +496,8 @@ func TestGoroutinesOfAnOwnerWaitingTogetherEnterTogether(t *testing.T) {
 		}
 		unlock(t, other, z)
 		for i, ch := range results {
-			if r := wait(t, ch, 10*time.Second); r.err != nil {
-				t.Fatalf("goroutine %d: %v", i, r.err)
+			if r := wait(t, ch, 10*time.Second); r.Err != nil {
+				t.Fatalf("goroutine %d: %v", i, r.Err)
 			}
 		}
 		if got := m.HoldCount(owned(o)); got != 3 {
@@ -554,12 +539,12 @@ func TestHandleCloseReleasesAndEndsWaits(t *testing.T) {
 		if err := closing.H.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if r := wait(t, blockedRes, 5*time.Second); !errors.Is(r.err, distsync.ErrClosed) {
-			t.Fatalf("Lock blocked on a closed handle = %v, want ErrClosed", r.err)
+		if r := wait(t, blockedRes, 5*time.Second); !errors.Is(r.Err, distsync.ErrClosed) {
+			t.Fatalf("Lock blocked on a closed handle = %v, want ErrClosed", r.Err)
 		}
-		if r := wait(t, elsewhereRes, 10*time.Second); r.err != nil {
-			t.Fatal(r.err)
-		} else if d := r.at.Sub(start); d > 5*time.Second {
+		if r := wait(t, elsewhereRes, 10*time.Second); r.Err != nil {
+			t.Fatal(r.Err)
+		} else if d := r.At.Sub(start); d > 5*time.Second {
 			t.Fatalf("the waiter elsewhere got the mutex %v after Close", d)
 		}
 		if err := held.Lock(a); !errors.Is(err, distsync.ErrClosed) {
@@ -603,8 +588,8 @@ func TestQueueLeavesNothingBehind(t *testing.T) {
 		res := lockAsync(z, ms[1])
 		waitQueued(t, b, prefix, "leak", 1)
 		net.Cut()
-		if r := wait(t, res, 10*time.Second); r.err != nil {
-			t.Fatal(r.err)
+		if r := wait(t, res, 10*time.Second); r.Err != nil {
+			t.Fatal(r.Err)
 		}
 		unlock(t, ms[1], z)
 		if keys := b.KeysWithoutTTL(t, prefix); len(keys) > 0 {
