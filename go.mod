@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/creack/pty v1.1.24
 	github.com/redis/rueidis v1.0.79
 	golang.org/x/sys v0.47.0
 )

@@ -38,6 +38,9 @@ type childSpec struct {
 	stdout     io.Writer
 	stderr     io.Writer
 	foreground bool // stay in distsync's process group; signal the child only
+	// tty is distsync's controlling terminal, nil if none: in a group of its own, the
+	// child is given it while it runs if distsync has it (see terminal).
+	tty *terminal
 }
 
 // child is a running command. Signals reach it through signal, which never signals after
@@ -46,7 +49,8 @@ type childSpec struct {
 // process once the child is reaped and its group is empty.
 type child struct {
 	cmd   *exec.Cmd
-	group bool // signals go to the process group -pid
+	group bool      // signals go to the process group -pid
+	tty   *terminal // the terminal handed to the child's group, nil if none
 	// exited is closed when the child has exited: on Linux a zombie, not reaped yet; on
 	// other systems already reaped by awaitExit's cmd.Wait, which also waited for a copied
 	// stdout (so up to WaitDelay after the exit if something the child started holds it).
@@ -79,6 +83,16 @@ func lookCommand(name string) (path string, status int, err error) {
 // gets it, not what the child started.) FreeBSD has one too; other systems have none: a
 // distsync killed with SIGKILL leaves the command running (see child_nopdeathsig.go).
 func startChild(spec childSpec) (*child, error) {
+	attr := sysProcAttr(!spec.foreground)
+	tty := spec.tty
+	if spec.foreground {
+		tty = nil // the child shares distsync's group, and job control, as it is
+	}
+	if tty != nil && tty.inForeground() {
+		// The child makes its new group the terminal's foreground group before it runs
+		// its program (with signals blocked, so it gets no SIGTTOU), as a shell's job.
+		attr.Foreground, attr.Ctty = true, tty.fd()
+	}
 	cmd := &exec.Cmd{
 		Path:        spec.path,
 		Args:        spec.argv,
@@ -86,13 +100,13 @@ func startChild(spec childSpec) (*child, error) {
 		Stdin:       os.Stdin,
 		Stdout:      spec.stdout,
 		Stderr:      spec.stderr,
-		SysProcAttr: sysProcAttr(!spec.foreground),
+		SysProcAttr: attr,
 		// A copied stdout (a once leader's) is read until the child and everything that
 		// inherited the pipe closed it; a background process of the child's must not keep
 		// distsync, and the claim, waiting for it.
 		WaitDelay: time.Second,
 	}
-	c := &child{cmd: cmd, group: !spec.foreground, exited: make(chan struct{}), forwarded: map[syscall.Signal]bool{}}
+	c := &child{cmd: cmd, group: !spec.foreground, tty: tty, exited: make(chan struct{}), forwarded: map[syscall.Signal]bool{}}
 	started := make(chan error, 1)
 	go func() {
 		// For the parent-death signal on Linux; elsewhere harmless, as the goroutine spends
@@ -103,8 +117,17 @@ func startChild(spec childSpec) (*child, error) {
 			started <- err
 			return
 		}
+		var onStop func(syscall.Signal)
+		if tty != nil {
+			ignoreTTOU() // after the start: the child is not to inherit it
+			onStop = c.stopped
+		}
 		started <- nil
-		if awaitExit(cmd) {
+		reaped := awaitExit(cmd, onStop)
+		if tty != nil {
+			tty.reclaim(cmd.Process.Pid) // before the reaping: the group id is still the child's
+		}
+		if reaped {
 			c.mu.Lock()
 			c.reaped = true
 			c.mu.Unlock()
@@ -145,7 +168,9 @@ func childEnv(base, add []string) []string {
 }
 
 // signal sends sig to the child's process group (or, with --foreground, to the child only).
-// It does nothing once the child has been reaped.
+// It does nothing once the child has been reaped. A signal that ends a process by default is
+// followed by SIGCONT, as GNU timeout does, so that a stopped child gets it too. SIGCONT
+// gives the child the terminal first, if distsync has it (see terminal.resume).
 func (c *child) signal(sig syscall.Signal) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -153,6 +178,19 @@ func (c *child) signal(sig syscall.Signal) {
 		return
 	}
 	c.forwarded[sig] = true
+	if sig == syscall.SIGCONT && c.tty != nil && c.group {
+		c.tty.resume(c.cmd.Process.Pid)
+		return
+	}
+	c.send(sig)
+	switch sig {
+	case syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT:
+		c.send(syscall.SIGCONT)
+	}
+}
+
+// send sends sig as signal does. c.mu is held.
+func (c *child) send(sig syscall.Signal) {
 	if c.group {
 		signalGroup(c.cmd.Process, sig)
 		return
@@ -163,6 +201,16 @@ func (c *child) signal(sig syscall.Signal) {
 	default:
 	}
 	_ = c.cmd.Process.Signal(sig)
+}
+
+// stopped is called when the child was stopped by sig. A stop by job control (Ctrl-Z, a
+// read or write of the terminal from the background) is the terminal's to handle (see
+// terminal.jobStopped); a SIGSTOP is someone's pause, and distsync goes on renewing.
+func (c *child) stopped(sig syscall.Signal) {
+	switch sig {
+	case syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU:
+		c.tty.jobStopped(c.cmd.Process.Pid)
+	}
 }
 
 // stop ends the child after its claim was lost: SIGTERM, then SIGKILL if it has not exited

@@ -20,13 +20,18 @@ import (
 //     the child has exited, its pid and process group id may be given to another process;
 //     signal then no longer signals the group, not even the SIGKILL with which stop ends
 //     what the child started and left behind in its group.
+//   - The child's stops are not seen (waitid with WSTOPPED is Linux's): when job control
+//     stops CMD (Ctrl-Z), distsync does not stop with it, so the shell does not get the
+//     terminal back until CMD is resumed or ended (kill -CONT, or a signal to distsync,
+//     which forwards it with SIGCONT).
 //   - exited is closed only when cmd.Wait returns, which is also after a copied stdout (a
 //     once leader's) is closed: at most WaitDelay later if something the child started
 //     keeps it open.
 
 // awaitExit reaps cmd's process with cmd.Wait, which leaves its status in
-// cmd.ProcessState, and reports that it reaped it.
-func awaitExit(cmd *exec.Cmd) (reaped bool) {
+// cmd.ProcessState, and reports that it reaped it. It does not see the child stop, so
+// onStop is never called: a CMD stopped by job control (Ctrl-Z) leaves distsync running.
+func awaitExit(cmd *exec.Cmd, onStop func(sig syscall.Signal)) (reaped bool) {
 	_ = cmd.Wait() // as in reap: an I/O error of a copied stdout is not the command's
 	return true
 }

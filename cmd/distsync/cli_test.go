@@ -470,36 +470,70 @@ func TestTimeoutThatIsNotAFiniteDuration(t *testing.T) {
 	}
 }
 
-func TestHelpListsEveryCommandAndFlag(t *testing.T) {
+// "distsync help CMD", "distsync CMD --help" and "distsync CMD -h" print CMD's help and
+// nothing else, on stdout, with exit status 0; it lists every flag CMD takes, long and short,
+// and no flag CMD does not take.
+func TestHelpOfEachCommand(t *testing.T) {
+	var all []*flagSet
+	sets := map[string]*flagSet{}
+	for _, cmd := range []string{"lock", "sem", "once", "inspect", "ls", "demo"} {
+		switch cmd {
+		case "lock", "sem", "once":
+			sets[cmd] = runFlags(cmd, &config{})
+		case "inspect", "ls":
+			sets[cmd] = inspectFlagSet(cmd, &inspectFlags{})
+		default:
+			sets[cmd] = demoFlags(&demoConfig{})
+		}
+		all = append(all, sets[cmd])
+	}
+	for cmd, fs := range sets {
+		var first string
+		for _, args := range [][]string{{"help", cmd}, {cmd, "--help"}, {cmd, "-h"}, {cmd, "--redis", "x", "--help"}} {
+			var out, errOut bytes.Buffer
+			if status := cli(args, &out, &errOut); status != 0 || errOut.Len() > 0 {
+				t.Errorf("distsync %q: status %d, stderr %q; want 0 and nothing", args, status, errOut.String())
+			}
+			if first == "" {
+				first = out.String()
+			} else if out.String() != first {
+				t.Errorf("distsync %q prints another help than distsync help %s", args, cmd)
+			}
+		}
+		if !strings.HasPrefix(first, "Usage: distsync "+cmd) {
+			t.Errorf("help %s does not start with its usage: %.60q", cmd, first)
+		}
+		for _, d := range fs.defs {
+			if !strings.Contains(first, "--"+d.long) {
+				t.Errorf("help %s lacks --%s", cmd, d.long)
+			}
+			if d.short != 0 && !strings.Contains(first, "-"+string(d.short)+", --"+d.long) {
+				t.Errorf("help %s lacks -%c", cmd, d.short)
+			}
+		}
+		for _, other := range all {
+			for _, d := range other.defs {
+				if fs.lookupLong(d.long) == nil && strings.Contains(first, "--"+d.long+" ") {
+					t.Errorf("help %s lists --%s, which it does not take", cmd, d.long)
+				}
+			}
+		}
+	}
 	var out, errOut bytes.Buffer
 	if status := cli([]string{"help"}, &out, &errOut); status != 0 {
 		t.Fatalf("help: status %d", status)
 	}
-	for _, want := range []string{"lock", "sem", "once", "demo", "version",
-		"--redis", "--prefix", "--ttl", "--timeout", "--conflict-exit-code", "--kill-grace", "--foreground", "--quiet",
-		"--fair", "--shared", "--exclusive", "--size", "--weight", "--keep",
-		"DISTSYNC_TOKEN", "DISTSYNC_NAME", "64", "69", "75", "76", "126", "127"} {
+	for _, want := range []string{"lock", "sem", "once", "inspect", "ls", "demo", "version",
+		"--forget", "DISTSYNC_REDIS_URL", "64", "69", "75", "76", "126", "127", "docs/command.md"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help lacks %q", want)
 		}
 	}
-}
-
-func TestSplitArgs(t *testing.T) {
-	for _, tc := range []struct {
-		in                 string
-		flags, names, argv string
-	}{
-		{"--ttl 5s n -- ls -l", "--ttl 5s", "n", "ls -l"},
-		{"n --size 2 --weight=1 -- cmd", "--size 2 --weight=1", "n", "cmd"},
-		{"--quiet n ls -l --ttl 1s", "--quiet", "n", "ls -l --ttl 1s"},
-		{"n --quiet -- -x", "--quiet", "n", "-x"},
-		{"-- cmd", "", "", "cmd"},
-	} {
-		fs := newFlagSet("sem", &config{})
-		flags, names, argv := splitArgs(fs, strings.Fields(tc.in))
-		if got := [3]string{strings.Join(flags, " "), strings.Join(names, " "), strings.Join(argv, " ")}; got != [3]string{tc.flags, tc.names, tc.argv} {
-			t.Errorf("splitArgs(%q) = %q, want %q", tc.in, got, [3]string{tc.flags, tc.names, tc.argv})
+	for _, args := range [][]string{{"help", "unlock"}, {"help", "lock", "sem"}} {
+		out.Reset()
+		errOut.Reset()
+		if status := cli(args, &out, &errOut); status != 64 || out.Len() > 0 || strings.Count(errOut.String(), "\n") != 1 {
+			t.Errorf("distsync %q: status %d, stdout %q, stderr %q; want 64 and one line on stderr", args, status, out.String(), errOut.String())
 		}
 	}
 }

@@ -51,8 +51,11 @@ func TestDemoLeavesNoKeys(t *testing.T) {
 			b := redistest.Open(t, name)
 			stillThere := keepKey(t, b)
 			var out strings.Builder
-			args := []string{"demo", "--redis", demoURL(b), "--pods", "2", "--goroutines", "2", "--rounds", "5"}
-			if err := run(context.Background(), args, &out); err != nil {
+			cfg, err := parseDemo([]string{"--redis", demoURL(b), "--pods", "2", "--goroutines", "2", "--rounds", "5"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := demo(context.Background(), cfg, &out); err != nil {
 				t.Fatalf("demo: %v\n%s", err, out.String())
 			}
 			for _, want := range []string{
@@ -83,8 +86,12 @@ func TestDemoInterruptedLeavesNoKeys(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		args := []string{"demo", "--redis", demoURL(b), "--pods", "2", "--goroutines", "2", "--rounds", "1000000"}
-		done <- run(ctx, args, &strings.Builder{})
+		cfg, err := parseDemo([]string{"--redis", demoURL(b), "--pods", "2", "--goroutines", "2", "--rounds", "1000000"})
+		if err != nil {
+			done <- err
+			return
+		}
+		done <- demo(ctx, cfg, &strings.Builder{})
 	}()
 	// Interrupt the demo once it has keys in Redis: a lock taken, a fencing counter.
 	for deadline := time.Now().Add(10 * time.Second); len(b.Keys(t, "distsync-demo:")) == 0; {

@@ -7,123 +7,70 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/inspect"
+	"github.com/distsync/distsync/internal/keys"
 )
 
-const inspectUsage = `usage: distsync inspect [flags] NAME...
-
-Prints what Redis has of each NAME, for every kind of primitive that has keys under it
-(mutex, reentrant, rwmutex, fair, semaphore, once, election, waitgroup): who holds it (owner,
-Handle id, fencing token, lease left), who waits in which order, a semaphore's size and
-permits in use, a once group's keys in flight and kept, an election's leader and term, a
-waitgroup's counter and rounds. It is a snapshot, stale as soon as it is printed, and it
-writes nothing to Redis. A NAME with nothing prints "NAME: nothing held or queued".
-
-With --json it prints one JSON array, an object per NAME:
-  {"name": NAME, "primitives": [{"kind", "name", "idle", "fence", "holders": [{"owner",
-  "handle", "token", "remaining_ms", "count", "shared"}], "queue": [{"id", "handle",
-  "remaining_ms", "waited_ms", "weight", "shared", "admitted", "value"}], semaphore:
-  "size", "in_use"; election: "leader": {"value", "term", "rev"}; once: "keys": [{"key",
-  "leader": {holder}, "kept", "kept_ms"}]; waitgroup: "counter": {"pending", "units",
-  "round", "open", "lost", "err", "ended": [{"round", "lost", "err"}]}}]}
-Durations are in ms; -1 means no expiry. Field names are lower snake case and stable.
-
-Exit status: 0 done (also for a NAME with nothing); 64 bad flags or arguments, or no Redis
-given; 69 Redis could not be reached or answered with an error.
-
-Flags:
-`
-
-const lsUsage = `usage: distsync ls [flags] [PATTERN]
-
-Lists the kind and name of every primitive that has keys under the prefix, sorted by name,
-whose name matches PATTERN, a glob as Redis's SCAN takes it ('*', '?', '[a-z]', '[^a]',
-'\' quotes; default: every name). It SCANs every node (every master of a Redis Cluster)
-and writes nothing. With --json it prints [{"kind": KIND, "name": NAME}, ...].
-
-Exit status: 0 done (also when nothing matches); 64 bad flags or arguments, or no Redis
-given; 69 Redis could not be reached or answered with an error.
-
-Flags:
-`
-
-// inspectFlags are the flags inspect and ls share.
+// inspectFlags are the flags inspect and ls share (see inspectFlagSet).
 type inspectFlags struct {
 	redis, prefix, kind string
-	json                bool
-}
-
-func (f *inspectFlags) set(fs *flag.FlagSet, kindHelp string) {
-	fs.StringVar(&f.redis, "redis", os.Getenv("DISTSYNC_REDIS_URL"),
-		"Redis `URL` (redis://host:port, ?addr=host:port for more Cluster nodes) or host:port (default $DISTSYNC_REDIS_URL)")
-	fs.StringVar(&f.prefix, "prefix", distsync.DefaultKeyPrefix, "key `prefix` of the Handles whose primitives to read")
-	fs.BoolVar(&f.json, "json", false, "print JSON, for scripts")
-	fs.StringVar(&f.kind, "kind", "", kindHelp+" ("+strings.Join(inspect.Kinds(), ", ")+")")
-}
-
-// parseInspectArgs parses args with fs, flags before, between and after the positional
-// arguments (which it returns); "--" ends the flags. It reports a usage error on stderr.
-func parseInspectArgs(fs *flag.FlagSet, args []string) (pos []string, err error) {
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
-	}
+	json, watch         bool
 }
 
 // openInspect parses the flags, checks them and connects: it returns the Handle to read
-// through, a function that closes it and its client, the positional arguments, and the exit
-// status if it cannot go on (having said why on stderr).
-func openInspect(command, usage string, args []string, kindHelp string, stderr io.Writer) (
-	h *distsync.Handle, closeAll func(), f inspectFlags, pos []string, status int, ok bool) {
-	fs := flag.NewFlagSet(command, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
+// through, its client, a function that closes both, the positional arguments, and the exit
+// status if it cannot go on (having printed the help, or said why on stderr). tune, if not
+// nil, completes the client's options once the flags are read.
+func openInspect(command string, args []string, stdout, stderr io.Writer, tune func(inspectFlags, *rueidis.ClientOption)) (
+	h *distsync.Handle, c rueidis.Client, closeAll func(), f inspectFlags, pos []string, status int, ok bool) {
+	f = inspectFlags{redis: envRedis(), prefix: distsync.DefaultKeyPrefix}
+	pos, rest, _, err := inspectFlagSet(command, &f).parse(args, -1)
+	pos = append(pos, rest...) // NAMEs after "--" too
+	fail := func(err error) (*distsync.Handle, rueidis.Client, func(), inspectFlags, []string, int, bool) {
+		return nil, nil, nil, f, nil, badUsage(stderr, command, err), false
 	}
-	f.set(fs, kindHelp)
-	fail := func(format string, a ...any) (*distsync.Handle, func(), inspectFlags, []string, int, bool) {
-		fmt.Fprintf(stderr, "distsync %s: %s\n", command, fmt.Sprintf(format, a...))
-		return nil, nil, f, nil, exitUsage, false
-	}
-	pos, err := parseInspectArgs(fs, args)
 	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return nil, nil, f, nil, exitOK, false
+	case errors.Is(err, errHelp):
+		fmt.Fprint(stdout, helpOf(command))
+		return nil, nil, nil, f, nil, exitOK, false
 	case err != nil:
-		return nil, nil, f, nil, exitUsage, false // flag printed the error and the usage
-	case f.kind != "" && !slices.Contains(inspect.Kinds(), f.kind):
-		return fail("unknown --kind %q (want one of %s)", f.kind, strings.Join(inspect.Kinds(), ", "))
+		return fail(err)
+	case command == "inspect" && len(pos) == 0:
+		return fail(usagef("missing NAME"))
+	case command == "inspect" && slices.Contains(pos, ""):
+		return fail(usagef("empty NAME"))
+	case command == "ls" && len(pos) > 1:
+		return fail(usagef("one PATTERN at most, got %d", len(pos)))
+	case f.redis == "":
+		return fail(usagef("no Redis: give --redis URL or set DISTSYNC_REDIS_URL"))
 	}
-	c, err := dialRedis(f.redis)
+	if err := keys.CheckPrefix(f.prefix); err != nil {
+		return fail(usagef("--prefix %s: %v", shownValue(f.prefix), err))
+	}
+	c, err = dialRedisWith(context.Background(), f.redis, func(o *rueidis.ClientOption) {
+		if tune != nil {
+			tune(f, o)
+		}
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "distsync %s: %v\n", command, err)
-		return nil, nil, f, nil, dialStatus(err), false
+		return nil, nil, nil, f, nil, dialStatus(err), false
 	}
 	h, err = distsync.New(c, distsync.WithKeyPrefix(f.prefix))
 	if err != nil {
 		c.Close()
-		return fail("--prefix %q: %v", f.prefix, err)
+		return fail(fmt.Errorf("--prefix %s: %w", shownValue(f.prefix), err))
 	}
 	closeAll = func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -131,41 +78,51 @@ func openInspect(command, usage string, args []string, kindHelp string, stderr i
 		_ = h.Close(ctx) // it holds nothing
 		c.Close()
 	}
-	return h, closeAll, f, pos, exitOK, true
+	return h, c, closeAll, f, pos, exitOK, true
 }
 
-// runInspect runs "distsync inspect [flags] NAME...": see inspectUsage. It returns the exit
-// status.
+// runInspect runs "distsync inspect [flags] NAME...": see "distsync help inspect". It
+// returns the exit status.
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	h, closeAll, f, names, status, ok := openInspect("inspect", inspectUsage, args, "read only this kind", stderr)
+	w := newWatcher()
+	h, c, closeAll, f, names, status, ok := openInspect("inspect", args, stdout, stderr, func(f inspectFlags, o *rueidis.ClientOption) {
+		if f.watch {
+			w.tune(o) // the client's invalidations go to w
+		}
+	})
 	if !ok {
 		return status
 	}
 	defer closeAll()
-	if len(names) == 0 {
-		fmt.Fprintf(stderr, "distsync inspect: no NAME given\n%s", inspectUsage)
-		return exitUsage
-	}
-	var out []nameJSON
-	for _, name := range names {
-		rs, err := inspectName(ctx, h, name, f.kind)
-		if err != nil {
-			fmt.Fprintf(stderr, "distsync inspect: %v\n", err)
-			if errors.Is(err, distsync.ErrInvalid) {
-				return exitUsage
+	show := func() int {
+		var out []nameJSON
+		for _, name := range names {
+			rs, err := inspectName(ctx, h, name, f.kind)
+			if err != nil {
+				if ctx.Err() != nil && f.watch {
+					return exitOK // interrupted
+				}
+				fmt.Fprintf(stderr, "distsync inspect: %v\n", err)
+				if errors.Is(err, distsync.ErrInvalid) {
+					return exitUsage
+				}
+				return exitUnavailable
 			}
-			return exitUnavailable
+			if f.json {
+				out = append(out, toJSON(name, rs))
+				continue
+			}
+			printName(stdout, name, rs)
 		}
 		if f.json {
-			out = append(out, toJSON(name, rs))
-			continue
+			return writeJSON(stdout, stderr, out, !f.watch)
 		}
-		printName(stdout, name, rs)
+		return exitOK
 	}
-	if f.json {
-		return writeJSON(stdout, stderr, out)
+	if !f.watch {
+		return show()
 	}
-	return exitOK
+	return w.run(ctx, h, c, names, f, stdout, stderr, show)
 }
 
 // inspectName reads name: every kind it has keys of, or only kind. A kind with nothing in
@@ -187,17 +144,14 @@ func empty(r inspect.Report) bool {
 	return r.Idle() && r.Fence == 0 && r.Size == 0 && r.Counter == nil
 }
 
-// runLs runs "distsync ls [flags] [PATTERN]": see lsUsage. It returns the exit status.
+// runLs runs "distsync ls [flags] [PATTERN]": see "distsync help ls". It returns the exit
+// status.
 func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	h, closeAll, f, pos, status, ok := openInspect("ls", lsUsage, args, "list only this kind", stderr)
+	h, _, closeAll, f, pos, status, ok := openInspect("ls", args, stdout, stderr, nil)
 	if !ok {
 		return status
 	}
 	defer closeAll()
-	if len(pos) > 1 {
-		fmt.Fprintf(stderr, "distsync ls: one PATTERN at most, got %d\n%s", len(pos), lsUsage)
-		return exitUsage
-	}
 	pattern := ""
 	if len(pos) == 1 {
 		pattern = pos[0]
@@ -217,7 +171,7 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if f.json {
-		return writeJSON(stdout, stderr, out)
+		return writeJSON(stdout, stderr, out, true)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	for _, e := range out {
@@ -549,10 +503,12 @@ func toJSON(name string, rs []inspect.Report) nameJSON {
 	return out
 }
 
-// writeJSON prints v, indented, and returns the exit status.
-func writeJSON(stdout, stderr io.Writer, v any) int {
+// writeJSON prints v, indented (or on one line), and returns the exit status.
+func writeJSON(stdout, stderr io.Writer, v any, indent bool) int {
 	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
+	if indent {
+		enc.SetIndent("", "  ")
+	}
 	if err := enc.Encode(v); err != nil {
 		fmt.Fprintf(stderr, "distsync: %v\n", err)
 		return exitUnavailable

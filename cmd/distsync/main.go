@@ -37,14 +37,14 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/debug"
-	"time"
+	"syscall"
 )
 
 func main() {
@@ -54,37 +54,69 @@ func main() {
 // cli runs the command that args name and returns distsync's exit status.
 func cli(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, overview)
 		return exitUsage
 	}
 	switch args[0] {
-	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
-		return exitOK
-	case "version", "-version", "--version":
+	case "help", "-h", "--help":
+		return runHelp(args[1:], stdout, stderr)
+	case "version", "--version":
+		if len(args) > 1 && (args[1] == "-h" || args[1] == "--help") {
+			return runHelp(args[:1], stdout, stderr)
+		}
 		fmt.Fprintln(stdout, version())
 		return exitOK
 	case "lock", "sem", "once":
 		return runCommand(args[0], args[1:], stdout, stderr)
 	case "inspect", "ls":
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		if args[0] == "ls" {
 			return runLs(ctx, args[1:], stdout, stderr)
 		}
 		return runInspect(ctx, args[1:], stdout, stderr)
 	case "demo":
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-		defer stop()
-		if err := run(ctx, args, stdout); err != nil {
-			fmt.Fprintln(stderr, "distsync:", err)
-			return exitDemoFailed
-		}
-		return exitOK
+		return runDemo(args[1:], stdout, stderr)
 	default:
-		fmt.Fprintf(stderr, "distsync: unknown command %q\nRun 'distsync help' for usage.\n", args[0])
+		fmt.Fprintf(stderr, "distsync: unknown command %q (see 'distsync help')\n", args[0])
 		return exitUsage
 	}
+}
+
+// runDemo runs "distsync demo [flags]" and returns its exit status: 128+N if signal N ended
+// it (the demo deletes its keys first).
+func runDemo(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseDemo(args)
+	switch {
+	case errors.Is(err, errHelp):
+		fmt.Fprint(stdout, helpOf("demo"))
+		return exitOK
+	case err != nil:
+		return badUsage(stderr, "demo", err)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	go func() {
+		select {
+		case sig := <-sigs:
+			cancel(signalError{sig.(syscall.Signal)})
+		case <-ctx.Done():
+		}
+	}()
+	err = demo(ctx, cfg, stdout)
+	var sig signalError
+	if errors.As(context.Cause(ctx), &sig) {
+		fmt.Fprintf(stderr, "distsync demo: %v\n", sig)
+		return 128 + int(sig.sig)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "distsync demo:", err)
+		return exitDemoFailed
+	}
+	return exitOK
 }
 
 // version returns the module's version ("(devel)" for a build from a checkout), the VCS
@@ -119,172 +151,13 @@ func version() string {
 	return fmt.Sprintf("%s %s %s/%s", s, goVersion, runtime.GOOS, runtime.GOARCH)
 }
 
-const usage = `distsync runs a command under a distributed lock, semaphore or once, on Redis.
-
-Usage:
-  distsync lock [flags] NAME [--] CMD [ARGS...]
-  distsync sem  [flags] NAME --size N [--weight W] [--] CMD [ARGS...]
-  distsync once [flags] KEY [--keep D] [--] CMD [ARGS...]
-  distsync inspect [flags] NAME...
-  distsync ls [flags] [PATTERN]
-  distsync demo [flags]
-  distsync version
-  distsync help
-
-Commands:
-  lock     hold the lock NAME while CMD runs (like flock(1), etcdctl lock, consul lock)
-  sem      hold W of the N permits of the semaphore NAME while CMD runs, so that
-           at most N of weight run at once across machines (consul lock -n N)
-  once     run CMD once among every caller of KEY, on any machine, while it runs
-           (and within D after, with --keep D); the other callers wait, print its
-           stdout and exit with its status
-  inspect  print who holds and who waits for NAME, of every kind, as Redis has it
-           ("distsync inspect -h" for its flags)
-  ls       list the primitives under the key prefix ("distsync ls -h")
-  demo     simulated pods contend on one mutex, on an embedded Redis unless given
-           one ("distsync demo -h" for its flags)
-  version  print distsync's version
-  help     print this text
-
-Flags may come before or after NAME. CMD starts after "--", or else at the first
-argument after NAME that is not a flag. Durations are Go durations (300ms, 1m30s)
-or plain seconds (2.5).
-
-Flags of lock, sem and once:
-  --redis URL       the Redis every machine shares: redis://[user:pass@]host:port[/db],
-                    rediss://... for TLS, unix://path, or host:port; add Cluster nodes
-                    with ?addr=host:port&addr=... (default: $DISTSYNC_REDIS_URL; one of the
-                    two is required: the embedded Redis of the demo cannot coordinate
-                    machines)
-  --prefix P        key prefix, as the library's WithKeyPrefix; every user of a name must
-                    use the same (default "distsync:", the library's)
-  --ttl D           the lease of the claim, renewed every D/3 while CMD runs: a claim
-                    whose distsync died is free D after its last renewal, and one whose
-                    renewals fail for about 2/3 of D is lost (default 10s)
-  --timeout D       wait at most D for the claim (once: for the result); 0 tries once
-                    without waiting, like flock -n (not for once) (default: wait until
-                    acquired)
-  --conflict-exit-code N
-                    exit status when --timeout runs out, or the claim is held with
-                    --timeout 0, like flock -E (default 75)
-  --kill-grace D    when the claim is lost, time between SIGTERM and SIGKILL to CMD
-                    (default 1s; see "Loss" below)
-  --foreground      run CMD in distsync's process group, not one of its own (see "CMD")
-  --quiet           print no message of distsync's own, except errors that end it
-  -h, --help        print this text
-
-Flags of lock:
-  --fair            take the FIFO lock NAME (package fair): strict arrival order across
-                    machines
-  --shared          take the read-write lock NAME for reading (package rwmutex), like
-                    flock -s: any number of --shared at once, or one --exclusive
-  --exclusive       take the read-write lock NAME for writing, like flock -x
-  Without them, lock takes the mutex NAME (package mutex). The mutex, the FIFO lock and
-  the read-write lock called NAME are three different locks, as in the library: on the
-  same Redis and --prefix, "distsync lock deploy" and a Go program holding
-  mutex.New(h, "deploy") exclude each other, but "distsync lock --fair deploy" and
-  "distsync lock --exclusive deploy" exclude neither. Use one kind for a name.
-
-Flags of sem:
-  --size N          the semaphore's size, required; every user of NAME must give the same
-  --weight W        permits CMD holds, 1 to N (default 1)
-
-Flags of once:
-  --keep D          keep the result for D after CMD ends: callers of KEY within D get it
-                    without running CMD (five machines run the same cron line: one runs
-                    CMD, the others print its output and status). Without it, the result
-                    goes only to the callers that waited for it.
-
-CMD:
-  CMD runs with distsync's stdin, stdout and stderr and environment, plus:
-    DISTSYNC_NAME   NAME (KEY for once)
-    DISTSYNC_TOKEN  the claim's fencing token, larger than every earlier token of NAME:
-                    give it to what CMD writes to, so that a holder that lost the claim
-                    can be refused. Semaphore permits are not exclusive and carry 0;
-                    --shared holds carry the last --exclusive hold's token; once's
-                    leader gets its lead's token.
-  CMD runs in a process group of its own, and every signal distsync sends goes to the
-  whole group, so that what CMD started (sh -c '...') is stopped with it. With
-  --foreground, CMD stays in distsync's group, like GNU timeout --foreground: it can read
-  the terminal and gets the terminal's signals (Ctrl-C) itself, besides the copy distsync
-  forwards, and only CMD is signalled, not what it started. Without it, a CMD that reads
-  the terminal is stopped (SIGTTIN).
-  SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to distsync are forwarded to
-  CMD. When CMD exits, for whatever reason, distsync releases the claim at once (it is not
-  left to expire) and exits with CMD's status. While distsync still waits for the claim,
-  SIGINT, SIGTERM, SIGHUP and SIGQUIT end the wait (distsync leaves the queue) and it exits
-  with 128+N; SIGUSR1 and SIGUSR2 are ignored then. A distsync killed with SIGKILL
-  releases nothing: the kernel kills CMD (not what CMD started) and the claim expires
-  after --ttl. distsync holds the claim until CMD exits, not until what CMD left running
-  in the background does (a once leader waits up to 1 s more for CMD's stdout to close).
-  Ctrl-Z stops distsync, but not a CMD in its own group: its renewals stop, and the claim
-  lapses after --ttl while CMD runs on, to be killed when distsync is resumed. Do not
-  suspend it; with --foreground, Ctrl-Z stops both.
-
-Loss:
-  If the claim is lost while CMD runs (its key expired, was deleted or taken, or Redis did
-  not answer the renewals for about 2/3 of --ttl), distsync sends SIGTERM to CMD, SIGKILL
-  --kill-grace later if it still runs (and, in CMD's own group, to what CMD left), says so
-  on stderr and exits 76. A loss is noticed when the claim may already be another's, so
-  every moment of grace is a moment in which two commands may run at once; one second lets
-  a CMD that handles SIGTERM stop and flush. --kill-grace 0 sends SIGKILL right after
-  SIGTERM. If CMD ends by itself but the release finds the claim gone, it may not have
-  been protected all along: distsync says so and exits 76.
-
-once:
-  The first caller of KEY leads: it runs CMD, copies CMD's stdout to its own as it comes,
-  and shares the first 1 MiB of it with CMD's exit status; beyond 1 MiB the shared output
-  is cut, and the other callers say so on stderr. CMD's stderr is not shared. The other
-  callers of KEY, on every machine, wait for the result, then print the shared stdout and
-  exit with the status. A non-zero status is a result like 0: it is shared, and kept with
-  --keep. If the leader loses its claim, it kills CMD and exits 76, and a waiting caller
-  runs CMD itself; if the leader's distsync dies, a waiting caller runs CMD once the lease
-  has lapsed (--ttl); if the leader is signalled and CMD dies of the signal, the run
-  counts as not done: no result is kept, and a waiting caller runs CMD at once.
-
-Exit status:
-  CMD's     when CMD ran (128+N if it died of signal N), and once's shared status
-  0         help, version; demo, inspect and ls succeeded
-  1         demo failed
-  64        usage error: bad flags, missing NAME, CMD or --redis, a bad --redis URL, a
-            bad --size or --weight (or a --size other than the semaphore's in Redis)
-  69        Redis unreachable when distsync starts, or a Redis error before CMD started
-            (while distsync waits, connection errors are retried until --timeout)
-  75        not acquired within --timeout, or held with --timeout 0 (--conflict-exit-code)
-  76        the claim was lost while CMD ran (CMD was killed), or found lost at release
-  126       CMD found but could not be executed
-  127       CMD not found
-  128+N     distsync got signal N while it waited
-`
-
-// run runs the demo: args are "demo" and its flags.
-func run(ctx context.Context, args []string, out io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(out, usage)
-		return nil
+// parseDemo reads the demo's flags.
+func parseDemo(args []string) (demoConfig, error) {
+	cfg := demoConfig{redisURL: envRedis(), pods: 4, goroutines: 4, rounds: 25, hold: defaultHold}
+	pos, rest, _, err := demoFlags(&cfg).parse(args, -1)
+	pos = append(pos, rest...)
+	if err == nil && len(pos) > 0 {
+		err = usagef("unexpected argument %s", shownValue(pos[0]))
 	}
-	switch args[0] {
-	case "demo":
-		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-		fs.SetOutput(out)
-		cfg := demoConfig{}
-		fs.StringVar(&cfg.redisURL, "redis", os.Getenv("DISTSYNC_REDIS_URL"),
-			"Redis URL or host:port, e.g. redis://127.0.0.1:6379 (default: $DISTSYNC_REDIS_URL, else an embedded Redis)")
-		fs.IntVar(&cfg.pods, "pods", 4, "simulated pods, each with its own Redis client")
-		fs.IntVar(&cfg.goroutines, "goroutines", 4, "goroutines per pod")
-		fs.IntVar(&cfg.rounds, "rounds", 25, "Lock/Unlock rounds per goroutine")
-		fs.DurationVar(&cfg.hold, "hold", time.Millisecond, "time spent inside the critical section")
-		if err := fs.Parse(args[1:]); err != nil {
-			if err == flag.ErrHelp {
-				return nil
-			}
-			return err
-		}
-		if cfg.pods < 1 || cfg.goroutines < 1 || cfg.rounds < 1 || cfg.hold < 0 {
-			return fmt.Errorf("demo: --pods, --goroutines and --rounds must be positive, --hold not negative")
-		}
-		return demo(ctx, cfg, out)
-	default:
-		return fmt.Errorf("unknown command %q\n%s", args[0], usage)
-	}
+	return cfg, err
 }

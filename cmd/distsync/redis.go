@@ -27,10 +27,15 @@ var (
 // rueidis.ParseURL reads (redis://[user:password@]host:port[/db], rediss:// for TLS,
 // unix://path; more Redis Cluster nodes with ?addr=host:port&addr=...), or a bare host:port.
 // rueidis finds out by itself whether it talks to a Redis Cluster. dialRedis PINGs Redis,
-// waiting at most 5 s, so that a Redis that does not answer fails here rather than in the
-// first command. Its error matches errNoRedis for an empty url and errBadURL for one that
-// does not parse.
-func dialRedis(addr string) (rueidis.Client, error) {
+// waiting at most 5 s or until ctx ends, so that a Redis that does not answer fails here
+// rather than in the first command. Its error matches errNoRedis for an empty url and
+// errBadURL for one that does not parse.
+func dialRedis(ctx context.Context, addr string) (rueidis.Client, error) {
+	return dialRedisWith(ctx, addr, nil)
+}
+
+// dialRedisWith is dialRedis with the client's options completed by tune, if not nil.
+func dialRedisWith(ctx context.Context, addr string, tune func(*rueidis.ClientOption)) (rueidis.Client, error) {
 	if addr == "" {
 		return nil, errNoRedis
 	}
@@ -38,12 +43,15 @@ func dialRedis(addr string) (rueidis.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if tune != nil {
+		tune(&opt)
+	}
 	where := strings.Join(opt.InitAddress, ", ")
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("redis at %s: %w", where, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		c.Close()

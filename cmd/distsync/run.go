@@ -5,11 +5,9 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"os/signal"
 	"runtime"
@@ -74,21 +72,24 @@ const (
 	// note on stderr that the rest was cut.
 	onceOutputLimit = 1 << 20
 
-	// onceGroupName is the once.Group that once's results are shared through, keyed by KEY.
-	onceGroupName = "command"
+	// closeTimeout bounds the Handle's Close when distsync ends: the clean-up of a wait that
+	// was ended (leaving a queue), which takes a round trip when Redis answers. If Redis
+	// does not, what was left behind expires with the waiter's lease.
+	closeTimeout = 500 * time.Millisecond
 )
 
 // config is what the flags and arguments of lock, sem and once say.
 type config struct {
 	command string   // lock, sem or once
 	name    string   // NAME, or KEY for once
-	argv    []string // CMD and its arguments
+	argv    []string // CMD and its arguments (sh -c CMDLINE for -c)
 
 	redisURL     string
 	prefix       string
 	ttl          time.Duration
 	timeout      time.Duration // < 0: wait until acquired; 0: try once
-	conflictExit int
+	conflictExit int64
+	shellCmd     string // -c
 	killGrace    time.Duration
 	foreground   bool
 	quiet        bool
@@ -96,115 +97,66 @@ type config struct {
 	fair, shared, exclusive bool  // lock
 	size, weight            int64 // sem
 	keep                    time.Duration
+	forget                  bool
 }
 
-// durationFlag is a duration flag that also takes plain seconds ("2.5"), as flock -w does.
-type durationFlag struct{ d *time.Duration }
+// shellPath is the shell that runs -c's command line, as flock -c runs it.
+const shellPath = "/bin/sh"
 
-func (f durationFlag) String() string {
-	if f.d == nil {
-		return ""
-	}
-	return f.d.String()
-}
-
-// maxSeconds is the longest duration a flag takes in seconds: a time.Duration's (292 years).
-const maxSeconds = float64(math.MaxInt64 / int64(time.Second))
-
-func (f durationFlag) Set(s string) error {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		secs, ferr := strconv.ParseFloat(s, 64)
-		switch {
-		case ferr != nil && !errors.Is(ferr, strconv.ErrRange):
-			return errors.New("not a duration (300ms, 1m30s) nor seconds (2.5)")
-		case math.IsNaN(secs):
-			return errors.New("not a number of seconds")
-		case secs < 0:
-			return errors.New("negative duration")
-		case secs >= maxSeconds || ferr != nil && secs > 0:
-			return fmt.Errorf("longer than the longest duration (%.0f seconds)", maxSeconds)
-		}
-		d = time.Duration(secs * float64(time.Second))
-	}
-	if d < 0 {
-		return errors.New("negative duration")
-	}
-	*f.d = d
-	return nil
-}
-
-// parseArgs reads the flags and arguments of command. It returns ok false, with the
-// status to exit with, when distsync should not go on (a usage error, or help printed).
+// parseArgs reads the flags and arguments of command. It returns ok false, with the status
+// to exit with, when distsync should not go on (a usage error, or help printed). Nothing has
+// been sent to Redis then.
 func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg config, status int, ok bool) {
-	cfg = config{command: command, ttl: distsync.DefaultLeaseTTL, timeout: -1, killGrace: defaultKillGrace, weight: 1}
-	fs := newFlagSet(command, &cfg)
+	cfg = config{command: command, redisURL: envRedis(), prefix: distsync.DefaultKeyPrefix, ttl: distsync.DefaultLeaseTTL,
+		timeout: -1, conflictExit: defaultConflictExit, killGrace: defaultKillGrace, weight: 1}
+	fs := runFlags(command, &cfg)
 	bad := func(format string, a ...any) (config, int, bool) {
-		fmt.Fprintf(stderr, "distsync %s: %s\nRun 'distsync help' for usage.\n", command, fmt.Sprintf(format, a...))
-		return cfg, exitUsage, false
+		return cfg, badUsage(stderr, command, fmt.Errorf(format, a...)), false
 	}
-
-	flags, names, argv := splitArgs(fs, args)
-	if err := fs.Parse(flags); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			return cfg, exitOK, false
-		}
-		return bad("%v", err)
+	names, argv, _, err := fs.parse(args, 1)
+	switch {
+	case errors.Is(err, errHelp):
+		fmt.Fprint(stdout, helpOf(command))
+		return cfg, exitOK, false
+	case err != nil:
+		return cfg, badUsage(stderr, command, err), false
+	}
+	noun := "NAME"
+	if command == "once" {
+		noun = "KEY"
 	}
 	switch {
 	case len(names) == 0:
-		return bad("missing NAME")
-	case len(argv) == 0:
-		return bad("missing CMD: distsync %s [flags] %s [--] CMD [ARGS...]", command, names[0])
+		return bad("missing %s", noun)
 	case names[0] == "":
-		return bad("empty NAME")
+		return bad("empty %s", noun)
+	case cfg.forget && (len(argv) > 0 || cfg.shellCmd != ""):
+		return bad("--forget takes no CMD: distsync once --forget %s", names[0])
+	case cfg.forget:
+	case cfg.shellCmd != "" && len(argv) > 0:
+		return bad("both -c and CMD: -c %s runs instead of %s", shownValue(cfg.shellCmd), shownValue(argv[0]))
+	case cfg.shellCmd == "" && len(argv) == 0:
+		return bad("missing CMD: distsync %s [flags] %s [--] CMD [ARGS...], or -c 'COMMAND LINE'", command, names[0])
 	case cfg.redisURL == "":
 		return bad("no Redis: give --redis URL or set DISTSYNC_REDIS_URL (every machine must use the same Redis, so there is no default)")
 	case strings.ContainsAny(cfg.prefix, "{}"):
-		return bad("--prefix must not contain '{' or '}'")
+		return bad("--prefix %s: must not contain '{' or '}'", shownValue(cfg.prefix))
 	case cfg.ttl < distsync.MinLeaseTTL:
-		return bad("--ttl must be at least %v", distsync.MinLeaseTTL)
-	case cfg.conflictExit < 0 || cfg.conflictExit > 255:
-		return bad("--conflict-exit-code must be 0 to 255")
+		return bad("--ttl %v: must be at least %v", cfg.ttl, distsync.MinLeaseTTL)
 	case command == "lock" && btoi(cfg.fair)+btoi(cfg.shared)+btoi(cfg.exclusive) > 1:
-		return bad("--fair, --shared and --exclusive exclude one another")
-	case command == "sem" && cfg.size < 1:
-		return bad("--size N is required, and N must be at least 1")
-	case command == "sem" && (cfg.weight < 1 || cfg.weight > cfg.size):
-		return bad("--weight must be 1 to --size (%d)", cfg.size)
-	case command == "once" && cfg.timeout == 0: // set: the default is -1
+		return bad("--fair, --shared (-s) and --exclusive (-x) exclude one another")
+	case command == "once" && cfg.timeout == 0 && !cfg.forget:
 		return bad("--timeout 0 does not apply to once, which has no try-once form: give the longest wait for the result")
+	case command == "sem" && cfg.size < 1:
+		return bad("--size N is required")
+	case command == "sem" && cfg.weight > cfg.size:
+		return bad("--weight %d: must be 1 to --size (%d)", cfg.weight, cfg.size)
 	}
 	cfg.name, cfg.argv = names[0], argv
-	return cfg, exitOK, true
-}
-
-// newFlagSet returns the flags of command, which set cfg. Their help is usage's.
-func newFlagSet(command string, cfg *config) *flag.FlagSet {
-	fs := flag.NewFlagSet("distsync "+command, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	fs.StringVar(&cfg.redisURL, "redis", os.Getenv("DISTSYNC_REDIS_URL"), "")
-	fs.StringVar(&cfg.prefix, "prefix", distsync.DefaultKeyPrefix, "")
-	fs.Var(durationFlag{&cfg.ttl}, "ttl", "")
-	fs.Var(durationFlag{&cfg.timeout}, "timeout", "")
-	fs.IntVar(&cfg.conflictExit, "conflict-exit-code", defaultConflictExit, "")
-	fs.Var(durationFlag{&cfg.killGrace}, "kill-grace", "")
-	fs.BoolVar(&cfg.foreground, "foreground", false, "")
-	fs.BoolVar(&cfg.quiet, "quiet", false, "")
-	switch command {
-	case "lock":
-		fs.BoolVar(&cfg.fair, "fair", false, "")
-		fs.BoolVar(&cfg.shared, "shared", false, "")
-		fs.BoolVar(&cfg.exclusive, "exclusive", false, "")
-	case "sem":
-		fs.Int64Var(&cfg.size, "size", 0, "")
-		fs.Int64Var(&cfg.weight, "weight", 1, "")
-	case "once":
-		fs.Var(durationFlag{&cfg.keep}, "keep", "")
+	if cfg.shellCmd != "" {
+		cfg.argv = []string{"sh", "-c", cfg.shellCmd}
 	}
-	return fs
+	return cfg, exitOK, true
 }
 
 func btoi(b bool) int {
@@ -212,39 +164,6 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
-}
-
-// splitArgs separates args into flags (with their values), the positional arguments before
-// CMD (NAME), and CMD with its arguments: CMD starts after "--", or else at the first
-// argument after NAME that is not a flag, so that "distsync lock NAME ls -l" runs "ls -l".
-func splitArgs(fs *flag.FlagSet, args []string) (flags, names, argv []string) {
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		isFlag := len(a) > 1 && a[0] == '-'
-		switch {
-		case a == "--":
-			return flags, names, args[i+1:]
-		case !isFlag && len(names) > 0:
-			return flags, names, args[i:]
-		case !isFlag:
-			names = append(names, a)
-		default:
-			flags = append(flags, a)
-			name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
-			if strings.Contains(name, "=") || i+1 == len(args) {
-				continue
-			}
-			// A flag that takes a value takes the next argument, even one that starts
-			// with a dash (--conflict-exit-code -1 is then refused by its check).
-			if f := fs.Lookup(name); f != nil {
-				if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
-					i++
-					flags = append(flags, args[i])
-				}
-			}
-		}
-	}
-	return flags, names, nil
 }
 
 // runCommand runs lock, sem or once with args and returns distsync's exit status.
@@ -263,6 +182,7 @@ type runner struct {
 	stdout, stderr io.Writer
 	path           string // CMD, resolved
 	sigs           *router
+	tty            *terminal // distsync's controlling terminal, nil if none
 }
 
 // errorf reports an error that ends distsync: printed even with --quiet.
@@ -278,23 +198,29 @@ func (r *runner) notef(format string, a ...any) {
 }
 
 func (r *runner) run() int {
-	path, status, err := lookCommand(r.cfg.argv[0])
-	if err != nil {
-		r.errorf("%v", err)
-		return status
+	if !r.cfg.forget {
+		path, status, err := lookCommand(r.cfg.argv[0])
+		if err != nil {
+			r.errorf("%v%s", err, commandLineHint(r.cfg.argv))
+			return status
+		}
+		r.path = path
 	}
-	r.path = path
 
 	r.sigs = newRouter()
 	defer r.sigs.close()
+	if r.tty = openTerminal(); r.tty != nil {
+		defer r.tty.close()
+	}
+	// --timeout bounds the whole wait, connecting to Redis included.
+	if r.cfg.timeout > 0 {
+		r.sigs.startTimer(r.cfg.timeout)
+	}
 	client, status := r.dial()
 	if client == nil {
 		return status
 	}
 	defer client.Close()
-	if r.cfg.timeout > 0 {
-		r.sigs.startTimer(r.cfg.timeout)
-	}
 	opts := []distsync.Option{distsync.WithKeyPrefix(r.cfg.prefix), distsync.WithLeaseTTL(r.cfg.ttl)}
 	if !r.cfg.quiet {
 		opts = append(opts, distsync.WithLogger(slog.New(&logHandler{w: r.stderr, mu: new(sync.Mutex)})))
@@ -305,11 +231,17 @@ func (r *runner) run() int {
 		return exitUsage
 	}
 	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		// Close releases nothing here (every claim was released or given up), but ends what
+		// is still being cleaned up: a wait that --timeout or a signal ended leaves its queue
+		// within it. If Redis does not answer, that is left to the waiter's lease.
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		defer cancel()
 		_ = h.Close(ctx)
 	}()
-	if r.cfg.command == "once" {
+	switch {
+	case r.cfg.forget:
+		return r.forget(h)
+	case r.cfg.command == "once":
 		return r.runOnce(h)
 	}
 	c, err := r.newClaim(h)
@@ -320,8 +252,18 @@ func (r *runner) run() int {
 	return r.runClaim(c)
 }
 
+// commandLineHint returns, for a CMD that was not found and is one argument that reads as a
+// command line ("./deploy.sh && echo done"), a hint to give it with -c.
+func commandLineHint(argv []string) string {
+	if len(argv) == 1 && strings.ContainsAny(argv[0], " \t;&|<>()$`\"'*?") {
+		return fmt.Sprintf("; a command line is run with -c: distsync ... -c %s", shownValue(argv[0]))
+	}
+	return ""
+}
+
 // dial connects to Redis (dialRedis PINGs it). A signal while it dials ends distsync at
-// once; the timeout does not count the dial.
+// once, and so does --timeout, which counts the dial: a Redis that does not answer does not
+// keep distsync past it.
 func (r *runner) dial() (rueidis.Client, int) {
 	type dialed struct {
 		c   rueidis.Client
@@ -329,24 +271,70 @@ func (r *runner) dial() (rueidis.Client, int) {
 	}
 	ch := make(chan dialed, 1)
 	go func() {
-		c, err := dialRedis(r.cfg.redisURL)
+		c, err := dialRedis(r.sigs.waitCtx, r.cfg.redisURL)
 		ch <- dialed{c, err}
 	}()
-	select {
-	case d := <-ch:
-		if d.err != nil {
-			r.errorf("%v", d.err)
-			return nil, dialStatus(d.err)
-		}
-		return d.c, exitOK
-	case <-r.sigs.signalled:
+	abandon := func() {
 		go func() {
 			if d := <-ch; d.c != nil {
 				d.c.Close()
 			}
 		}()
-		return nil, r.notAcquired("Redis", r.sigs.waitCtx.Err())
 	}
+	select {
+	case d := <-ch:
+		if d.err == nil {
+			return d.c, exitOK
+		}
+		if r.sigs.waitCtx.Err() == nil {
+			r.errorf("%v", d.err)
+			return nil, dialStatus(d.err)
+		}
+		abandon()
+	case <-r.sigs.waitCtx.Done():
+		abandon()
+	}
+	if errors.Is(context.Cause(r.sigs.waitCtx), errTimedOut) {
+		r.errorf("Redis at %s did not answer within --timeout %v", redacted(r.cfg.redisURL), r.cfg.timeout)
+		return nil, exitUnavailable
+	}
+	return nil, r.notAcquired("Redis", r.sigs.waitCtx.Err())
+}
+
+// onceGroup returns the once.Group through which callers of KEY share a run's result: the
+// group called KEY, whose one key is "" (as a once.Once's), so that "distsync inspect KEY"
+// and "distsync ls" show it by the name the user gave.
+func (r *runner) onceGroup(h *distsync.Handle) (*once.Group[onceResult], error) {
+	var opts []distsync.Option
+	if r.cfg.keep > 0 {
+		// A non-zero status is a result, returned by fn with a nil error, so WithKeep keeps
+		// it like a zero; WithKeepErrors is not needed (fn never fails).
+		opts = append(opts, once.WithKeep(r.cfg.keep))
+	}
+	return once.NewGroup[onceResult](h, r.cfg.name, opts...)
+}
+
+// onceKey is the key of the command's once group (see onceGroup).
+const onceKey = ""
+
+// forget drops the result kept for KEY (once --forget).
+func (r *runner) forget(h *distsync.Handle) int {
+	g, err := r.onceGroup(h)
+	if err != nil {
+		r.errorf("%v", err)
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(r.sigs.waitCtx, releaseTimeout)
+	defer cancel()
+	if err := g.Forget(ctx, onceKey); err != nil {
+		r.errorf("%v", err)
+		if r.sigs.waitCtx.Err() != nil {
+			return r.notAcquired(fmt.Sprintf("once %q", r.cfg.name), err)
+		}
+		return exitUnavailable
+	}
+	r.notef("once %q: the kept result, if any, is dropped: the next caller runs the command", r.cfg.name)
+	return exitOK
 }
 
 // claim is what lock and sem hold while CMD runs: one primitive's acquire and release.
@@ -397,7 +385,7 @@ func (r *runner) runClaim(c claim) int {
 		lease, ok, err = c.try(r.sigs.waitCtx)
 		if err == nil && !ok {
 			r.notef("%s is held (--timeout 0)", c.what)
-			return r.cfg.conflictExit
+			return int(r.cfg.conflictExit)
 		}
 	} else {
 		lease, err = c.acquire(r.sigs.waitCtx)
@@ -441,7 +429,7 @@ func (r *runner) release(c claim) error {
 
 // spec is how to start CMD under a claim whose fencing token is token.
 func (r *runner) spec(token int64, stdout io.Writer) childSpec {
-	return childSpec{path: r.path, argv: r.cfg.argv, stdout: stdout, stderr: r.stderr, foreground: r.cfg.foreground,
+	return childSpec{path: r.path, argv: r.cfg.argv, stdout: stdout, stderr: r.stderr, foreground: r.cfg.foreground, tty: r.tty,
 		env: []string{"DISTSYNC_NAME=" + r.cfg.name, "DISTSYNC_TOKEN=" + strconv.FormatInt(token, 10)}}
 }
 
@@ -506,13 +494,7 @@ func (l *leadRecord) get() (ran bool, status int, lost error, abandoned bool) {
 // runOnce runs CMD once among every caller of KEY, or prints the result of the run that
 // another caller led.
 func (r *runner) runOnce(h *distsync.Handle) int {
-	var opts []distsync.Option
-	if r.cfg.keep > 0 {
-		// A non-zero status is a result, returned by fn with a nil error, so WithKeep keeps
-		// it like a zero; WithKeepErrors is not needed (fn never fails).
-		opts = append(opts, once.WithKeep(r.cfg.keep))
-	}
-	g, err := once.NewGroup[onceResult](h, onceGroupName, opts...)
+	g, err := r.onceGroup(h)
 	if err != nil {
 		r.errorf("%v", err)
 		return exitUsage
@@ -555,7 +537,7 @@ func (r *runner) runOnce(h *distsync.Handle) int {
 		return onceResult{Status: status, Stdout: out.buf, Dropped: out.dropped}, nil
 	}
 	for {
-		res, err, _ := g.Do(r.sigs.waitCtx, r.cfg.name, fn)
+		res, err, _ := g.Do(r.sigs.waitCtx, onceKey, fn)
 		if ran, status, lost, abandoned := lead.get(); ran {
 			switch {
 			case lost != nil:
@@ -600,7 +582,7 @@ func (r *runner) notAcquired(what string, err error) int {
 			} else {
 				r.notef("%s: not acquired within --timeout %v", what, r.cfg.timeout)
 			}
-			return r.cfg.conflictExit
+			return int(r.cfg.conflictExit)
 		}
 	}
 	r.errorf("%v", err)
@@ -610,8 +592,11 @@ func (r *runner) notAcquired(what string, err error) int {
 	return exitUnavailable
 }
 
-// The signals forwarded to CMD while it runs; the first four end a wait for the claim.
-var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+// The signals forwarded to CMD while it runs; the first four end a wait for the claim. SIGTSTP
+// is caught (and forwarded) only while CMD runs in a group of its own: before, and with
+// --foreground, it stops distsync, as it stops any program.
+var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2,
+	syscall.SIGCONT}
 
 // signalError is the cause of a wait that a signal ended.
 type signalError struct{ sig syscall.Signal }
@@ -682,7 +667,7 @@ func (r *router) deliver(sig syscall.Signal) {
 	case sig == syscall.SIGPIPE:
 	case r.child != nil:
 		r.child.signal(sig)
-	case r.started || sig == syscall.SIGUSR1 || sig == syscall.SIGUSR2:
+	case r.started || sig == syscall.SIGUSR1 || sig == syscall.SIGUSR2 || sig == syscall.SIGCONT || sig == syscall.SIGTSTP:
 		// CMD has exited (the claim is being released), or a signal that ends no wait.
 	default:
 		// Not started yet: waiting, or acquired (or timed out) and about to start. Either
@@ -732,6 +717,9 @@ func (r *router) begin(start func() (*child, error), abortOnTimeout bool) (*chil
 		return nil, err
 	}
 	r.child, r.started = c, true
+	if c.group {
+		signal.Notify(r.ch, syscall.SIGTSTP) // forwarded from now on: see forwardedSignals
+	}
 	return c, nil
 }
 

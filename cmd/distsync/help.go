@@ -1,0 +1,312 @@
+//go:build unix
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/inspect"
+)
+
+// The help: "distsync help" gives the overview; "distsync help CMD", "distsync CMD --help"
+// and "distsync CMD -h" give the help of one subcommand, on stdout, with exit status 0. The
+// flags' part of each is made from the flags themselves (flagSet.help), so that the help
+// lists every flag a subcommand takes, and no other. docs/command.md is the whole manual.
+
+const overview = `distsync runs a command under a distributed lock, semaphore or once, on Redis,
+the way flock(1) does on one machine.
+
+Usage:
+  distsync lock [flags] NAME [--] CMD [ARGS...]     hold the lock NAME while CMD runs
+  distsync sem  [flags] NAME --size N [--] CMD ...  hold permits of the semaphore NAME
+  distsync once [flags] KEY [--] CMD [ARGS...]      run CMD once among every caller of KEY
+  distsync once --forget KEY                        drop the result kept for KEY
+  distsync inspect [flags] NAME...                  who holds and who waits for NAME
+  distsync ls [flags] [PATTERN]                     the names under the key prefix
+  distsync demo [flags]                             simulated pods contend on one mutex
+  distsync version                                  distsync's version and commit
+  distsync help [COMMAND]                           this text, or COMMAND's help
+
+Every machine gives the same Redis: --redis URL or $DISTSYNC_REDIS_URL.
+Run 'distsync help COMMAND' (or 'distsync COMMAND --help') for a command's flags.
+The manual: docs/command.md.
+
+Exit status:
+  CMD's   CMD ran (128+N if it died of signal N); once's followers exit with the leader's
+  0       help, version, inspect, ls, demo succeeded; once --forget done
+  1       the demo failed
+  64      usage error: a bad flag, value or name; nothing was sent to Redis
+  69      Redis unreachable, or an error of Redis, before CMD started
+  75      not acquired within --timeout, or held with -n (--conflict-exit-code)
+  76      the claim was lost while CMD ran (CMD was killed), or found lost at release
+  126     CMD cannot be executed
+  127     CMD not found
+  128+N   distsync got signal N before CMD started
+`
+
+// commandHelp is what each subcommand's help says before and after its flags.
+var commandHelp = map[string][2]string{
+	"lock": {`Usage: distsync lock [flags] NAME [--] CMD [ARGS...]
+       distsync lock [flags] NAME -c 'COMMAND LINE'
+
+Runs CMD while holding the lock NAME, across every machine that uses the same Redis and
+--prefix, as flock(1) does on one machine. The lock is the mutex NAME of package mutex (a
+Go program's mutex.New(h, NAME) excludes it and is excluded by it); --fair takes the FIFO
+lock NAME (package fair), -s and -x the read-write lock NAME (package rwmutex). These are
+three different locks: use one kind for a name.
+
+Flags (anywhere before CMD; CMD starts after "--", or at the first argument after NAME
+that is not a flag):
+`, runNotes},
+	"sem": {`Usage: distsync sem [flags] NAME --size N [--weight W] [--] CMD [ARGS...]
+
+Runs CMD while holding W of the N permits of the semaphore NAME (package semaphore), so
+that at most N of weight run at once across machines, like consul lock -n N. Permits are
+served in arrival order, a large request is not starved by small ones.
+
+Flags (anywhere before CMD; CMD starts after "--", or at the first argument after NAME
+that is not a flag):
+`, runNotes},
+	"once": {`Usage: distsync once [flags] KEY [--] CMD [ARGS...]
+       distsync once [flags] --forget KEY
+
+Runs CMD once among every caller of KEY on any machine while it runs (and within D after
+it ended, with --keep D): the first caller leads and runs CMD, copying its stdout; the
+others wait, print the first 1 MiB of that stdout and exit with CMD's status. A non-zero
+status is a result like 0: shared, and kept with --keep. CMD's stderr is not shared. If
+the leader loses its claim it kills CMD and exits 76, and a waiting caller runs CMD; if the
+leader's distsync dies, a waiting caller runs CMD once the lead's lease lapsed (--ttl); if
+CMD dies of a signal sent to its distsync, nothing is kept and a waiting caller runs CMD.
+--forget drops the result kept for KEY, so that the next caller runs CMD again.
+The once group is called KEY (its one key is ""): "distsync inspect KEY" shows it.
+
+Flags (anywhere before CMD; CMD starts after "--", or at the first argument after KEY
+that is not a flag):
+`, runNotes},
+	"inspect": {`Usage: distsync inspect [flags] NAME...
+
+Prints what Redis has of each NAME, for every kind of primitive that has keys under it
+(` + strings.Join(inspect.Kinds(), ", ") + `): who holds it (identity, token, lease
+left), who waits in which order, a semaphore's size and permits in use, a once group's
+keys in flight and kept, an election's leader and term, a waitgroup's counter and rounds.
+It is a snapshot and writes nothing to Redis. A NAME with nothing prints
+"NAME: nothing held or queued". With --watch it prints the view again at every change of
+NAME in Redis (client tracking: Redis 6 or later; no polling) until interrupted.
+
+With --json it prints one JSON array, an object per NAME:
+  {"name": NAME, "primitives": [{"kind", "name", "idle", "fence", "holders": [{"owner",
+  "handle", "token", "remaining_ms", "count", "shared"}], "queue": [{"id", "handle",
+  "remaining_ms", "waited_ms", "weight", "shared", "admitted", "value"}], semaphore:
+  "size", "in_use"; election: "leader": {"value", "term", "rev"}; once: "keys": [{"key",
+  "leader": {holder}, "kept", "kept_ms"}]; waitgroup: "counter": {"pending", "units",
+  "round", "open", "lost", "err", "ended": [{"round", "lost", "err"}]}}]}
+(with --watch, one such array per line, at every change). Durations are in ms; -1 means
+no expiry. Field names are lower snake case and stable.
+
+Flags:
+`, `
+Exit status: 0 done (also for a NAME with nothing; --watch: interrupted); 64 bad flags or
+arguments, or no Redis given; 69 Redis could not be reached or answered with an error.
+`},
+	"ls": {`Usage: distsync ls [flags] [PATTERN]
+
+Lists the kind and name of every primitive that has keys under the prefix, sorted by name,
+whose name matches PATTERN, a glob as Redis's SCAN takes it ('*', '?', '[a-z]', '[^a]',
+'\' quotes; default: every name). It SCANs every node (every master of a Redis Cluster)
+and writes nothing. With --json it prints [{"kind": KIND, "name": NAME}, ...].
+
+Flags:
+`, `
+Exit status: 0 done (also when nothing matches); 64 bad flags or arguments, or no Redis
+given; 69 Redis could not be reached or answered with an error.
+`},
+	"demo": {`Usage: distsync demo [flags]
+
+Runs simulated pods, each with its own Redis client, contending on one distributed mutex,
+and reports acquisitions, hand-off latency, overlaps (there are none) and fencing tokens.
+It uses an embedded Redis unless --redis (or $DISTSYNC_REDIS_URL) names one; there it
+writes under a prefix of its own and deletes every key it wrote when it ends.
+
+Flags:
+`, `
+Exit status: 0 the demo ran; 1 it failed; 64 bad flags; 128+N interrupted by signal N.
+`},
+}
+
+// runNotes ends the help of lock, sem and once.
+const runNotes = `
+CMD runs with distsync's stdin, stdout, stderr and environment, plus DISTSYNC_NAME (NAME,
+or KEY) and DISTSYNC_TOKEN, the claim's fencing token: larger than every earlier token of
+NAME, for what CMD writes to, so that a holder that lost the claim can be refused (a
+semaphore's permits carry 0, a shared hold the last exclusive hold's token). A single
+argument that holds a command line ('./deploy.sh && echo done') is not a command: give it
+with -c, which runs it with /bin/sh -c.
+
+CMD runs in a process group of its own, which distsync signals as a whole. When distsync
+runs in the foreground of a terminal, it gives the terminal to CMD's group while CMD runs,
+as a shell gives it to a job: CMD can read it (a prompt works), and Ctrl-C and Ctrl-\ reach
+CMD. Ctrl-Z stops CMD and then distsync, so that the shell can resume both (fg, bg); a
+stopped distsync renews nothing, so its claim is lost after --ttl, and CMD is killed when
+it is resumed. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP and SIGCONT sent
+to distsync are forwarded to CMD's group; SIGINT, SIGTERM, SIGHUP and SIGQUIT are followed
+by SIGCONT, so that a stopped CMD ends too. When CMD exits, the claim is released at once.
+While distsync still waits for the claim, SIGINT, SIGTERM, SIGHUP and SIGQUIT end the wait
+(distsync leaves the queue) and it exits 128+N.
+
+If the claim is lost while CMD runs (its key expired, was deleted or taken, or Redis did
+not answer the renewals for about 2/3 of --ttl), distsync sends SIGTERM to CMD's group,
+SIGKILL --kill-grace later, says so and exits 76.
+
+Exit status: CMD's (128+N if it died of signal N); 64 usage error; 69 Redis unreachable or
+an error of Redis before CMD started; 75 not acquired within --timeout or held with -n
+(--conflict-exit-code); 76 the claim was lost; 126 CMD cannot be executed; 127 CMD not
+found; 128+N distsync got signal N before CMD started.
+`
+
+// helpOf returns the help of command, "" if there is no such command.
+func helpOf(command string) string {
+	parts, ok := commandHelp[command]
+	if !ok {
+		return ""
+	}
+	var fs *flagSet
+	switch command {
+	case "lock", "sem", "once":
+		fs = runFlags(command, &config{})
+	case "inspect", "ls":
+		fs = inspectFlagSet(command, &inspectFlags{})
+	case "demo":
+		fs = demoFlags(&demoConfig{})
+	}
+	var b strings.Builder
+	b.WriteString(parts[0])
+	fs.help(&b)
+	b.WriteString(parts[1])
+	return b.String()
+}
+
+// runHelp serves "distsync help [COMMAND]".
+func runHelp(args []string, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) == 0:
+		fmt.Fprint(stdout, overview)
+		return exitOK
+	case len(args) > 1:
+		fmt.Fprintf(stderr, "distsync help: one COMMAND at most, got %d\n", len(args))
+		return exitUsage
+	case args[0] == "help":
+		fmt.Fprint(stdout, overview)
+		return exitOK
+	case args[0] == "version":
+		fmt.Fprint(stdout, "Usage: distsync version\n\nPrints distsync's module version, the commit it was built from and the Go toolchain.\n")
+		return exitOK
+	}
+	h := helpOf(args[0])
+	if h == "" {
+		fmt.Fprintf(stderr, "distsync help: unknown command %q (see 'distsync help')\n", args[0])
+		return exitUsage
+	}
+	fmt.Fprint(stdout, h)
+	return exitOK
+}
+
+// badUsage prints a usage error of command, one line, and returns exitUsage.
+func badUsage(stderr io.Writer, command string, err error) int {
+	fmt.Fprintf(stderr, "distsync %s: %v (see 'distsync help %s')\n", command, err, command)
+	return exitUsage
+}
+
+// The flags of lock, sem and once.
+func runFlags(command string, cfg *config) *flagSet {
+	fs := &flagSet{command: command}
+	fs.str(&cfg.redisURL, "redis", 0, "URL",
+		"the Redis every machine shares: redis://[user:pass@]host:port,\n"+
+			"rediss://... for TLS, unix://path, or host:port; Cluster nodes\n"+
+			"with ?addr=host:port&addr=... (default $DISTSYNC_REDIS_URL;\n"+
+			"one of the two is required)")
+	fs.str(&cfg.prefix, "prefix", 0, "P",
+		"key prefix, as the library's WithKeyPrefix; every user of a\n"+
+			"name must use the same (default \""+distsync.DefaultKeyPrefix+"\")")
+	fs.duration(&cfg.ttl, "ttl", 0, "D",
+		"the claim's lease, renewed every D/3 while CMD runs: a claim\n"+
+			"whose distsync died is free D after its last renewal\n(default "+distsync.DefaultLeaseTTL.String()+")")
+	if command == "once" {
+		fs.duration(&cfg.timeout, "timeout", 'w', "D",
+			"wait at most D for the result, connecting to Redis included\n"+
+				"(plain seconds, as flock -w, or 300ms, 1m30s; default: no limit)")
+	} else {
+		fs.duration(&cfg.timeout, "timeout", 'w', "D",
+			"wait at most D for the claim, connecting to Redis included\n"+
+				"(plain seconds, as flock -w, or 300ms, 1m30s; default: no limit)")
+		fs.add("nonblock", 'n', "", "do not wait: exit with --conflict-exit-code if the claim is\nheld (as flock -n; the same as --timeout 0)",
+			func(string) error { cfg.timeout = 0; return nil })
+	}
+	fs.integer(&cfg.conflictExit, "conflict-exit-code", 'E', "N",
+		fmt.Sprintf("exit status when --timeout runs out or -n finds the claim held\n(as flock -E; default %d)", defaultConflictExit), 0, 255)
+	fs.str(&cfg.shellCmd, "command", 'c', "CMDLINE", "run CMDLINE with /bin/sh -c, instead of CMD (as flock -c)")
+	fs.duration(&cfg.killGrace, "kill-grace", 0, "D",
+		"when the claim is lost, time between SIGTERM and SIGKILL to\nCMD (default "+defaultKillGrace.String()+")")
+	fs.boolean(&cfg.foreground, "foreground", 0,
+		"run CMD in distsync's process group, not one of its own (as\nGNU timeout --foreground): only CMD is signalled, not what it\nstarted, and the terminal is not given to it")
+	fs.boolean(&cfg.quiet, "quiet", 0, "print no message of distsync's own, except errors that end\nit")
+	switch command {
+	case "lock":
+		fs.boolean(&cfg.fair, "fair", 0, "take the FIFO lock NAME (package fair): strict arrival order")
+		fs.boolean(&cfg.shared, "shared", 's', "take the read-write lock NAME for reading (as flock -s): any\nnumber of -s at once, or one -x")
+		fs.boolean(&cfg.exclusive, "exclusive", 'x', "take the read-write lock NAME for writing (as flock -x)")
+	case "sem":
+		fs.integer(&cfg.size, "size", 0, "N", "the semaphore's size, required; every user of NAME gives the same", 1, 1<<53)
+		fs.integer(&cfg.weight, "weight", 0, "W", "permits CMD holds, 1 to N (default 1)", 1, 1<<53)
+	case "once":
+		fs.duration(&cfg.keep, "keep", 0, "D", "keep the result for D after CMD ends: callers of KEY within D\nget it without running CMD (default: only the waiting callers get it)")
+		fs.boolean(&cfg.forget, "forget", 0, "drop the result kept for KEY and exit; give no CMD")
+	}
+	return fs
+}
+
+// The flags of inspect and ls.
+func inspectFlagSet(command string, f *inspectFlags) *flagSet {
+	fs := &flagSet{command: command}
+	fs.str(&f.redis, "redis", 0, "URL", "Redis URL or host:port, as lock's (default $DISTSYNC_REDIS_URL)")
+	fs.str(&f.prefix, "prefix", 0, "P", "key prefix of the Handles whose primitives to read\n(default \""+distsync.DefaultKeyPrefix+"\")")
+	what := "read only this kind"
+	if command == "ls" {
+		what = "list only this kind"
+	}
+	fs.add("kind", 0, "KIND", what+": "+strings.Join(inspect.Kinds(), ", "), func(v string) error {
+		for _, k := range inspect.Kinds() {
+			if v == k {
+				f.kind = v
+				return nil
+			}
+		}
+		return fmt.Errorf("not a kind (want one of %s)", strings.Join(inspect.Kinds(), ", "))
+	})
+	fs.boolean(&f.json, "json", 0, "print JSON, for scripts")
+	if command == "inspect" {
+		fs.boolean(&f.watch, "watch", 0, "print the view again at every change of NAME, until interrupted")
+	}
+	return fs
+}
+
+// The flags of demo.
+func demoFlags(cfg *demoConfig) *flagSet {
+	fs := &flagSet{command: "demo"}
+	fs.str(&cfg.redisURL, "redis", 0, "URL", "a Redis URL or host:port (default $DISTSYNC_REDIS_URL, else an\nembedded Redis)")
+	fs.count(&cfg.pods, "pods", "simulated pods, each with its own Redis client (default 4)")
+	fs.count(&cfg.goroutines, "goroutines", "goroutines per pod (default 4)")
+	fs.count(&cfg.rounds, "rounds", "Lock/Unlock rounds per goroutine (default 25)")
+	fs.duration(&cfg.hold, "hold", 0, "D", "time spent inside the critical section (default 1ms)")
+	return fs
+}
+
+// envRedis is the default of --redis.
+func envRedis() string { return os.Getenv("DISTSYNC_REDIS_URL") }
+
+// defaultHold is the demo's default --hold.
+const defaultHold = time.Millisecond
