@@ -94,7 +94,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return status
 	}
 	defer closeAll()
-	show := func() int {
+	show := func(stdout io.Writer) int {
 		var out []nameJSON
 		for _, name := range names {
 			rs, err := inspectName(ctx, h, name, f.kind)
@@ -120,7 +120,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return exitOK
 	}
 	if !f.watch {
-		return show()
+		return show(stdout)
 	}
 	return w.run(ctx, h, c, names, f, stdout, stderr, show)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -75,7 +76,7 @@ const (
 	// closeTimeout bounds the Handle's Close when distsync ends: the clean-up of a wait that
 	// was ended (leaving a queue), which takes a round trip when Redis answers. If Redis
 	// does not, what was left behind expires with the waiter's lease.
-	closeTimeout = 500 * time.Millisecond
+	closeTimeout = 250 * time.Millisecond
 )
 
 // config is what the flags and arguments of lock, sem and once say.
@@ -416,9 +417,19 @@ func (r *runner) runClaim(c claim) int {
 				c.what, err, describeStatus(status))
 			return exitLost
 		}
-		r.notef("could not release %s (it expires within --ttl %v): %v", c.what, r.cfg.ttl, err)
+		r.notef("could not release %s, which expires by itself within --ttl %v: %v", c.what, r.cfg.ttl, rootCause(err))
 	}
 	return status
+}
+
+// rootCause returns the network error in err's chain if there is one ("dial tcp ...:
+// connection refused"), else err: for a message that says in its own words what failed.
+func rootCause(err error) error {
+	var ne *net.OpError
+	if errors.As(err, &ne) {
+		return ne
+	}
+	return err
 }
 
 func (r *runner) release(c claim) error {
@@ -741,19 +752,26 @@ func (r *router) close() {
 	r.cancel(context.Canceled)
 }
 
-// logHandler prints the Handle's warnings (a release that failed in the background, a once
-// result that could not be shared) as "distsync: ..." lines on stderr.
+// logHandler prints those of the Handle's warnings that the command does not report itself,
+// as "distsync: ..." lines on stderr: a once result that could not be shared (the waiting
+// callers take over when the lead lapses). The others say again what distsync has said in
+// its own words (a lost claim, a release that failed, a wait that was given up and whose
+// queue entry expires by itself) or are the library's own retries (a subscription made
+// again), and are dropped: one event, one message.
 type logHandler struct {
 	w     io.Writer
 	mu    *sync.Mutex
 	attrs []slog.Attr
 }
 
+// shownLogPrefix starts the messages of the Handle's logger that logHandler prints.
+const shownLogPrefix = "distsync: once: "
+
 func (h *logHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
 
 func (h *logHandler) Handle(_ context.Context, rec slog.Record) error {
-	if rec.Message == "distsync: lease lost" {
-		return nil // the command reports a loss itself, with what it did about it
+	if !strings.HasPrefix(rec.Message, shownLogPrefix) {
+		return nil
 	}
 	var b strings.Builder
 	b.WriteString(rec.Message)

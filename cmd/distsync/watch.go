@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -20,6 +21,10 @@ import (
 // dropped its reply, until it has sent the invalidation, so this only bounds the cache's
 // size; it is not a polling interval.
 const watchCacheTTL = time.Hour
+
+// watchSettle is how long the watcher lets the invalidations of one change arrive before it
+// reads the view again: one script's writes to several keys are one change.
+const watchSettle = 5 * time.Millisecond
 
 // watcher runs "inspect --watch": it reads the names' keys with client-side caching, so
 // that Redis tracks them (CLIENT TRACKING) and tells the client when any of them is written
@@ -45,16 +50,15 @@ func (w *watcher) tune(o *rueidis.ClientOption) {
 // run prints the view (show) at start and after every change, until ctx ends. It returns
 // the exit status.
 func (w *watcher) run(ctx context.Context, h *distsync.Handle, c rueidis.Client, names []string, f inspectFlags,
-	stdout, stderr io.Writer, show func() int) int {
-	var track []rueidis.CacheableTTL
+	stdout, stderr io.Writer, show func(w io.Writer) int) int {
+	var last []byte
+	var keys []string
 	for _, name := range names {
 		ks, err := inspect.Keys(h, f.kind, name)
 		if err != nil {
 			return badUsage(stderr, "inspect", err)
 		}
-		for _, k := range ks {
-			track = append(track, rueidis.CT(c.B().Pttl().Key(k).Cache(), watchCacheTTL))
-		}
+		keys = append(keys, ks...)
 	}
 	if err := trackingOn(ctx, c); err != nil {
 		fmt.Fprintf(stderr, "distsync inspect: --watch: %v\n", err)
@@ -63,6 +67,10 @@ func (w *watcher) run(ctx context.Context, h *distsync.Handle, c rueidis.Client,
 	for {
 		// Track first, then read: a change between the two makes one more read, none is
 		// missed. A key whose reply is still cached is still tracked.
+		track := make([]rueidis.CacheableTTL, len(keys)) // rueidis recycles a command once sent
+		for i, k := range keys {
+			track[i] = rueidis.CT(c.B().Pttl().Key(k).Cache(), watchCacheTTL)
+		}
 		for _, r := range c.DoMultiCache(ctx, track...) {
 			if err := r.Error(); err != nil {
 				if ctx.Err() != nil {
@@ -72,16 +80,34 @@ func (w *watcher) run(ctx context.Context, h *distsync.Handle, c rueidis.Client,
 				return exitUnavailable
 			}
 		}
-		if !f.json {
-			fmt.Fprintf(stdout, "--- %s\n", time.Now().Format("15:04:05.000"))
-		}
-		if status := show(); status != exitOK || ctx.Err() != nil {
+		var view bytes.Buffer
+		if status := show(&view); status != exitOK || ctx.Err() != nil {
 			return status
+		}
+		if !bytes.Equal(view.Bytes(), last) { // a change that left the view as it was is not shown
+			if !f.json {
+				fmt.Fprintf(stdout, "--- %s\n", time.Now().Format("15:04:05.000"))
+			}
+			_, _ = stdout.Write(view.Bytes())
+			last = view.Bytes()
 		}
 		select {
 		case <-w.changed:
 		case <-ctx.Done():
 			return exitOK
+		}
+		// One script writes several keys, whose invalidations come one after the other:
+		// read once for them all.
+		t := time.NewTimer(watchSettle)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return exitOK
+		}
+		select {
+		case <-w.changed:
+		default:
 		}
 	}
 }

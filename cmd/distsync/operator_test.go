@@ -1,0 +1,276 @@
+//go:build unix
+
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync/internal/redistest"
+)
+
+// What an operator who knows flock(1), etcdctl lock and consul lock tried (issue 23), each
+// test driving the built binary against a redis-server of the harness.
+
+// inspect NAME finds what "once NAME" ran, and ls lists it under that name.
+func TestInspectFindsOnceByItsName(t *testing.T) {
+	bin, common, _, _, _ := cliSetup(t)
+	if status, _, stderr := runCLI(t, bin, args(common, "once", "nightly-report", "--keep", "1m", "--", "echo", "report")...); status != 0 {
+		t.Fatalf("once: status %d\n%s", status, stderr)
+	}
+	status, stdout, stderr := runCLI(t, bin, args(common, "inspect", "nightly-report")...)
+	if status != 0 || !strings.Contains(stdout, "once nightly-report") || !strings.Contains(stdout, "1 kept") {
+		t.Errorf("inspect nightly-report: status %d, stdout:\n%s\nstderr: %s\nwant the once and its kept result", status, stdout, stderr)
+	}
+	status, stdout, _ = runCLI(t, bin, args(common, "ls")...)
+	if status != 0 || !slices.Contains(strings.Fields(stdout), "nightly-report") || strings.Contains(stdout, "command") {
+		t.Errorf("ls: status %d, stdout:\n%s\nwant once nightly-report, and no group the user did not name", status, stdout)
+	}
+}
+
+// once --forget drops a kept result: the next caller within --keep runs the command again.
+func TestOnceForgetRunsTheCommandAgain(t *testing.T) {
+	bin, common, _, _, dir := cliSetup(t)
+	runs := filepath.Join(dir, "runs")
+	run := func() {
+		t.Helper()
+		status, stdout, stderr := runCLI(t, bin, args(common, "once", "nightly", "--keep", "1h", "-c", `echo run >> "`+runs+`"; echo out`)...)
+		if status != 0 || stdout != "out\n" {
+			t.Fatalf("once: status %d, stdout %q\n%s", status, stdout, stderr)
+		}
+	}
+	run()
+	run()
+	if n := len(readLines(t, runs)); n != 1 {
+		t.Fatalf("the command ran %d times within --keep, want 1", n)
+	}
+	if status, _, stderr := runCLI(t, bin, args(common, "once", "--forget", "nightly")...); status != 0 {
+		t.Fatalf("once --forget: status %d\n%s", status, stderr)
+	}
+	run()
+	if n := len(readLines(t, runs)); n != 2 {
+		t.Errorf("the command ran %d times, want 2: once after --forget", n)
+	}
+	if status, _, stderr := runCLI(t, bin, args(common, "once", "--forget", "nightly", "--", "true")...); status != 64 {
+		t.Errorf("once --forget with a CMD: status %d, want 64\n%s", status, stderr)
+	}
+}
+
+// hungServer is a TCP server that accepts connections and never answers, as a Redis that
+// hangs does. It listens on a loopback port below 32768 and stops when t ends.
+func hungServer(t *testing.T) string {
+	t.Helper()
+	var ln net.Listener
+	for port := 20000 + os.Getpid()%5000; ln == nil; port++ {
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			ln = l
+		} else if port > 30000 {
+			t.Fatalf("no free port for the hung server: %v", err)
+		}
+	}
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// --timeout bounds the whole wait, connecting included, and a Redis that goes away or
+// hangs does not keep distsync past it by more than the stated margin (closeTimeout, and
+// a process's start and end on a busy machine: the bound asserted is a second above it).
+// Before, a Redis that never answered kept it 5 s past --timeout 1, and one stopped while
+// distsync waited about 1.8 s past it.
+func TestTimeoutBoundsTheWholeWait(t *testing.T) {
+	bin := cliBin(t, redistest.Open(t, redistest.Standalone))
+	const timeout = time.Second
+	bound := timeout + closeTimeout + time.Second
+	timed := func(want int, a ...string) {
+		t.Helper()
+		start := time.Now()
+		status, _, stderr := runCLI(t, bin, a...)
+		if took := time.Since(start); took > bound || status != want {
+			t.Errorf("distsync %q: status %d after %v, want %d within %v\n%s", a, status, took.Round(time.Millisecond), want, bound, stderr)
+		}
+	}
+	t.Run("a Redis that never answers", func(t *testing.T) {
+		timed(69, "lock", "--redis", "redis://"+hungServer(t), "--timeout", "1", "n", "--", "true")
+	})
+	t.Run("Redis stopped while distsync waits", func(t *testing.T) {
+		p := redistest.StartRedis(t)
+		url := "redis://" + p.Addr()
+		dir := t.TempDir()
+		h, _ := holder(t, bin, []string{"--redis", url}, dir, "n")
+		defer func() { _ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL) }()
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			p.Kill()
+		}()
+		timed(75, "lock", "--redis", url, "--timeout", "1", "n", "--", "true")
+	})
+}
+
+// A release that fails is told once, in words that say what failed and what becomes of the
+// claim; before, a second message followed ("unlock ... failed err=context canceled").
+func TestFailedReleaseIsOneMessage(t *testing.T) {
+	bin := cliBin(t, redistest.Open(t, redistest.Standalone))
+	p := redistest.StartRedis(t)
+	dir := t.TempDir()
+	started := filepath.Join(dir, "started")
+	proc := start(t, bin, "lock", "--redis", "redis://"+p.Addr(), "n", "--", "sh", "-c", `touch "$1"; sleep 1`, "sh", started)
+	waitFile(t, started)
+	p.Kill()
+	if status := proc.wait(t); status != 0 {
+		t.Errorf("status %d, want the command's 0", status)
+	}
+	lines := strings.Split(strings.TrimSpace(proc.stderr.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], `could not release mutex "n"`) || !strings.Contains(lines[0], "expires by itself") ||
+		!strings.Contains(lines[0], "connection refused") {
+		t.Errorf("stderr:\n%s\nwant one line that says the release failed, why, and that the lock expires", proc.stderr.String())
+	}
+}
+
+// The demo follows the exit table: 64 for a bad flag (one line on stderr, nothing on
+// stdout), 130 for SIGINT.
+func TestDemoExitStatuses(t *testing.T) {
+	b := redistest.Open(t, redistest.Standalone)
+	bin := cliBin(t, b)
+	status, stdout, stderr := runCLI(t, bin, "demo", "--bogus")
+	if status != 64 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "--bogus") {
+		t.Errorf("demo --bogus: status %d, stdout %q, stderr %q; want 64, nothing, one line naming --bogus", status, stdout, stderr)
+	}
+	p := start(t, bin, "demo", "--redis", demoURL(b), "--rounds", "1000000")
+	if !redistest.Eventually(cliLimit, func() bool { return len(b.Keys(t, "distsync-demo:")) > 0 }) {
+		t.Fatal("the demo wrote no key")
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if status := p.wait(t); status != 130 {
+		t.Errorf("demo interrupted: status %d, want 130\n%s", status, p.stderr.String())
+	}
+}
+
+// The flock spellings behave as flock's, and a command line given as one argument is
+// pointed to -c.
+func TestFlockSpellings(t *testing.T) {
+	bin, common, _, _, dir := cliSetup(t)
+	h, release := holder(t, bin, common, dir, "busy")
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"-n", "busy", "true"}, 75},
+		{[]string{"--nonblock", "busy", "true"}, 75},
+		{[]string{"-w", "0.2", "busy", "true"}, 75},
+		{[]string{"-n", "-E", "3", "busy", "true"}, 3},
+		{[]string{"-nE3", "busy", "true"}, 3},
+		{[]string{"-s", "-n", "busy", "true"}, 0}, // the read-write lock "busy" is another lock
+	} {
+		if status, _, stderr := runCLI(t, bin, args(common, "lock", tc.args...)...); status != tc.want {
+			t.Errorf("lock %q while the mutex is held: status %d, want %d\n%s", tc.args, status, tc.want, stderr)
+		}
+	}
+	release()
+	h.wait(t)
+	status, stdout, stderr := runCLI(t, bin, args(common, "lock", "free", "-c", `echo "a $DISTSYNC_NAME" && echo b`)...)
+	if status != 0 || stdout != "a free\nb\n" {
+		t.Errorf("lock -c: status %d, stdout %q, want 0 and the shell's output\n%s", status, stdout, stderr)
+	}
+	status, _, stderr = runCLI(t, bin, args(common, "lock", "free", "./deploy.sh && echo done")...)
+	if status != 127 || !strings.Contains(stderr, "-c") || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("a command line as one argument: status %d, stderr %q; want 127 and one line that points to -c", status, stderr)
+	}
+}
+
+// A signal to distsync ends a command that is stopped (SIGSTOP to its group): it is followed
+// by SIGCONT. Before, the command stayed stopped and distsync kept the lock.
+func TestSignalEndsAStoppedCommand(t *testing.T) {
+	bin, common, prefix, b, dir := cliSetup(t)
+	pidFile := filepath.Join(dir, "pid")
+	p := start(t, bin, args(common, "lock", "--ttl", "30s", "stopped", "--", "sh", "-c", `echo $$ > "$1"; while :; do sleep 0.05; done`, "sh", pidFile)...)
+	waitFile(t, pidFile)
+	pid, err := strconv.Atoi(strings.Join(readLines(t, pidFile), ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil { // the command's own group
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if status := p.wait(t); status != 128+int(syscall.SIGTERM) {
+		t.Errorf("status %d, want %d\n%s", status, 128+int(syscall.SIGTERM), p.stderr.String())
+	}
+	if keyExists(t, b, prefix+"{stopped}:mutex") {
+		t.Error("the lock is held after distsync exited")
+	}
+}
+
+// inspect --watch prints the view again when the name changes (a holder takes it, and
+// releases it), and sends nothing while nothing changes.
+func TestInspectWatch(t *testing.T) {
+	bin, common, _, b, dir := cliSetup(t)
+	w := start(t, bin, args(common, "inspect", "--watch", "watched")...)
+	seen := func(want string, n int) {
+		t.Helper()
+		if !redistest.Eventually(cliLimit, func() bool { return strings.Count(w.stdout.String(), want) >= n }) {
+			t.Fatalf("inspect --watch did not show %q (%d times) within %v:\n%s\n%s", want, n, cliLimit, w.stdout.String(), w.stderr.String())
+		}
+	}
+	seen("watched: nothing held or queued", 1)
+	pttl := func() int64 {
+		info, err := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Info().Section("commandstats").Build() }).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_pttl:calls="); ok {
+				n, _ := strconv.ParseInt(strings.Split(rest, ",")[0], 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	before := pttl()
+	time.Sleep(1500 * time.Millisecond)
+	if after := pttl(); after != before {
+		t.Errorf("inspect --watch sent %d PTTLs in 1.5 s while nothing changed: it polls", after-before)
+	}
+	h, release := holder(t, bin, common, dir, "watched")
+	seen("mutex watched: ", 1)
+	release()
+	h.wait(t)
+	seen("mutex watched: free", 1)
+	if err := w.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if status := w.wait(t); status != 0 {
+		t.Errorf("inspect --watch interrupted: status %d, want 0\n%s", status, w.stderr.String())
+	}
+}
