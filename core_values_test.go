@@ -42,3 +42,9 @@ func TestMinLeaseTTLIsTheCores(t *testing.T) {
 		t.Errorf("MinLeaseTTL %v, the core's %v", MinLeaseTTL, core.MinLease)
 	}
 }
+
+func TestMaxIdentityLenIsTheCores(t *testing.T) {
+	if MaxIdentityLen != core.MaxIdentity {
+		t.Errorf("MaxIdentityLen %d, the core's %d", MaxIdentityLen, core.MaxIdentity)
+	}
+}

@@ -46,6 +46,12 @@ const (
 	// costs more renewals; three seconds survives a second of pauses between two renewals.
 	DefaultWaiterLease = 3 * time.Second
 
+	// MaxIdentityLen is the longest identity [WithIdentity] takes, in bytes: room for a
+	// host name and a process id, or a Kubernetes pod name (at most 63 bytes), while every
+	// owner value and waiter id, which carry the identity (see [Handle.ID]), stays short
+	// enough to cost nothing worth measuring per acquire (docs/benchmarks.md).
+	MaxIdentityLen = 64
+
 	// MinLeaseTTL is the shortest lease any option accepts: a holder stops believing in its
 	// lease 1% and 2 ms before Redis drops it (for client and server clocks that run at
 	// slightly different rates), and a shorter lease would leave it next to nothing.
@@ -76,6 +82,7 @@ func New(client rueidis.Client, opts ...Option) (*Handle, error) {
 		FenceTTL:      DefaultFenceRetention,
 		HandoffWindow: DefaultHandoffWindow,
 		WaiterLease:   DefaultWaiterLease,
+		Identity:      core.DefaultIdentity(),
 	}, core.Unwrap(opts))
 	if err != nil {
 		return nil, fmt.Errorf("distsync: %w", err)
@@ -91,8 +98,17 @@ func New(client rueidis.Client, opts ...Option) (*Handle, error) {
 
 // ID returns the Handle's id, unique across processes: the Holders of every primitive report
 // it as [Holder.Handle] for the holds taken through this Handle, so that an operator can tell
-// which process holds a name.
+// which process holds a name. It is the Handle's [Handle.Identity], with every byte but ASCII
+// letters, digits and "-_.@+=" percent-encoded (%3A for ':'), then '.' and 16 random
+// characters of base64url ("web-7f9c%3A4211.Q2xhc3NpY0hvbGRl"): every owner value and
+// waiter id the Handle writes to Redis starts with it, so that Holders and package inspect
+// can tell whose they are without another key.
 func (h *Handle) ID() string { return h.c.ID() }
+
+// Identity returns the Handle's identity, as [WithIdentity] set it or by default
+// "<host name>:<process id>". [Holder.Identity], package inspect and the [Observer]'s
+// [Event.Identity] report it.
+func (h *Handle) Identity() string { return h.c.Config.Identity }
 
 // Client returns the rueidis client the Handle wraps.
 func (h *Handle) Client() rueidis.Client { return h.c.Raw }

@@ -15,6 +15,10 @@ type Holder struct {
 	// Handle is the [Handle.ID] of the Handle the hold was taken through; empty for a
 	// reentrant mutex, whose holds belong to an owner, not to a Handle.
 	Handle string
+	// Identity is the identity of the Handle the hold was taken through (see [WithIdentity]):
+	// by default its host name and process id. Empty where Handle is (a reentrant mutex), and
+	// for a hold taken through a Handle of a version before identities.
+	Identity string
 	// Token is the hold's fencing token (see [Lease.Token]): a read hold's is the name's last
 	// token (see [Lease.Token]); semaphore permits carry 0.
 	Token int64

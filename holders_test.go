@@ -14,18 +14,24 @@ import (
 	"github.com/distsync/distsync/semaphore"
 )
 
-// Every lock and the semaphore say who holds a name: the Handle it was taken through, the
-// hold's token as its holder has it, the lease Redis keeps, and the count; nothing once it is
-// given back. A Holders call from another process sees the same.
+// oddIdentity holds every byte that ids and messages give a meaning to, and then some.
+const oddIdentity = "pod:7 50%~{x}\tcaf\u00e9/\u65e5\u672c,a.b@c+d=e"
+
+// Every lock and the semaphore say who holds a name: the Handle it was taken through and its
+// identity, the hold's token as its holder has it, the lease Redis keeps, and the count;
+// nothing once it is given back. A Holders call from another process sees the same.
 func TestHoldersSayWhoHoldsAName(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 20 * time.Second
 		prefix := b.Prefix(t)
-		h := b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)).H
-		other := b.Pod(t, prefix).H // an observer in another process
+		h := b.Pod(t, prefix, distsync.WithLeaseTTL(ttl), distsync.WithIdentity(oddIdentity)).H
+		other := b.Pod(t, prefix).H // an observer in another process, of the default identity
 		ctx := context.Background()
 		if h.ID() == "" || h.ID() == other.ID() {
 			t.Fatalf("Handle IDs %q and %q: want distinct and non-empty", h.ID(), other.ID())
+		}
+		if h.Identity() != oddIdentity || other.Identity() == oddIdentity {
+			t.Fatalf("Handle identities %q and %q, want %q and the default", h.Identity(), other.Identity(), oddIdentity)
 		}
 
 		// check compares what a Holders call (from h's process and from the other's) returns
@@ -64,7 +70,7 @@ func TestHoldersSayWhoHoldsAName(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			check(t, "held", view, []distsync.Holder{{Handle: h.ID(), Token: l.Token(), Count: 1}})
+			check(t, "held", view, []distsync.Holder{{Handle: h.ID(), Identity: oddIdentity, Token: l.Token(), Count: 1}})
 			if err := m.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -81,7 +87,7 @@ func TestHoldersSayWhoHoldsAName(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			check(t, "held", view, []distsync.Holder{{Handle: h.ID(), Token: l.Token(), Count: 1}})
+			check(t, "held", view, []distsync.Holder{{Handle: h.ID(), Identity: oddIdentity, Token: l.Token(), Count: 1}})
 			if err := m.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +131,7 @@ func TestHoldersSayWhoHoldsAName(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			check(t, "write held", view, []distsync.Holder{{Handle: h.ID(), Token: l.Token(), Count: 1}})
+			check(t, "write held", view, []distsync.Holder{{Handle: h.ID(), Identity: oddIdentity, Token: l.Token(), Count: 1}})
 			if err := m.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -141,8 +147,9 @@ func TestHoldersSayWhoHoldsAName(t *testing.T) {
 			if err != nil || len(got) != 2 {
 				t.Fatalf("Holders with two readers: %+v, %v", got, err)
 			}
-			handles := map[string]bool{}
+			handles, identities := map[string]bool{}, map[string]bool{}
 			for _, g := range got {
+				identities[g.Identity] = true
 				if !g.Shared || g.Token != l.Token() || g.Count != 1 || g.Remaining <= 0 || g.Remaining > ttl {
 					t.Errorf("read hold %+v: want Shared, the last writer's token %d, count 1, within the lease", g, l.Token())
 				}
@@ -150,6 +157,9 @@ func TestHoldersSayWhoHoldsAName(t *testing.T) {
 			}
 			if !handles[h.ID()] || !handles[other.ID()] {
 				t.Errorf("readers' Handles %v, want %q and %q", handles, h.ID(), other.ID())
+			}
+			if !identities[h.Identity()] || !identities[other.Identity()] {
+				t.Errorf("readers' identities %v, want %q and %q", identities, h.Identity(), other.Identity())
 			}
 			for _, x := range r {
 				if err := x.RUnlock(ctx); err != nil {
@@ -168,7 +178,7 @@ func TestHoldersSayWhoHoldsAName(t *testing.T) {
 			if err := s.Acquire(ctx, 2); err != nil {
 				t.Fatal(err)
 			}
-			check(t, "two permits held", view, []distsync.Holder{{Handle: h.ID(), Count: 2}})
+			check(t, "two permits held", view, []distsync.Holder{{Handle: h.ID(), Identity: oddIdentity, Count: 2}})
 			if err := s.Release(ctx, 2); err != nil {
 				t.Fatal(err)
 			}

@@ -28,6 +28,9 @@ type Event struct {
 	// "rwmutex", "fair", "semaphore", "election", "once.Group", "once.Once" (also OnceFunc)
 	// or "once.OnceValue" (also OnceValues).
 	Primitive string
+	// Identity is the [Handle.Identity] of the Handle whose primitive it is (set on every
+	// event): an observer given to several Handles can tell them apart by it.
+	Identity string
 	// Name is the primitive's name: for once, the Group's (or Once's) name, not the key, so
 	// that a Group with many keys makes one series of metrics, not one per key.
 	Name string
@@ -135,7 +138,7 @@ func WithObserver(o Observer) Option {
 				if prev != nil {
 					prev(e)
 				}
-				o(Event{Kind: EventKind(e.Kind), Primitive: e.Primitive, Name: e.Name, Call: e.ID, Context: e.Context,
+				o(Event{Kind: EventKind(e.Kind), Primitive: e.Primitive, Identity: e.Identity, Name: e.Name, Call: e.ID, Context: e.Context,
 					Wait: e.Wait, Held: e.Held, Token: e.Token, Weight: e.Weight, Shared: e.Shared, Nested: e.Nested, Err: e.Err})
 			}
 		}}}

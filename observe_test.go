@@ -88,7 +88,8 @@ func TestObserverSeesAContendedMutexInOrder(t *testing.T) {
 		prefix := b.Prefix(t)
 		var rec recorder
 		holder := b.Pod(t, prefix, distsync.WithLeaseTTL(20*time.Second)).H
-		watched := b.Pod(t, prefix, distsync.WithLeaseTTL(20*time.Second), distsync.WithObserver(rec.observe)).H
+		watched := b.Pod(t, prefix, distsync.WithLeaseTTL(20*time.Second), distsync.WithObserver(rec.observe),
+			distsync.WithIdentity("watched:{1}")).H
 		mh, _ := mutex.New(holder, "orders")
 		mw, _ := mutex.New(watched, "orders")
 		bg := context.Background()
@@ -164,9 +165,9 @@ func TestObserverSeesAContendedMutexInOrder(t *testing.T) {
 			t.Fatalf("Lock's events: %v; a renewal before the hold was acquired", full)
 		}
 		acq, rel := es[len(es)-2], es[len(es)-1]
-		for _, e := range es {
-			if e.Primitive != "mutex" || e.Name != "orders" || e.Weight != 1 || e.Shared {
-				t.Errorf("event %v: primitive %q name %q weight %d shared %v", e.Kind, e.Primitive, e.Name, e.Weight, e.Shared)
+		for _, e := range rec.call(2) {
+			if e.Primitive != "mutex" || e.Name != "orders" || e.Weight != 1 || e.Shared || e.Identity != "watched:{1}" {
+				t.Errorf("event %v: primitive %q name %q weight %d shared %v identity %q", e.Kind, e.Primitive, e.Name, e.Weight, e.Shared, e.Identity)
 			}
 		}
 		for _, e := range es[:len(es)-1] {
@@ -276,8 +277,8 @@ func TestObserverSeesEveryPrimitive(t *testing.T) {
 			return
 		}
 		for _, e := range es {
-			if e.Primitive != primitive || e.Weight != weight || e.Shared != shared {
-				t.Errorf("%s: event %v: primitive %q weight %d shared %v; want %q %d %v", what, e.Kind, e.Primitive, e.Weight, e.Shared, primitive, weight, shared)
+			if e.Primitive != primitive || e.Weight != weight || e.Shared != shared || e.Identity != h.Identity() {
+				t.Errorf("%s: event %v: primitive %q weight %d shared %v identity %q; want %q %d %v %q", what, e.Kind, e.Primitive, e.Weight, e.Shared, e.Identity, primitive, weight, shared, h.Identity())
 			}
 		}
 	}

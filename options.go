@@ -119,3 +119,22 @@ func WithLogger(l *slog.Logger) Option {
 	return Option{core.Opt{Name: "WithLogger", Handle: true, Kinds: []string{},
 		Set: func(s *core.Settings) { s.Logger = l }}}
 }
+
+// WithIdentity sets the Handle's identity: who it is, for an operator, such as a pod's name.
+// [Holder.Identity], package inspect (and the distsync command's inspect), the [Observer]'s
+// [Event.Identity] and the otel module's attributes report it. The default is
+// "<host name>:<process id>" (os.Hostname, with "unknown" if the system gives none, and
+// os.Getpid): unlike the random [Handle.ID], it says where the holder runs, as lslocks
+// shows a PID.
+//
+// It is informational only: two Handles may have the same identity, and distsync decides
+// nothing by it (the Handle's id stays unique by its random part). It is carried in every
+// owner value and waiter id the Handle writes (see [Handle.ID]), so it costs no key and no
+// round trip, and what Redis shows is always the holder's own. It may hold any bytes, which
+// the id escapes; it must not be empty, nor longer than [MaxIdentityLen] bytes.
+//
+// Applies to: New.
+func WithIdentity(identity string) Option {
+	return Option{core.Opt{Name: "WithIdentity", Handle: true, Kinds: []string{},
+		Set: func(s *core.Settings) { s.Identity = identity }}}
+}

@@ -271,6 +271,12 @@ func primitives(ctx context.Context, addr string, quick bool) error {
 	} else {
 		rows = append(rows, rs...)
 	}
+	fmt.Fprintf(os.Stderr, "primitives: identity cost…\n")
+	if rs, err := identityCost(ctx, addr, iters); err != nil {
+		fail("identity cost", err)
+	} else {
+		rows = append(rows, rs...)
+	}
 	fmt.Fprintf(os.Stderr, "primitives: replica ack…\n")
 	if rs, err := replicaAck(ctx, addr, iters); err != nil {
 		fail("replica ack", err)
@@ -358,6 +364,18 @@ func primitives(ctx context.Context, addr string, quick bool) error {
 		return ctx.Err()
 	}
 	rows = append(rows, wakeFloor(1000, 5))
+	printPrimRows(addr, rows)
+	pts := scale(ctx, addr, dur/2)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	printScale(pts)
+	plotScale(pts)
+	return nil
+}
+
+// printPrimRows prints the table of the primitives' scenarios.
+func printPrimRows(addr string, rows []primRow) {
 	rtt := pingP50(addr, 500)
 	fmt.Printf("\n### distsync primitives\n\nRound trip (PING p50) after the runs: %v.\n\n", rtt.Round(time.Microsecond))
 	fmt.Printf("| scenario | result | in RTT | client cmds / op | Redis cmds / op | Redis CPU / op |\n|---|---|---|---|---|---|\n")
@@ -378,12 +396,20 @@ func primitives(ctx context.Context, addr string, quick bool) error {
 		}
 		fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", r.scenario, r.result, in, num(r.clientCmds), num(r.redisCmds), cpu)
 	}
-	pts := scale(ctx, addr, dur/2)
-	if ctx.Err() != nil {
-		return ctx.Err()
+}
+
+// identityOnly runs the identity-cost scenario alone and prints its rows
+// (-primitives identity).
+func identityOnly(ctx context.Context, addr string, quick bool) error {
+	iters := 2000
+	if quick {
+		iters = 300
 	}
-	printScale(pts)
-	plotScale(pts)
+	rows, err := identityCost(ctx, addr, iters)
+	if err != nil {
+		return err
+	}
+	printPrimRows(addr, rows)
 	return nil
 }
 

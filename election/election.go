@@ -187,6 +187,9 @@ type Info struct {
 	TTL time.Duration
 	// Handle is the [distsync.Handle.ID] of the leader's Handle.
 	Handle string
+	// Identity is the [distsync.Handle.Identity] of the leader's Handle: by default its host
+	// name and process id ("" for a Handle of a version before identities).
+	Identity string
 }
 
 // newer reports whether i is a later state of the election than j.
@@ -228,7 +231,8 @@ func (e *Election) read(ctx context.Context) (Info, bool, error) {
 	pttl, _ = vals[3].AsInt64()
 	waiter, _ = vals[4].ToString()
 	info.Value, err = vals[5].ToString()
-	info.TTL, info.Handle = time.Duration(max(pttl, 0))*time.Millisecond, core.HandleOf(waiter)
+	info.TTL = time.Duration(max(pttl, 0)) * time.Millisecond
+	info.Handle, info.Identity = core.Whose(waiter)
 	return info, err == nil, err
 }
 
@@ -244,7 +248,9 @@ func parse(p string) (Info, bool) {
 	if err1 != nil || err2 != nil || err3 != nil {
 		return Info{}, false
 	}
-	return Info{Value: f[4], Term: term, Rev: rev, TTL: time.Duration(max(pttl, 0)) * time.Millisecond, Handle: core.HandleOf(f[3])}, true
+	info := Info{Value: f[4], Term: term, Rev: rev, TTL: time.Duration(max(pttl, 0)) * time.Millisecond}
+	info.Handle, info.Identity = core.Whose(f[3])
+	return info, true
 }
 
 // Term is one leader's term: a lease on the leadership, renewed by the Handle. It is safe for

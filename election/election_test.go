@@ -150,7 +150,7 @@ func TestResignHandsOverPromptly(t *testing.T) {
 		prefix := b.Prefix(t)
 		opts := []distsync.Option{distsync.WithLeaseTTL(20 * time.Second)}
 		a := newElection(t, b.Pod(t, prefix, opts...), "resign")
-		bp := b.Pod(t, prefix, opts...)
+		bp := b.Pod(t, prefix, append(opts, distsync.WithIdentity("candidate b:{1} \u00e9"))...)
 		be := newElection(t, bp, "resign")
 		ta := campaign(t, a, "a")
 		info, err := be.Leader(context.Background())
@@ -185,8 +185,8 @@ func TestResignHandsOverPromptly(t *testing.T) {
 			t.Errorf("resigned term's Err = %v, want ErrReleased", ta.Err())
 		}
 		info, err = a.Leader(context.Background())
-		if err != nil || info.Value != "b" || info.Term != tb.Token() || info.Handle != bp.H.ID() {
-			t.Fatalf("Leader = %+v, %v; want b with term %d on handle %s", info, err, tb.Token(), bp.H.ID())
+		if err != nil || info.Value != "b" || info.Term != tb.Token() || info.Handle != bp.H.ID() || info.Identity != bp.H.Identity() {
+			t.Fatalf("Leader = %+v, %v; want b with term %d on handle %s (%s)", info, err, tb.Token(), bp.H.ID(), bp.H.Identity())
 		}
 		if err := ta.Resign(context.Background()); !errors.Is(err, distsync.ErrNotHeld) {
 			t.Errorf("second Resign: %v, want ErrNotHeld", err)

@@ -117,7 +117,7 @@ func TestObserverSeesEveryLeaderInOrder(t *testing.T) {
 		prefix := b.Prefix(t)
 		opts := []distsync.Option{distsync.WithLeaseTTL(5 * time.Second)}
 		obs := newElection(t, b.Pod(t, prefix, opts...), "obs")
-		cp := b.Pod(t, prefix, opts...)
+		cp := b.Pod(t, prefix, append(opts, distsync.WithIdentity("cand:{1} \u00e9"))...)
 		cand := newElection(t, cp, "obs")
 
 		first := campaign(t, cand, "first")
@@ -152,6 +152,13 @@ func TestObserverSeesEveryLeaderInOrder(t *testing.T) {
 			t.Fatalf("after the re-subscription the observer saw %q, want %q", got, more)
 		}
 		c.checkOrder(t)
+		c.mu.Lock()
+		for _, info := range c.infos {
+			if info.Handle != cp.H.ID() || info.Identity != "cand:{1} \u00e9" {
+				t.Errorf("observer sent %+v: want the candidate's Handle %s, identity %q", info, cp.H.ID(), "cand:{1} \u00e9")
+			}
+		}
+		c.mu.Unlock()
 	})
 }
 

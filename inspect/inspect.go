@@ -101,8 +101,9 @@ type Waiter struct {
 	// ID is the waiter's id in Redis: a waiting process (mutex, rwmutex) or one waiting call
 	// (fair, semaphore, election).
 	ID string
-	// Handle is the [distsync.Handle.ID] of the Handle it waits through.
-	Handle string
+	// Handle is the [distsync.Handle.ID] of the Handle it waits through, and Identity that
+	// Handle's [distsync.Handle.Identity] ("" for a Handle of a version before identities).
+	Handle, Identity string
 	// Remaining is how long Redis keeps the waiter's place unless it renews it: a waiter
 	// whose process died drops out of the queue then.
 	Remaining time.Duration
@@ -119,8 +120,8 @@ type Waiter struct {
 	Value string
 }
 
-// Leader is an election's leader, as its record has it. Its Handle and the lease it has left
-// are those of [Report.Holders][0].
+// Leader is an election's leader, as its record has it. Its Handle, identity and the lease
+// it has left are those of [Report.Holders][0].
 type Leader struct {
 	Value string // its Campaign's value, or its last Proclaim's
 	Term  int64  // its term: the fencing token of its hold
@@ -131,8 +132,8 @@ type Leader struct {
 type OnceKey struct {
 	// Key is the key given to Group.Do; "" for a Once, OnceFunc, OnceValue or OnceValues.
 	Key string
-	// Leader is the call in flight: the leader's owner value, its Handle, its fencing token
-	// and the lease Redis has left; nil if no call is in flight.
+	// Leader is the call in flight: the leader's owner value, its Handle and identity, its
+	// fencing token and the lease Redis has left; nil if no call is in flight.
 	Leader *distsync.Holder
 	// Kept is what is kept for later callers: "value", or "error" (once.WithKeepErrors);
 	// "" if nothing is.

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,9 +51,27 @@ func newEnv(t *testing.T, b *redistest.Backend) *env {
 	return e
 }
 
-// pod returns the Handle of a new process (its own client).
+// pod returns the Handle of a new process (its own client), with an identity of its own that
+// holds what ids give a meaning to (see identities).
 func (e *env) pod() *distsync.Handle {
-	return e.b.Pod(e.t, e.prefix, distsync.WithFixedLease(lease), distsync.WithWaiterLease(lease)).H
+	identity := fmt.Sprintf("pod %d:{\u65e5}~%%/,", podSeq.Add(1))
+	h := e.b.Pod(e.t, e.prefix, distsync.WithFixedLease(lease), distsync.WithWaiterLease(lease), distsync.WithIdentity(identity)).H
+	identities.Store(h.ID(), identity)
+	return h
+}
+
+// identities are the identities of the pods' Handles, by Handle id: a holder's or a waiter's
+// Identity must be its Handle's.
+var (
+	identities sync.Map
+	podSeq     atomic.Int64
+)
+
+// identityOf returns the identity of the pod whose Handle id is id ("" for "": no Handle).
+func identityOf(id string) string {
+	v, _ := identities.Load(id)
+	s, _ := v.(string)
+	return s
 }
 
 // wait runs f, a call that blocks, in a goroutine until it returns; the test's end cancels its
@@ -230,6 +250,9 @@ func checkHolder(t *testing.T, what string, got distsync.Holder, handle string, 
 	if got.Handle != handle || got.Token != token || got.Count != count || got.Shared != shared {
 		t.Errorf("%s: holder %+v, want Handle %q, Token %d, Count %d, Shared %v", what, got, handle, token, count, shared)
 	}
+	if got.Identity != identityOf(handle) {
+		t.Errorf("%s: holder's Identity %q, want its Handle's %q", what, got.Identity, identityOf(handle))
+	}
 	if got.Remaining <= 0 || got.Remaining > lease {
 		t.Errorf("%s: holder has %v left, want within the %v lease", what, got.Remaining, lease)
 	}
@@ -241,6 +264,9 @@ func checkQueue(t *testing.T, what string, got []inspect.Waiter, handles ...stri
 	var hs []string
 	for _, w := range got {
 		hs = append(hs, w.Handle)
+		if w.Identity != identityOf(w.Handle) || w.Identity == "" {
+			t.Errorf("%s: waiter's Identity %q, want its Handle's %q", what, w.Identity, identityOf(w.Handle))
+		}
 		if w.Remaining <= 0 || w.Remaining > 3*lease { // a place outlives the wait it reported
 			t.Errorf("%s: waiter %+v has %v left on its place", what, w, w.Remaining)
 		}

@@ -210,7 +210,7 @@ func parseRow(kind string, m rueidis.RedisMessage) (row, error) {
 		}
 		hd := distsync.Holder{Owner: owner, Remaining: left(n[0]), Token: n[1], Count: n[2], Shared: n[3] == 1}
 		if kind != Reentrant { // a reentrant owner is the caller's, not a Handle's
-			hd.Handle = core.HandleOf(owner)
+			hd.Handle, hd.Identity = core.Whose(owner)
 		}
 		rw.holders = append(rw.holders, hd)
 	}
@@ -234,8 +234,8 @@ func parseRow(kind string, m rueidis.RedisMessage) (row, error) {
 		if err != nil {
 			return row{}, core.Unexpected(scripts.Inspect, m)
 		}
-		w := Waiter{ID: s[0], Handle: core.HandleOf(s[0]), Remaining: left(n[0]), Weight: n[2],
-			Shared: s[1] != "", Admitted: s[1] == "a", Value: s[2]}
+		w := Waiter{ID: s[0], Remaining: left(n[0]), Weight: n[2], Shared: s[1] != "", Admitted: s[1] == "a", Value: s[2]}
+		w.Handle, w.Identity = core.Whose(s[0])
 		if n[1] > 0 {
 			w.Waited = time.Duration(n[1]) * time.Millisecond
 		}

@@ -3,6 +3,7 @@ package mutex_test
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,9 +38,27 @@ func benchClient(b *testing.B) rueidis.Client {
 
 // BenchmarkLockUnlock is one goroutine's uncontended Lock+Unlock: its allocations
 // (-benchmem) are the client's cost of a hold.
-func BenchmarkLockUnlock(b *testing.B) {
+func BenchmarkLockUnlock(b *testing.B) { lockUnlock(b) }
+
+// BenchmarkLockUnlockIdentity is BenchmarkLockUnlock with the default identity, a 1-byte one
+// and the longest (64 bytes that all escape: 192 bytes in every owner value and waiter id),
+// for what the identity carried in the ids costs a hold.
+func BenchmarkLockUnlockIdentity(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opts []distsync.Option
+	}{
+		{"default", nil},
+		{"1B", []distsync.Option{distsync.WithIdentity("a")}},
+		{"64B-escaped", []distsync.Option{distsync.WithIdentity(strings.Repeat("\u00e9", distsync.MaxIdentityLen/2))}},
+	} {
+		b.Run(c.name, func(b *testing.B) { lockUnlock(b, c.opts...) })
+	}
+}
+
+func lockUnlock(b *testing.B, opts ...distsync.Option) {
 	c := benchClient(b)
-	h, err := distsync.New(c, distsync.WithKeyPrefix("distsync-gobench:"))
+	h, err := distsync.New(c, append([]distsync.Option{distsync.WithKeyPrefix("distsync-gobench:")}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -44,6 +44,8 @@ func FuzzMutexForeign(f *testing.F) {
 		{0, 0, "", "someone", 0, 1 | 4},
 		{0, 0, "", "someone", 0, 4},
 		{0, 0, "", "~other:17", 0, 1 | 4},
+		{0, 0, "", "pod%3A7.AAECAwQFBgcICQoL:1", 0, 1 | 4},     // another Handle's hold, with an identity
+		{0, 0, "", "~pod%3A7.AAECAwQFBgcICQoL:1:17", 0, 1 | 4}, // a grant to it
 		{0, 0, "", "~$W:17", 0, 1 | 4},
 		{0, 0, "", "~$W:abc", 0, 1 | 4},
 		{0, 0, "", "~$W:", 0, 1 | 4},

@@ -118,6 +118,7 @@ func roleOf(k distsync.EventKind) int {
 const (
 	keyPrimitive = attribute.Key("distsync.primitive")
 	keyName      = attribute.Key("distsync.name")
+	keyIdentity  = attribute.Key("distsync.identity")
 	keyResult    = attribute.Key("distsync.result")
 	keyEnd       = attribute.Key("distsync.end")
 	keyReason    = attribute.Key("distsync.reason")
@@ -132,7 +133,7 @@ const (
 // first needed: building an attribute set copies and sorts it, which an event should not pay
 // for.
 type attrSets struct {
-	kv    []attribute.KeyValue // distsync.primitive, and distsync.name
+	kv    []attribute.KeyValue // distsync.primitive, distsync.name and distsync.identity (unless left out)
 	base  opts
 	extra [nExtras]atomic.Pointer[opts] // base with extras[i]
 }
@@ -191,18 +192,22 @@ func newOpts(kv ...attribute.KeyValue) opts {
 	return opts{add: []metric.AddOption{o}, record: []metric.RecordOption{o}}
 }
 
-type attrKey struct{ primitive, name string }
+type attrKey struct{ primitive, name, identity string }
 
 // maxAttrSets bounds the attribute sets kept: the SDK's default cardinality limit, past which
 // it folds new series into one overflow series anyway. Past it, the sets of a new primitive
 // or name are made for each event.
 const maxAttrSets = 2000
 
-// sets returns the attribute sets of e's primitive (and name, unless WithoutNames).
+// sets returns the attribute sets of e's primitive (and name, unless WithoutNames; and
+// identity, unless WithoutIdentity).
 func (o *observer) sets(e distsync.Event) *attrSets {
 	k := attrKey{primitive: e.Primitive}
 	if o.names {
 		k.name = e.Name
+	}
+	if o.identity {
+		k.identity = e.Identity
 	}
 	if s, ok := o.attrs.Load(k); ok {
 		return s.(*attrSets)
@@ -210,6 +215,9 @@ func (o *observer) sets(e distsync.Event) *attrSets {
 	kv := []attribute.KeyValue{keyPrimitive.String(k.primitive)}
 	if o.names {
 		kv = append(kv, keyName.String(k.name))
+	}
+	if o.identity {
+		kv = append(kv, keyIdentity.String(k.identity))
 	}
 	s := &attrSets{kv: kv, base: newOpts(kv...)}
 	if o.nattrs.Load() < maxAttrSets {

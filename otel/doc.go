@@ -13,8 +13,10 @@
 //
 // Every metric has the attributes distsync.primitive, the kind of primitive ("mutex",
 // "reentrant", "rwmutex", "fair", "semaphore", "election", "once.Group", "once.Once",
-// "once.OnceValue"), and distsync.name, the primitive's name ([WithoutNames] leaves it out).
-// Counts are of this process's calls and holds.
+// "once.OnceValue"), distsync.name, the primitive's name ([WithoutNames] leaves it out), and
+// distsync.identity, the [distsync.Handle.Identity] of the Handle whose primitive it is, by
+// default "<host name>:<pid>" ([WithoutIdentity] leaves it out). Counts are of this
+// process's calls and holds.
 //
 //	name                            kind           unit           more attributes
 //	distsync.acquire.wait.duration  histogram      s              distsync.result
@@ -74,9 +76,9 @@
 //
 // Each call that acquires is a span named "<primitive> acquire" ("mutex acquire"), of kind
 // internal, a child of the span in the call's context. It starts when the call does and ends
-// when it returns, with the attributes distsync.primitive, distsync.name, distsync.weight (a
-// semaphore's permits, when not 1), distsync.shared (a read lock), distsync.result, and,
-// acquired, distsync.token (the fencing token). A call that ended with an error (result
+// when it returns, with the attributes distsync.primitive, distsync.name, distsync.identity,
+// distsync.weight (a semaphore's permits, when not 1), distsync.shared (a read lock),
+// distsync.result, and, acquired, distsync.token (the fencing token). A call that ended with an error (result
 // canceled, timeout, closed or error) has the status Error, its error as description, and
 // error.type set to its result; busy and shared calls are not errors. What happened while it
 // waited is span events: queued, woken, granted, once_leader, once_follower, once_takeover.

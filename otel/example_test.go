@@ -38,7 +38,8 @@ func Example() {
 	var pods [2]*mutex.Mutex
 	for i := range pods {
 		// With a client of yours: distsync.New(client, distsync.WithObserver(distsyncotel.Observer()))
-		h, err := srv.NewHandle(distsync.WithObserver(distsyncotel.Observer()))
+		// (the identity, by default "<host name>:<pid>", names each pod's series)
+		h, err := srv.NewHandle(distsync.WithObserver(distsyncotel.Observer()), distsync.WithIdentity(fmt.Sprintf("pod-%d", i)))
 		if err != nil {
 			panic(err)
 		}
@@ -70,13 +71,18 @@ func Example() {
 	}
 	// Output:
 	// pod 1: TryLock found it held
-	// distsync.acquire.wait.duration{name=orders,primitive=mutex,result=acquired} count 2
-	// distsync.acquire.wait.duration{name=orders,primitive=mutex,result=busy} count 1
-	// distsync.acquisitions{name=orders,primitive=mutex,result=acquired} 2
-	// distsync.acquisitions{name=orders,primitive=mutex,result=busy} 1
-	// distsync.hold.duration{end=released,name=orders,primitive=mutex} count 2
-	// distsync.holders{name=orders,primitive=mutex} 0
-	// distsync.waiters{name=orders,primitive=mutex} 0
+	// distsync.acquire.wait.duration{identity=pod-0,name=orders,primitive=mutex,result=acquired} count 1
+	// distsync.acquire.wait.duration{identity=pod-1,name=orders,primitive=mutex,result=acquired} count 1
+	// distsync.acquire.wait.duration{identity=pod-1,name=orders,primitive=mutex,result=busy} count 1
+	// distsync.acquisitions{identity=pod-0,name=orders,primitive=mutex,result=acquired} 1
+	// distsync.acquisitions{identity=pod-1,name=orders,primitive=mutex,result=acquired} 1
+	// distsync.acquisitions{identity=pod-1,name=orders,primitive=mutex,result=busy} 1
+	// distsync.hold.duration{end=released,identity=pod-0,name=orders,primitive=mutex} count 1
+	// distsync.hold.duration{end=released,identity=pod-1,name=orders,primitive=mutex} count 1
+	// distsync.holders{identity=pod-0,name=orders,primitive=mutex} 0
+	// distsync.holders{identity=pod-1,name=orders,primitive=mutex} 0
+	// distsync.waiters{identity=pod-0,name=orders,primitive=mutex} 0
+	// distsync.waiters{identity=pod-1,name=orders,primitive=mutex} 0
 }
 
 // summary is a stdoutmetric.Encoder that prints one line per series, sorted: its attributes

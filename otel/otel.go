@@ -22,9 +22,10 @@ const ScopeName = "github.com/distsync/distsync/otel"
 type Option interface{ apply(*config) }
 
 type config struct {
-	mp    metric.MeterProvider
-	tp    trace.TracerProvider
-	names bool
+	mp       metric.MeterProvider
+	tp       trace.TracerProvider
+	names    bool
+	identity bool
 }
 
 type optionFunc func(*config)
@@ -56,6 +57,13 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // rather than a few per name. Spans keep it: a span's attributes make no series.
 func WithoutNames() Option { return optionFunc(func(c *config) { c.names = false }) }
 
+// WithoutIdentity leaves the attribute distsync.identity, the Handle's
+// [distsync.Handle.Identity], out of the metrics: by default a host name and process id,
+// which makes new series at every restart of every process (and one Observer given to
+// several Handles records a series per identity). Leave it out where the metrics' resource
+// names the process already, or their backend charges by series. Spans keep it.
+func WithoutIdentity() Option { return optionFunc(func(c *config) { c.identity = false }) }
+
 // Observer returns a [distsync.Observer] that records the events of a Handle's primitives as
 // the metrics and spans the package documents. Give it to [distsync.New] with
 // [distsync.WithObserver].
@@ -69,7 +77,7 @@ func WithoutNames() Option { return optionFunc(func(c *config) { c.names = false
 // the TracerProvider a batching span processor ([go.opentelemetry.io/otel/sdk/trace.WithBatcher]),
 // not a synchronous one, or every Lock waits for its span's export.
 func Observer(opts ...Option) distsync.Observer {
-	c := config{names: true}
+	c := config{names: true, identity: true}
 	for _, o := range opts {
 		o.apply(&c)
 	}
@@ -80,9 +88,10 @@ func Observer(opts ...Option) distsync.Observer {
 		c.tp = otel.GetTracerProvider()
 	}
 	o := &observer{
-		tracer: c.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())),
-		names:  c.names,
-		spans:  make(map[uint64]trace.Span),
+		tracer:   c.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())),
+		names:    c.names,
+		identity: c.identity,
+		spans:    make(map[uint64]trace.Span),
 	}
 	o.instruments(c.mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version())))
 	return o.observe
@@ -118,8 +127,9 @@ var waitBounds = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75
 var holdBounds = append(waitBounds[:len(waitBounds):len(waitBounds)], 30, 60, 300, 900, 3600)
 
 type observer struct {
-	tracer trace.Tracer
-	names  bool
+	tracer   trace.Tracer
+	names    bool
+	identity bool
 
 	wait, held             metric.Float64Histogram
 	acquisitions, losses   metric.Int64Counter

@@ -3,6 +3,8 @@ package distsyncotel_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -469,35 +471,16 @@ func TestWithoutNames(t *testing.T) {
 	if err := m.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rm := r.collect(t)
 	points := 0
-	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != distsyncotel.ScopeName {
-			t.Errorf("scope %q; want %q", sm.Scope.Name, distsyncotel.ScopeName)
+	eachPoint(t, r.collect(t), func(name string, s attribute.Set) {
+		points++
+		if s.HasValue("distsync.name") {
+			t.Errorf("%s has distsync.name: %v", name, s.Encoded(attribute.DefaultEncoder()))
 		}
-		for _, m := range sm.Metrics {
-			var sets []attribute.Set
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					sets = append(sets, p.Attributes)
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					sets = append(sets, p.Attributes)
-				}
-			}
-			for _, s := range sets {
-				points++
-				if s.HasValue("distsync.name") {
-					t.Errorf("%s has distsync.name: %v", m.Name, s.Encoded(attribute.DefaultEncoder()))
-				}
-				if v, _ := s.Value("distsync.primitive"); v.AsString() != "mutex" {
-					t.Errorf("%s: distsync.primitive = %q", m.Name, v.AsString())
-				}
-			}
+		if v, _ := s.Value("distsync.primitive"); v.AsString() != "mutex" {
+			t.Errorf("%s: distsync.primitive = %q", name, v.AsString())
 		}
-	}
+	})
 	if points == 0 {
 		t.Error("no metric recorded")
 	}
@@ -505,6 +488,81 @@ func TestWithoutNames(t *testing.T) {
 		if v, _ := spanAttr(s, "distsync.name"); v.AsString() != "orders" {
 			t.Errorf("span %q lacks distsync.name", s.Name())
 		}
+	}
+}
+
+// eachPoint calls f with the name and attributes of every point of rm, whose scope must be
+// the Observer's.
+func eachPoint(t *testing.T, rm metricdata.ResourceMetrics, f func(name string, s attribute.Set)) {
+	t.Helper()
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != distsyncotel.ScopeName {
+			t.Errorf("scope %q; want %q", sm.Scope.Name, distsyncotel.ScopeName)
+		}
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					f(m.Name, p.Attributes)
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					f(m.Name, p.Attributes)
+				}
+			}
+		}
+	}
+}
+
+// Every metric and span says whose Handle it is: distsync.identity is the Handle's identity,
+// so two processes' metrics on one backend stay apart. WithoutIdentity leaves it out of the
+// metrics; the spans keep it.
+func TestIdentity(t *testing.T) {
+	for _, without := range []bool{false, true} {
+		t.Run(fmt.Sprintf("without=%v", without), func(t *testing.T) {
+			var r *rig
+			if without {
+				r = newRig(t, distsyncotel.WithoutIdentity())
+			} else {
+				r = newRig(t)
+			}
+			ids := []string{"pod-a:1", "pod-b:{2} \u00e9"}
+			for _, id := range ids {
+				m, _ := mutex.New(r.handle(t, distsync.WithIdentity(id)), "orders")
+				if err := m.Lock(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Unlock(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rm := r.collect(t)
+			points := 0
+			eachPoint(t, rm, func(name string, s attribute.Set) {
+				points++
+				if v, ok := s.Value("distsync.identity"); ok == without || ok && !slices.Contains(ids, v.AsString()) {
+					t.Errorf("%s: distsync.identity = %q (set: %v), want one of %q, or none WithoutIdentity", name, v.AsString(), ok, ids)
+				}
+			})
+			if points == 0 {
+				t.Error("no metric recorded")
+			}
+			if !without {
+				for _, id := range ids {
+					if n := sum(rm, "distsync.acquisitions", attrs("distsync.identity", id)...); n != 1 {
+						t.Errorf("acquisitions of %q = %d; want 1", id, n)
+					}
+				}
+			}
+			var seen []string
+			for _, s := range r.spans.Ended() {
+				v, _ := spanAttr(s, "distsync.identity")
+				seen = append(seen, v.AsString())
+			}
+			if !slices.Equal(seen, ids) {
+				t.Errorf("spans' distsync.identity %q; want %q", seen, ids)
+			}
+		})
 	}
 }
 

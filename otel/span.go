@@ -33,8 +33,8 @@ func spanName(primitive string) string {
 // start starts the span of the call e begins, a child of the call's context, and keeps it
 // for the call's later events if it records.
 func (o *observer) start(ctx context.Context, e distsync.Event) {
-	attrs := make([]attribute.KeyValue, 0, 4)
-	attrs = append(attrs, keyPrimitive.String(e.Primitive), keyName.String(e.Name))
+	attrs := make([]attribute.KeyValue, 0, 5)
+	attrs = append(attrs, keyPrimitive.String(e.Primitive), keyName.String(e.Name), keyIdentity.String(e.Identity))
 	if e.Weight != 1 {
 		attrs = append(attrs, keyWeight.Int64(e.Weight))
 	}

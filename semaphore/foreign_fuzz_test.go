@@ -54,6 +54,9 @@ func FuzzSemaphoreForeign(f *testing.F) {
 		{0, 2, "foreign", "", math.Inf(1), 4},
 		{0, 2, "foreign", "", 1e300, 4},
 		{7, 0, "foreign/1", "1", 0, 4},
+		{6, 0, "pod%3A7.AAECAwQFBgcICQoL:1", "2", 0, 4}, // ids with an identity
+		{7, 0, "pod%3A7.AAECAwQFBgcICQoL:1/pod%3A7.AAECAwQFBgcICQoL:2", "1", 0, 4},
+		{6, 0, "~pod%3A7.AAECAwQFBgcICQoL:1/pod%3A7.AAECAwQFBgcICQoL:2", "3", 0, 4},
 		{7, 0, "foreign/1", "-3", 0, 4},
 		{7, 0, "foreign/1", "0", 0, 4},
 		{7, 0, "foreign/1", "abc", 0, 4},

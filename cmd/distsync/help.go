@@ -91,20 +91,22 @@ that is not a flag):
 	"inspect": {`Usage: distsync inspect [flags] NAME...
 
 Prints what Redis has of each NAME, for every kind of primitive that has keys under it
-(` + strings.Join(inspect.Kinds(), ", ") + `): who holds it (identity, token, lease
-left), who waits in which order, a semaphore's size and permits in use, a once group's
-keys in flight and kept, an election's leader and term, a waitgroup's counter and rounds.
-It is a snapshot and writes nothing to Redis. A NAME with nothing prints
-"NAME: nothing held or queued". With --watch it prints the view again at every change of
-NAME in Redis (client tracking: Redis 6 or later; no polling) until interrupted.
+(` + strings.Join(inspect.Kinds(), ", ") + `):
+who holds it (owner, identity: host and PID unless the process named itself, Handle id,
+fencing token, lease left), who waits in which order, a semaphore's size and permits in
+use, a once group's keys in flight and kept, an election's leader and term, a waitgroup's
+counter and rounds. It is a snapshot and writes nothing to Redis. A NAME with nothing
+prints "NAME: nothing held or queued". With --watch it prints the view again at every
+change of NAME in Redis (client tracking: Redis 6 or later; no polling) until interrupted.
 
 With --json it prints one JSON array, an object per NAME:
   {"name": NAME, "primitives": [{"kind", "name", "idle", "fence", "holders": [{"owner",
-  "handle", "token", "remaining_ms", "count", "shared"}], "queue": [{"id", "handle",
-  "remaining_ms", "waited_ms", "weight", "shared", "admitted", "value"}], semaphore:
-  "size", "in_use"; election: "leader": {"value", "term", "rev"}; once: "keys": [{"key",
-  "leader": {holder}, "kept", "kept_ms"}]; waitgroup: "counter": {"pending", "units",
-  "round", "open", "lost", "err", "ended": [{"round", "lost", "err"}]}}]}
+  "identity", "handle", "token", "remaining_ms", "count", "shared"}], "queue": [{"id",
+  "identity", "handle", "remaining_ms", "waited_ms", "weight", "shared", "admitted",
+  "value"}], semaphore: "size", "in_use"; election: "leader": {"value", "term", "rev"};
+  once: "keys": [{"key", "leader": {holder}, "kept", "kept_ms"}]; waitgroup: "counter":
+  {"pending", "units", "round", "open", "lost", "err", "ended": [{"round", "lost",
+  "err"}]}}]}
 (with --watch, one such array per line, at every change). Durations are in ms; -1 means
 no expiry. Field names are lower snake case and stable.
 

@@ -290,7 +290,7 @@ func claimTable(tw io.Writer, r inspect.Report) {
 	if len(r.Holders) == 0 && len(r.Queue) == 0 {
 		return
 	}
-	header := "  \tOWNER / WAITER\tHANDLE\tTOKEN\tCOUNT\tLEFT\tWAITED"
+	header := "  \tOWNER / WAITER\tIDENTITY\tHANDLE\tTOKEN\tCOUNT\tLEFT\tWAITED"
 	if r.Kind == inspect.Election {
 		header += "\tVALUE"
 	}
@@ -309,8 +309,8 @@ func claimTable(tw io.Writer, r inspect.Report) {
 		if r.Leader != nil {
 			value = "\t" + strconv.Quote(r.Leader.Value)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\t%s\n", role, shown(h.Owner), dash(h.Handle), token(h.Token), h.Count,
-			duration(h.Remaining), value)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", role, shown(h.Owner), identity(h.Identity), dash(h.Handle),
+			token(h.Token), h.Count, duration(h.Remaining), value)
 	}
 	for i, q := range r.Queue {
 		role := fmt.Sprintf("waiting %d", i+1)
@@ -327,8 +327,8 @@ func claimTable(tw io.Writer, r inspect.Report) {
 		if q.Waited > 0 || !q.Shared {
 			waited = duration(q.Waited)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t-\t%d\t%s\t%s%s\n", role, shown(q.ID), dash(q.Handle), q.Weight, duration(q.Remaining),
-			waited, value)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t-\t%d\t%s\t%s%s\n", role, shown(q.ID), identity(q.Identity), dash(q.Handle), q.Weight,
+			duration(q.Remaining), waited, value)
 	}
 }
 
@@ -337,19 +337,23 @@ func onceTable(tw io.Writer, r inspect.Report) {
 	if len(r.Keys) == 0 {
 		return
 	}
-	fmt.Fprintln(tw, "  KEY\tCALL IN FLIGHT (LEADER)\tHANDLE\tTOKEN\tLEFT\tKEPT\tKEPT FOR")
+	fmt.Fprintln(tw, "  KEY\tCALL IN FLIGHT (LEADER)\tIDENTITY\tHANDLE\tTOKEN\tLEFT\tKEPT\tKEPT FOR")
 	for _, k := range r.Keys {
-		leader, handle, tok, left := "-", "-", "-", "-"
+		leader, id, handle, tok, left := "-", "-", "-", "-", "-"
 		if l := k.Leader; l != nil {
-			leader, handle, tok, left = shown(l.Owner), dash(l.Handle), token(l.Token), duration(l.Remaining)
+			leader, id, handle, tok, left = shown(l.Owner), identity(l.Identity), dash(l.Handle), token(l.Token), duration(l.Remaining)
 		}
 		kept, keptFor := "-", "-"
 		if k.Kept != "" {
 			kept, keptFor = k.Kept, duration(k.KeptFor)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", strconv.Quote(k.Key), leader, handle, tok, left, kept, keptFor)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strconv.Quote(k.Key), leader, id, handle, tok, left, kept, keptFor)
 	}
 }
+
+// identity prints a Handle's identity as shown does, "-" if there is none (a reentrant
+// owner's hold).
+func identity(s string) string { return dash(shown(s)) }
 
 func dash(s string) string {
 	if s == "" {
@@ -396,6 +400,7 @@ type reportJSON struct {
 
 type holderJSON struct {
 	Owner       string `json:"owner"`
+	Identity    string `json:"identity"`
 	Handle      string `json:"handle"`
 	Token       int64  `json:"token"`
 	RemainingMs int64  `json:"remaining_ms"`
@@ -405,6 +410,7 @@ type holderJSON struct {
 
 type waiterJSON struct {
 	ID          string `json:"id"`
+	Identity    string `json:"identity"`
 	Handle      string `json:"handle"`
 	RemainingMs int64  `json:"remaining_ms"`
 	WaitedMs    int64  `json:"waited_ms"`
@@ -456,7 +462,7 @@ func ms(d time.Duration) int64 {
 }
 
 func holderToJSON(h distsync.Holder) holderJSON {
-	return holderJSON{Owner: h.Owner, Handle: h.Handle, Token: h.Token, RemainingMs: ms(h.Remaining), Count: h.Count, Shared: h.Shared}
+	return holderJSON{Owner: h.Owner, Identity: h.Identity, Handle: h.Handle, Token: h.Token, RemainingMs: ms(h.Remaining), Count: h.Count, Shared: h.Shared}
 }
 
 func toJSON(name string, rs []inspect.Report) nameJSON {
@@ -467,7 +473,7 @@ func toJSON(name string, rs []inspect.Report) nameJSON {
 			j.Holders = append(j.Holders, holderToJSON(h))
 		}
 		for _, q := range r.Queue {
-			j.Queue = append(j.Queue, waiterJSON{ID: q.ID, Handle: q.Handle, RemainingMs: ms(q.Remaining), WaitedMs: ms(q.Waited),
+			j.Queue = append(j.Queue, waiterJSON{ID: q.ID, Identity: q.Identity, Handle: q.Handle, RemainingMs: ms(q.Remaining), WaitedMs: ms(q.Waited),
 				Weight: q.Weight, Shared: q.Shared, Admitted: q.Admitted, Value: q.Value})
 		}
 		switch r.Kind {

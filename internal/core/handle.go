@@ -30,6 +30,7 @@ type Config struct {
 	HandoffWindow time.Duration
 	WaiterLease   time.Duration
 	Logger        *slog.Logger
+	Identity      string      // who the handle is, for operators: the first part of its id
 	ReplicaAck    ReplicaAck  // N 0: none
 	Observer      func(Event) // nil: none (see Emit)
 }
@@ -126,7 +127,7 @@ func NewHandle(client rueidis.Client, cfg Config) *Handle {
 		Raw:      raw,
 		Config:   cfg,
 		Notifier: pubsub.New(raw, cfg.Logger),
-		id:       base64.RawURLEncoding.EncodeToString(b[:]),
+		id:       escapeIdentity(cfg.Identity) + "." + base64.RawURLEncoding.EncodeToString(b[:]),
 		ctx:      ctx,
 		cancel:   cancel,
 		closing:  make(chan struct{}),
@@ -147,10 +148,11 @@ func NewHandle(client rueidis.Client, cfg Config) *Handle {
 // Log returns the handle's logger.
 func (h *Handle) Log() *slog.Logger { return h.Config.Logger }
 
-// NewID returns an identifier unique across every handle of every process: the handle's random
-// id and a counter. It names owner values and waiter queues.
+// NewID returns an identifier unique across every handle of every process: the handle's id
+// (its escaped identity and a random part, see idSafe) and a counter, '<handle id>:<n>'. It
+// names owner values and waiter queues.
 func (h *Handle) NewID() string {
-	var b [48]byte // one allocation, the string's own
+	var b [maxIDLen + 1 + 13]byte // one allocation, the string's own (13: a uint64 in base 36)
 	return string(strconv.AppendUint(append(append(b[:0], h.id...), ':'), h.seq.Add(1), 36))
 }
 

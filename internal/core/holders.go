@@ -21,6 +21,7 @@ const (
 type HolderInfo struct {
 	Owner     string
 	Handle    string
+	Identity  string
 	Token     int64
 	Remaining time.Duration
 	Count     int64
@@ -64,7 +65,7 @@ func (h *Handle) holders(ctx context.Context, layout string, keys []string) ([]H
 		}
 		hi := HolderInfo{Owner: owner, Token: n[1], Remaining: remaining, Count: n[2], Shared: n[3] == 1}
 		if layout != LayoutHash { // a reentrant owner is the caller's, not a handle's
-			hi.Handle = HandleOf(owner)
+			hi.Handle, hi.Identity = Whose(owner)
 		}
 		out = append(out, hi)
 	}
@@ -80,6 +81,10 @@ func HandleOf(owner string) string {
 	}
 	return ""
 }
+
+// Whose returns the id and the identity of the handle that made an owner value or waiter id
+// (HandleOf, IdentityOf).
+func Whose(owner string) (handle, identity string) { return HandleOf(owner), IdentityOf(owner) }
 
 // ID returns the handle's id: the first part of every owner value and waiter id it makes.
 func (h *Handle) ID() string { return h.id }

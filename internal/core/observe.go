@@ -29,6 +29,7 @@ const (
 type Event struct {
 	Kind      uint8
 	Primitive string
+	Identity  string
 	Name      string
 	ID        uint64
 	Context   context.Context
@@ -97,7 +98,7 @@ func (a *Acquire) Bind(ctx context.Context) context.Context {
 }
 
 func (a *Acquire) emit(e Event) {
-	e.Primitive, e.Name, e.ID, e.Weight, e.Shared = a.kind, a.name, a.id, a.weight, a.shared
+	e.Primitive, e.Identity, e.Name, e.ID, e.Weight, e.Shared = a.kind, a.h.Config.Identity, a.name, a.id, a.weight, a.shared
 	a.h.Emit(e)
 }
 

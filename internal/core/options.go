@@ -90,7 +90,7 @@ func (o Opt) name() string {
 	return o.Name
 }
 
-// check validates the durations every primitive uses.
+// check validates the durations every primitive uses, and the handle's identity.
 func (s *Settings) check() error {
 	for _, d := range []struct {
 		name string
@@ -103,6 +103,9 @@ func (s *Settings) check() error {
 		if d.v < d.min {
 			return fmt.Errorf("%s must be at least %v, got %v", d.name, d.min, d.v)
 		}
+	}
+	if err := checkIdentity(s.Identity); err != nil {
+		return err
 	}
 	if a := s.ReplicaAck; a != (ReplicaAck{}) && (a.N < 1 || a.Timeout < time.Millisecond) {
 		return fmt.Errorf("replica ack must ask for at least 1 replica within at least 1ms, got %d within %v", a.N, a.Timeout)

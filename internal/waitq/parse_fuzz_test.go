@@ -33,6 +33,13 @@ func FuzzParseQueued(f *testing.F) {
 		"w 500 p1/c1",
 		"c p1/c1",
 		"x 10000 p1",
+		// The same, with ids that carry an identity (escaped: no space, '/', ',' or ':'
+		// before the handle id's last '.').
+		"g 1712345678901234 pod%3A7.AAECAwQFBgcICQoL:2/pod%3A7.AAECAwQFBgcICQoL:5,web%2F1.BAECAwQFBgcICQoL:1/web%2F1.BAECAwQFBgcICQoL:3 500 pod%3A7.AAECAwQFBgcICQoL:2/pod%3A7.AAECAwQFBgcICQoL:4",
+		"g 7  500 %7B%7D%7E%25%20.AAECAwQFBgcICQoL:1/%7B%7D%7E%25%20.AAECAwQFBgcICQoL:2",
+		"w 500 caf%C3%A9.AAECAwQFBgcICQoL:1/caf%C3%A9.AAECAwQFBgcICQoL:9",
+		"c h%3A1.AAECAwQFBgcICQoL:1/h%3A1.AAECAwQFBgcICQoL:2",
+		"x 10000 h%3A1.AAECAwQFBgcICQoL:1",
 		// Garbage.
 		"", " ", "g", "w", "c", "c ", "x y", "g 1 b 500", "g 1 b 500 id extra",
 		"g +5 b 500 id", "g 05 b 500 id", "g -5 b 500 id", "g 0 b 500 id",
