@@ -23,6 +23,8 @@ type flagDef struct {
 	arg   string // the placeholder of its value in the help ("D", "N"); "" for a switch
 	help  string // what it does; lines after the first are indented under it
 	set   func(v string) error
+	// shown, if not nil, is how an error shows the value (a URL without its password).
+	shown func(v string) string
 }
 
 // flagSet is the flags of one subcommand, in the order its help lists them.
@@ -171,7 +173,7 @@ func (fs *flagSet) parse(args []string, names int) (pos, rest []string, dashdash
 				value = args[i]
 			}
 			if err := d.set(value); err != nil {
-				return nil, nil, false, usagef("--%s %s: %v", name, shownValue(value), err)
+				return nil, nil, false, usagef("--%s %s: %v", name, d.show(value), err)
 			}
 		default: // one or more short flags: -n, -w5, -w 5, -nE 3
 			consumed, err := fs.parseShort(a, args[i+1:])
@@ -214,11 +216,19 @@ func (fs *flagSet) parseShort(a string, next []string) (consumed int, err error)
 			value, consumed = next[0], 1
 		}
 		if err := d.set(value); err != nil {
-			return 0, usagef("-%c %s: %v", c, shownValue(value), err)
+			return 0, usagef("-%c %s: %v", c, d.show(value), err)
 		}
 		return consumed, nil
 	}
 	return 0, nil
+}
+
+// show returns v as an error shows it.
+func (d *flagDef) show(v string) string {
+	if d.shown != nil {
+		return d.shown(v)
+	}
+	return shownValue(v)
 }
 
 // shownValue quotes a value for an error message if it would not read plainly.

@@ -117,10 +117,13 @@ arguments, or no Redis given; 69 Redis could not be reached or answered with an 
 `},
 	"ls": {`Usage: distsync ls [flags] [PATTERN]
 
-Lists the kind and name of every primitive that has keys under the prefix, sorted by name,
-whose name matches PATTERN, a glob as Redis's SCAN takes it ('*', '?', '[a-z]', '[^a]',
-'\' quotes; default: every name). It SCANs every node (every master of a Redis Cluster)
-and writes nothing. With --json it prints [{"kind": KIND, "name": NAME}, ...].
+Lists every primitive that has keys under the prefix and whose name matches PATTERN, a
+glob as Redis's SCAN takes it ('*', '?', '[a-z]', '[^a]', '\' quotes; default: every
+name), sorted by name: its kind, its name, who holds it (the identity of each holder's
+process, host:PID unless it named itself; a once group's leaders) and how many wait, as
+lslocks(8) lists the locks of one machine. It SCANs every node (every master of a Redis
+Cluster), reads each primitive in one round trip, and writes nothing. With --json it
+prints [{"kind": KIND, "name": NAME, "held_by": [IDENTITY...], "waiting": N}, ...].
 
 Flags:
 `, `
@@ -223,10 +226,23 @@ func badUsage(stderr io.Writer, command string, err error) int {
 	return exitUsage
 }
 
+// redisFlag adds --redis, whose value must be a URL that rueidis reads (checked before
+// anything is sent).
+func redisFlag(fs *flagSet, p *string, help string) {
+	fs.add("redis", 0, "URL", help, func(v string) error {
+		if err := checkRedisURL(v); err != nil {
+			return err
+		}
+		*p = v
+		return nil
+	})
+	fs.defs[len(fs.defs)-1].shown = redacted
+}
+
 // The flags of lock, sem and once.
 func runFlags(command string, cfg *config) *flagSet {
 	fs := &flagSet{command: command}
-	fs.str(&cfg.redisURL, "redis", 0, "URL",
+	redisFlag(fs, &cfg.redisURL,
 		"the Redis every machine shares: redis://[user:pass@]host:port,\n"+
 			"rediss://... for TLS, unix://path, or host:port; Cluster nodes\n"+
 			"with ?addr=host:port&addr=... (default $DISTSYNC_REDIS_URL;\n"+
@@ -255,6 +271,14 @@ func runFlags(command string, cfg *config) *flagSet {
 		"when the claim is lost, time between SIGTERM and SIGKILL to\nCMD (default "+defaultKillGrace.String()+")")
 	fs.boolean(&cfg.foreground, "foreground", 0,
 		"run CMD in distsync's process group, not one of its own (as\nGNU timeout --foreground): only CMD is signalled, not what it\nstarted, and the terminal is not given to it")
+	fs.add("identity", 0, "ID", "how inspect and ls name this process's hold: a pod or job name\n(default host:PID)",
+		func(v string) error {
+			if v == "" || len(v) > distsync.MaxIdentityLen {
+				return fmt.Errorf("must be 1 to %d bytes", distsync.MaxIdentityLen)
+			}
+			cfg.identity = v
+			return nil
+		})
 	fs.boolean(&cfg.quiet, "quiet", 0, "print no message of distsync's own, except errors that end\nit")
 	switch command {
 	case "lock":
@@ -274,7 +298,7 @@ func runFlags(command string, cfg *config) *flagSet {
 // The flags of inspect and ls.
 func inspectFlagSet(command string, f *inspectFlags) *flagSet {
 	fs := &flagSet{command: command}
-	fs.str(&f.redis, "redis", 0, "URL", "Redis URL or host:port, as lock's (default $DISTSYNC_REDIS_URL)")
+	redisFlag(fs, &f.redis, "Redis URL or host:port, as lock's (default $DISTSYNC_REDIS_URL)")
 	fs.str(&f.prefix, "prefix", 0, "P", "key prefix of the Handles whose primitives to read\n(default \""+distsync.DefaultKeyPrefix+"\")")
 	what := "read only this kind"
 	if command == "ls" {
@@ -299,7 +323,7 @@ func inspectFlagSet(command string, f *inspectFlags) *flagSet {
 // The flags of demo.
 func demoFlags(cfg *demoConfig) *flagSet {
 	fs := &flagSet{command: "demo"}
-	fs.str(&cfg.redisURL, "redis", 0, "URL", "a Redis URL or host:port (default $DISTSYNC_REDIS_URL, else an\nembedded Redis)")
+	redisFlag(fs, &cfg.redisURL, "a Redis URL or host:port (default $DISTSYNC_REDIS_URL, else an\nembedded Redis)")
 	fs.count(&cfg.pods, "pods", "simulated pods, each with its own Redis client (default 4)")
 	fs.count(&cfg.goroutines, "goroutines", "goroutines per pod (default 4)")
 	fs.count(&cfg.rounds, "rounds", "Lock/Unlock rounds per goroutine (default 25)")

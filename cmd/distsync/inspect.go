@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -54,6 +55,8 @@ func openInspect(command string, args []string, stdout, stderr io.Writer, tune f
 		return fail(usagef("one PATTERN at most, got %d", len(pos)))
 	case f.redis == "":
 		return fail(usagef("no Redis: give --redis URL or set DISTSYNC_REDIS_URL"))
+	case checkRedisURL(f.redis) != nil: // from DISTSYNC_REDIS_URL: --redis was checked
+		return fail(usagef("DISTSYNC_REDIS_URL: %v", checkRedisURL(f.redis)))
 	}
 	if err := keys.CheckPrefix(f.prefix); err != nil {
 		return fail(usagef("--prefix %s: %v", shownValue(f.prefix), err))
@@ -164,23 +167,78 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitUnavailable
 	}
-	out := make([]entryJSON, 0, len(es))
+	var sel []inspect.Entry
 	for _, e := range es {
 		if f.kind == "" || e.Kind == f.kind {
-			out = append(out, entryJSON(e))
+			sel = append(sel, e)
 		}
+	}
+	out, err := lsHolders(ctx, h, sel)
+	if err != nil {
+		fmt.Fprintf(stderr, "distsync ls: %v\n", err)
+		return exitUnavailable
 	}
 	if f.json {
 		return writeJSON(stdout, stderr, out, true)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	if len(out) > 0 {
+		fmt.Fprintln(tw, "KIND\tNAME\tHELD BY\tWAITING")
+	}
 	for _, e := range out {
-		fmt.Fprintf(tw, "%s\t%s\n", e.Kind, shown(e.Name))
+		by := strings.Join(e.HeldBy, ", ")
+		if by == "" {
+			by = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", e.Kind, shown(e.Name), by, e.Waiting)
 	}
 	if err := tw.Flush(); err != nil {
 		return exitUnavailable
 	}
 	return exitOK
+}
+
+// lsParallel is how many primitives ls reads at once.
+const lsParallel = 8
+
+// lsHolders reads who holds and how many wait for each entry, lsParallel at a time: one
+// round trip each (a once group: a SCAN and a pipeline).
+func lsHolders(ctx context.Context, h *distsync.Handle, es []inspect.Entry) ([]entryJSON, error) {
+	out := make([]entryJSON, len(es))
+	errs := make([]error, len(es))
+	sem := make(chan struct{}, lsParallel)
+	var wg sync.WaitGroup
+	for i, e := range es {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			r, err := inspect.Inspect(ctx, h, e.Kind, e.Name)
+			out[i], errs[i] = entryJSON{Kind: e.Kind, Name: e.Name, HeldBy: []string{}, Waiting: len(r.Queue)}, err
+			for _, hd := range r.Holders {
+				out[i].HeldBy = append(out[i].HeldBy, holderName(hd))
+			}
+			for _, k := range r.Keys {
+				if k.Leader != nil {
+					out[i].HeldBy = append(out[i].HeldBy, holderName(*k.Leader))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// holderName names a hold for ls: its Handle's identity (host:PID unless the process named
+// itself), or, for a reentrant mutex, whose holds belong to an owner, the owner.
+func holderName(hd distsync.Holder) string {
+	switch {
+	case hd.Identity != "":
+		return hd.Identity
+	case hd.Owner != "":
+		return "owner " + shown(hd.Owner)
+	}
+	return "?"
 }
 
 // shown returns name as it is if it prints plainly, else quoted (Go syntax).
@@ -450,8 +508,10 @@ type outcomeJSON struct {
 }
 
 type entryJSON struct {
-	Kind string `json:"kind"`
-	Name string `json:"name"`
+	Kind    string   `json:"kind"`
+	Name    string   `json:"name"`
+	HeldBy  []string `json:"held_by"` // holders' identities (a reentrant's: "owner OWNER")
+	Waiting int      `json:"waiting"`
 }
 
 func ms(d time.Duration) int64 {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -254,6 +255,15 @@ func TestInspectCommand(t *testing.T) {
 	}
 }
 
+// fieldLines returns out's lines, each as its fields joined by one space, each ended by '|'.
+func fieldLines(out string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		b.WriteString(strings.Join(strings.Fields(l), " ") + "|")
+	}
+	return b.String()
+}
+
 func TestLsCommand(t *testing.T) {
 	for _, name := range []string{redistest.Standalone, redistest.ClusterB} {
 		t.Run(name, func(t *testing.T) {
@@ -282,13 +292,22 @@ func TestLsCommand(t *testing.T) {
 					t.Errorf("ls = %+v, want each kind once, sorted by name", got)
 				}
 			}
+			// Who holds each, as lslocks shows a PID: the holders' identities (this process's
+			// host and PID: every Handle of the test is in it), a reentrant's owner.
+			host, _ := os.Hostname()
+			self := fmt.Sprintf("%s:%d", host, os.Getpid())
+			for _, e := range got {
+				if e.Kind != inspect.Reentrant && len(e.HeldBy) > 0 && e.HeldBy[0] != self {
+					t.Errorf("ls --json: %s held by %q, want %q", e.Kind, e.HeldBy, self)
+				}
+			}
 			status, out, _ = runInspectCmd(runLs, "--redis", url, "--prefix", prefix, "r*")
-			if status != exitOK || out != "reentrant  reentrant\nrwmutex    rwmutex\n" {
-				t.Errorf("ls r*: status %d\n%q", status, out)
+			if want := "KIND NAME HELD BY WAITING|reentrant reentrant owner owner-1 0|rwmutex rwmutex " + self + " 1|"; status != exitOK || fieldLines(out) != want {
+				t.Errorf("ls r*: status %d\n%s\nwant (fields) %s", status, out, want)
 			}
 			status, out, _ = runInspectCmd(runLs, "--prefix", prefix, "--kind", "once", "--redis", url)
-			if status != exitOK || out != "once  once\n" {
-				t.Errorf("ls --kind once: status %d\n%q", status, out)
+			if want := "KIND NAME HELD BY WAITING|once once " + self + " 0|"; status != exitOK || fieldLines(out) != want {
+				t.Errorf("ls --kind once: status %d\n%s\nwant (fields) %s", status, out, want)
 			}
 		})
 	}

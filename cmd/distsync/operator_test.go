@@ -274,3 +274,77 @@ func TestInspectWatch(t *testing.T) {
 		t.Errorf("inspect --watch interrupted: status %d, want 0\n%s", status, w.stderr.String())
 	}
 }
+
+// Every malformed flag, value and name of every subcommand is refused with exit status 64
+// and one line on stderr that names what was wrong, and nothing in Redis changes (its keys
+// listed before and after).
+func TestBadInputIsOneLineAndWritesNothing(t *testing.T) {
+	bin, common, _, b, _ := cliSetup(t)
+	long := strings.Repeat("x", 65)
+	for _, tc := range []struct {
+		args  []string
+		names string // what the error must name
+	}{
+		{args(common, "lock", "--bogus", "n", "true"), "--bogus"},
+		{args(common, "lock", "-timeout", "3", "n", "true"), "--timeout"},
+		{args(common, "lock", "-Z", "n", "true"), "-Z"},
+		{args(common, "lock", "--ttl", "soon", "n", "true"), "--ttl"},
+		{args(common, "lock", "--ttl", "0", "n", "true"), "--ttl"},
+		{args(common, "lock", "--ttl=-1s", "n", "true"), "--ttl"},
+		{args(common, "lock", "--timeout", "NaN", "n", "true"), "--timeout"},
+		{args(common, "lock", "-w", "Inf", "n", "true"), "-w"},
+		{args(common, "lock", "--timeout", "1e300", "n", "true"), "--timeout"},
+		{args(common, "lock", "--timeout"), "--timeout"},
+		{args(common, "lock", "-E", "256", "n", "true"), "-E"},
+		{args(common, "lock", "--conflict-exit-code", "x", "n", "true"), "--conflict-exit-code"},
+		{args(common, "lock", "--kill-grace", "-1", "n", "true"), "--kill-grace"},
+		{args(common, "lock", "--prefix", "a{b", "n", "true"), "--prefix"},
+		{args(common, "lock", "--identity", "", "n", "true"), "--identity"},
+		{args(common, "lock", "--identity", long, "n", "true"), "--identity"},
+		{args(common, "lock", "--quiet=1", "n", "true"), "--quiet"},
+		{args(common, "lock", "--fair", "--shared", "n", "true"), "--fair"},
+		{args(common, "lock", "-s", "-x", "n", "true"), "-x"},
+		{args(common, "lock", "", "true"), "NAME"},
+		{args(common, "lock"), "NAME"},
+		{args(common, "lock", "n"), "CMD"},
+		{args(common, "lock", "n", "-c", "true", "--", "false"), "-c"},
+		{args(common, "lock", "--redis", "redis://u:secret@[bad", "n", "true"), "--redis"},
+		{args(common, "lock", "--redis", "http://127.0.0.1:1", "n", "true"), "--redis"},
+		{[]string{"lock", "n", "true"}, "--redis"},
+		{args(common, "sem", "n", "true"), "--size"},
+		{args(common, "sem", "--size", "0", "n", "true"), "--size"},
+		{args(common, "sem", "--size", "x", "n", "true"), "--size"},
+		{args(common, "sem", "--size", "2", "--weight", "3", "n", "true"), "--weight"},
+		{args(common, "sem", "--size", "2", "-s", "n", "true"), "-s"},
+		{args(common, "once", "--timeout", "0", "k", "true"), "--timeout"},
+		{args(common, "once", "-n", "k", "true"), "-n"},
+		{args(common, "once", "--keep", "soon", "k", "true"), "--keep"},
+		{args(common, "once", "--forget", "k", "--", "true"), "--forget"},
+		{args(common, "once", "", "true"), "KEY"},
+		{args(common, "inspect"), "NAME"},
+		{args(common, "inspect", ""), "NAME"},
+		{args(common, "inspect", "--kind", "lock", "n"), "--kind"},
+		{args(common, "inspect", "--bogus", "n"), "--bogus"},
+		{args(common, "inspect", "--prefix", "a}b", "n"), "--prefix"},
+		{args(common, "ls", "a", "b"), "PATTERN"},
+		{args(common, "ls", "--watch"), "--watch"},
+		{[]string{"demo", "--pods", "0"}, "--pods"},
+		{[]string{"demo", "--hold", "x"}, "--hold"},
+		{[]string{"demo", "extra"}, "extra"},
+		{[]string{"help", "nope"}, "nope"},
+		{[]string{"nope"}, "nope"},
+	} {
+		before := b.Keys(t, "")
+		status, stdout, stderr := runCLI(t, bin, tc.args...)
+		if status != 64 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, tc.names) {
+			t.Errorf("distsync %q: status %d, stdout %q, stderr %q; want 64, nothing, and one line that names %s",
+				tc.args, status, stdout, stderr, tc.names)
+		}
+		if strings.Contains(stderr, "secret") {
+			t.Errorf("distsync %q: stderr shows the URL's password: %q", tc.args, stderr)
+		}
+		if after := b.Keys(t, ""); !slices.Equal(before, after) {
+			t.Errorf("distsync %q changed Redis's keys: %q, then %q", tc.args, before, after)
+		}
+	}
+}

@@ -63,9 +63,7 @@ func dialRedisWith(ctx context.Context, addr string, tune func(*rueidis.ClientOp
 // parseRedisURL returns the client options of addr, a URL that rueidis.ParseURL reads or a
 // bare host:port. Its error matches errBadURL.
 func parseRedisURL(addr string) (rueidis.ClientOption, error) {
-	if !strings.Contains(addr, "://") {
-		addr = "redis://" + addr
-	}
+	addr = withScheme(addr)
 	opt, err := rueidis.ParseURL(addr)
 	if err != nil {
 		return opt, fmt.Errorf("%w %q: %v", errBadURL, redacted(addr), err)
@@ -73,9 +71,29 @@ func parseRedisURL(addr string) (rueidis.ClientOption, error) {
 	return opt, nil
 }
 
+// withScheme returns addr, a URL or a bare host:port, as a URL.
+func withScheme(addr string) string {
+	if !strings.Contains(addr, "://") {
+		return "redis://" + addr
+	}
+	return addr
+}
+
+// checkRedisURL returns why addr is not a Redis URL, or nil.
+func checkRedisURL(addr string) error {
+	if _, err := rueidis.ParseURL(withScheme(addr)); err != nil {
+		var ue *url.Error // its text holds the URL, and so its password
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("not a Redis URL: %v", err)
+	}
+	return nil
+}
+
 // redacted returns addr with the password of its user info, if any, replaced: for errors.
 func redacted(addr string) string {
-	if u, err := url.Parse(addr); err == nil {
+	if u, err := url.Parse(withScheme(addr)); err == nil {
 		return u.Redacted()
 	}
 	return "(unparsable URL)"

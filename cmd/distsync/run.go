@@ -94,6 +94,7 @@ type config struct {
 	killGrace    time.Duration
 	foreground   bool
 	quiet        bool
+	identity     string // "": the library's default, host:PID
 
 	fair, shared, exclusive bool  // lock
 	size, weight            int64 // sem
@@ -140,6 +141,8 @@ func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg con
 		return bad("missing CMD: distsync %s [flags] %s [--] CMD [ARGS...], or -c 'COMMAND LINE'", command, names[0])
 	case cfg.redisURL == "":
 		return bad("no Redis: give --redis URL or set DISTSYNC_REDIS_URL (every machine must use the same Redis, so there is no default)")
+	case checkRedisURL(cfg.redisURL) != nil: // from DISTSYNC_REDIS_URL: --redis was checked
+		return bad("DISTSYNC_REDIS_URL: %v", checkRedisURL(cfg.redisURL))
 	case strings.ContainsAny(cfg.prefix, "{}"):
 		return bad("--prefix %s: must not contain '{' or '}'", shownValue(cfg.prefix))
 	case cfg.ttl < distsync.MinLeaseTTL:
@@ -223,6 +226,9 @@ func (r *runner) run() int {
 	}
 	defer client.Close()
 	opts := []distsync.Option{distsync.WithKeyPrefix(r.cfg.prefix), distsync.WithLeaseTTL(r.cfg.ttl)}
+	if r.cfg.identity != "" {
+		opts = append(opts, distsync.WithIdentity(r.cfg.identity))
+	}
 	if !r.cfg.quiet {
 		opts = append(opts, distsync.WithLogger(slog.New(&logHandler{w: r.stderr, mu: new(sync.Mutex)})))
 	}
