@@ -348,11 +348,13 @@ func claimTable(tw io.Writer, r inspect.Report) {
 	if len(r.Holders) == 0 && len(r.Queue) == 0 {
 		return
 	}
-	header := "  \tOWNER / WAITER\tIDENTITY\tHANDLE\tTOKEN\tCOUNT\tLEFT\tWAITED"
+	// The identity (host:PID by default) first, the id Redis keeps last: it is long, and
+	// starts with the identity and the Handle id (the JSON has the Handle apart).
+	header := "  \tIDENTITY\tTOKEN\tCOUNT\tLEFT\tWAITED"
 	if r.Kind == inspect.Election {
 		header += "\tVALUE"
 	}
-	fmt.Fprintln(tw, header)
+	fmt.Fprintln(tw, header+"\tOWNER / WAITER")
 	for _, h := range r.Holders {
 		role := "holder"
 		switch {
@@ -364,11 +366,14 @@ func claimTable(tw io.Writer, r inspect.Report) {
 			role = "granted"
 		}
 		value := ""
-		if r.Leader != nil {
-			value = "\t" + strconv.Quote(r.Leader.Value)
+		if r.Kind == inspect.Election {
+			value = "\t-"
+			if r.Leader != nil {
+				value = "\t" + strconv.Quote(r.Leader.Value)
+			}
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", role, shown(h.Owner), identity(h.Identity), dash(h.Handle),
-			token(h.Token), h.Count, duration(h.Remaining), value)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t-%s\t%s\n", role, identity(h.Identity), token(h.Token), h.Count,
+			duration(h.Remaining), value, shown(h.Owner))
 	}
 	for i, q := range r.Queue {
 		role := fmt.Sprintf("waiting %d", i+1)
@@ -385,27 +390,26 @@ func claimTable(tw io.Writer, r inspect.Report) {
 		if q.Waited > 0 || !q.Shared {
 			waited = duration(q.Waited)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t-\t%d\t%s\t%s%s\n", role, shown(q.ID), identity(q.Identity), dash(q.Handle), q.Weight,
-			duration(q.Remaining), waited, value)
+		fmt.Fprintf(tw, "  %s\t%s\t-\t%d\t%s\t%s%s\t%s\n", role, identity(q.Identity), q.Weight,
+			duration(q.Remaining), waited, value, shown(q.ID))
 	}
 }
 
-// onceTable prints a once group's keys.
 func onceTable(tw io.Writer, r inspect.Report) {
 	if len(r.Keys) == 0 {
 		return
 	}
-	fmt.Fprintln(tw, "  KEY\tCALL IN FLIGHT (LEADER)\tIDENTITY\tHANDLE\tTOKEN\tLEFT\tKEPT\tKEPT FOR")
+	fmt.Fprintln(tw, "  KEY\tLEADER (IDENTITY)\tTOKEN\tLEFT\tKEPT\tKEPT FOR\tCALL IN FLIGHT")
 	for _, k := range r.Keys {
-		leader, id, handle, tok, left := "-", "-", "-", "-", "-"
+		leader, id, tok, left := "-", "-", "-", "-"
 		if l := k.Leader; l != nil {
-			leader, id, handle, tok, left = shown(l.Owner), identity(l.Identity), dash(l.Handle), token(l.Token), duration(l.Remaining)
+			leader, id, tok, left = shown(l.Owner), identity(l.Identity), token(l.Token), duration(l.Remaining)
 		}
 		kept, keptFor := "-", "-"
 		if k.Kept != "" {
 			kept, keptFor = k.Kept, duration(k.KeptFor)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strconv.Quote(k.Key), leader, id, handle, tok, left, kept, keptFor)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", strconv.Quote(k.Key), id, tok, left, kept, keptFor, leader)
 	}
 }
 
