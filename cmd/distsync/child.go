@@ -83,14 +83,22 @@ func lookCommand(name string) (path string, status int, err error) {
 // gets it, not what the child started.) FreeBSD has one too; other systems have none: a
 // distsync killed with SIGKILL leaves the command running (see child_nopdeathsig.go).
 func startChild(spec childSpec) (*child, error) {
-	attr := sysProcAttr(!spec.foreground)
-	tty := spec.tty
-	if spec.foreground {
+	group, tty := !spec.foreground, spec.tty
+	if tty != nil && tty.inForeground() && !tty.leader() {
+		// distsync is part of a larger job in the foreground (a script, a pipeline after
+		// its first command): the terminal is that job's, and its Ctrl-C must reach the
+		// whole job as it would without distsync. The child stays in distsync's group, as
+		// with --foreground.
+		group = false
+	}
+	if !group {
 		tty = nil // the child shares distsync's group, and job control, as it is
 	}
+	attr := sysProcAttr(group)
 	if tty != nil && tty.inForeground() {
-		// The child makes its new group the terminal's foreground group before it runs
-		// its program (with signals blocked, so it gets no SIGTTOU), as a shell's job.
+		// distsync is a job of its own in the foreground: the child makes its new group
+		// the terminal's foreground group before it runs its program (with signals
+		// blocked, so it gets no SIGTTOU), as a shell does for a job.
 		attr.Foreground, attr.Ctty = true, tty.fd()
 	}
 	cmd := &exec.Cmd{
@@ -106,7 +114,7 @@ func startChild(spec childSpec) (*child, error) {
 		// distsync, and the claim, waiting for it.
 		WaitDelay: time.Second,
 	}
-	c := &child{cmd: cmd, group: !spec.foreground, tty: tty, exited: make(chan struct{}), forwarded: map[syscall.Signal]bool{}}
+	c := &child{cmd: cmd, group: group, tty: tty, exited: make(chan struct{}), forwarded: map[syscall.Signal]bool{}}
 	started := make(chan error, 1)
 	go func() {
 		// For the parent-death signal on Linux; elsewhere harmless, as the goroutine spends

@@ -47,6 +47,10 @@ func (t *terminal) foregroundGroup() int {
 	return pg
 }
 
+// leader reports whether distsync leads its process group: a shell with job control started
+// it as a job (or as the first command of a pipeline), not as part of a script's job.
+func (t *terminal) leader() bool { return t.pgrp == os.Getpid() }
+
 // inForeground reports whether distsync's process group is the terminal's foreground group:
 // a shell runs it in the foreground, or gave it the terminal back (fg).
 func (t *terminal) inForeground() bool { return t.foregroundGroup() == t.pgrp }

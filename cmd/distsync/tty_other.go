@@ -10,6 +10,7 @@ type terminal struct{}
 func openTerminal() *terminal           { return nil }
 func (t *terminal) fd() int             { return -1 }
 func (t *terminal) inForeground() bool  { return false }
+func (t *terminal) leader() bool        { return false }
 func (t *terminal) reclaim(pgid int)    {}
 func (t *terminal) jobStopped(pgid int) {}
 func (t *terminal) resume(pgid int)     {}

@@ -274,3 +274,35 @@ func TestBackgroundReadStopsTheJobUntilFg(t *testing.T) {
 	sh.send("echo status=$?.\n")
 	sh.expect(`status=0\.`)
 }
+
+// In a script (a job of which distsync is a part, not the leader), the command shares the
+// script's terminal: its prompt works, and Ctrl-C ends the whole script, as it would
+// without distsync (the script's "after" is never printed).
+func TestCtrlCInAScriptEndsTheScript(t *testing.T) {
+	sh, lock, held := ttySetup(t)
+	script := lock + ` tty -- ` + prompter + `; echo "af""ter=$?."`
+	sh.send("sh -c '" + strings.ReplaceAll(script, "'", `'\''`) + "'\n")
+	sh.expect(`Proceed\? `)
+	sh.send("yes\n")
+	sh.expect(`answer=yes\.`)
+	sh.expect(`after=0\.`)
+	sh.expect(`\$ `)
+	sh.send("sh -c '" + strings.ReplaceAll(script, "'", `'\''`) + "'\n")
+	sh.expect(`Proceed\? `)
+	sh.send("\x03")
+	sh.expect(`\$ `)
+	sh.send("echo status=$?.\n")
+	got := sh.expect(`status=(\d+)\.`)
+	if got[1] != "130" {
+		t.Errorf("the script's status after Ctrl-C: %s, want 130 (killed by SIGINT)", got[1])
+	}
+	sh.mu.Lock()
+	after := strings.Contains(sh.out.String(), "after=130")
+	sh.mu.Unlock()
+	if after {
+		t.Error("the script went on after Ctrl-C")
+	}
+	if held() {
+		t.Error("the lock is held after distsync exited")
+	}
+}
