@@ -7,26 +7,32 @@
 //	distsync lock [flags] NAME [--] CMD [ARGS...]
 //	distsync sem  [flags] NAME --size N [--weight W] [--] CMD [ARGS...]
 //	distsync once [flags] KEY [--keep D] [--] CMD [ARGS...]
+//	distsync once --forget KEY
 //	distsync inspect [flags] NAME...
 //	distsync ls [flags] [PATTERN]
 //	distsync demo [flags]
 //	distsync version
+//	distsync help [COMMAND]
 //
-// lock holds the mutex NAME (package mutex; --fair: package fair; --shared/--exclusive:
-// package rwmutex) while CMD runs; sem holds permits of the semaphore NAME (package
-// semaphore); once runs CMD once among every caller of KEY while it runs, or within --keep
-// (package once), and the other callers print its stdout and exit with its status. The
-// command is an ordinary user of the public API: a Go program that uses mutex.New(h,
-// "deploy") on the same Redis with the same key prefix excludes, and is excluded by,
-// "distsync lock deploy". "distsync help" prints the flags, what CMD is given
-// (DISTSYNC_TOKEN, DISTSYNC_NAME), how signals and a lost claim are handled, and the exit
-// statuses (the exit* constants of run.go).
+// lock holds the mutex NAME (package mutex; --fair: package fair; -s/-x: package rwmutex)
+// while CMD runs; sem holds permits of the semaphore NAME (package semaphore); once runs CMD
+// once among every caller of KEY while it runs, or within --keep (package once), and the
+// other callers print its stdout and exit with its status. The command is an ordinary user of
+// the public API: a Go program that uses mutex.New(h, "deploy") on the same Redis with the
+// same key prefix excludes, and is excluded by, "distsync lock deploy". docs/command.md is
+// the manual; "distsync help COMMAND" prints a command's flags (flags.go parses them, one
+// style for every command; help.go holds the texts and the flag sets). The exit statuses are
+// the exit* constants of run.go.
+//
+// CMD runs in a process group of its own, which is given the terminal when distsync is a job
+// of its own in the foreground (tty.go), and follows CMD's job-control stops (child_linux.go).
 //
 // inspect and ls (inspect.go) print what Redis has of a name, and list the names under a
-// prefix, without writing anything.
+// prefix with their holders, without writing anything; inspect --watch (watch.go) prints the
+// view again at every change, which Redis's client tracking reports.
 //
-// once shares a run's result through the once.Group called "command" (onceGroupName), keyed
-// by KEY, whose value is an onceResult encoded as JSON.
+// once shares a run's result through the once.Group called KEY, whose one key is ""
+// (onceKey), and whose value is an onceResult encoded as JSON.
 //
 // demo runs several simulated pods, each with its own rueidis client, contending on one
 // distributed mutex, and reports acquisitions, hand-off latency, overlaps (there are none) and
