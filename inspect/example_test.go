@@ -95,3 +95,28 @@ func ExampleList() {
 	// semaphore orders:api
 	// orders:api: 3 of 4 permits in use
 }
+
+// The keys in which Redis keeps a mutex: a watcher reads them with client tracking (or
+// subscribes to their keyspace notifications) to read the mutex again at every change, as
+// "distsync inspect --watch" does.
+func ExampleKeys() {
+	srv, err := embedded.Start()
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	h, _ := srv.NewHandle()
+	keys, err := inspect.Keys(h, inspect.Mutex, "orders")
+	if err != nil {
+		panic(err)
+	}
+	for _, k := range keys {
+		fmt.Println(k)
+	}
+	// Output:
+	// distsync:{orders}:mutex
+	// distsync:{orders}:mutex:fence
+	// distsync:{orders}:mutex:q
+	// distsync:{orders}:mutex:qx
+	// distsync:{orders}:mutex:rel
+}

@@ -16,9 +16,10 @@ import (
 //
 // A once group keeps the keys of each of its keys apart, and they cannot be known without a
 // SCAN: Keys returns those of the key "" (a Once's, OnceFunc's, OnceValue's or OnceValues's,
-// and the distsync command's once), not those of the group's other keys. Keys sends nothing
-// to Redis. It returns an error matching [distsync.ErrInvalid] for a nil Handle, a kind that
-// is neither "" nor one of [Kinds], or an empty name.
+// and the distsync command's once), not those of the group's other keys; nor a call's result
+// keys (the call's end, which writes one, also ends its lead, a key Keys returns). Keys sends
+// nothing to Redis. It returns an error matching [distsync.ErrInvalid] for a nil Handle, a
+// kind that is neither "" nor one of [Kinds], or an empty name.
 func Keys(h *distsync.Handle, kind, name string) ([]string, error) {
 	c, err := open(h)
 	if err != nil {
