@@ -102,7 +102,8 @@ type config struct {
 	forget                  bool
 }
 
-// shellPath is the shell that runs -c's command line, as flock -c runs it.
+// shellPath is the shell that runs -c's command line (flock -c runs $SHELL, or /bin/sh: a
+// login shell of the user's choice may not read a command line as sh does).
 const shellPath = "/bin/sh"
 
 // parseArgs reads the flags and arguments of command. It returns ok false, with the status
@@ -158,7 +159,7 @@ func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg con
 	}
 	cfg.name, cfg.argv = names[0], argv
 	if cfg.shellCmd != "" {
-		cfg.argv = []string{"sh", "-c", cfg.shellCmd}
+		cfg.argv = []string{shellPath, "-c", cfg.shellCmd}
 	}
 	return cfg, exitOK, true
 }
