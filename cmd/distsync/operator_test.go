@@ -349,3 +349,22 @@ func TestBadInputIsOneLineAndWritesNothing(t *testing.T) {
 		}
 	}
 }
+
+// Help goes to stdout with exit 0 for every command, and is that command's only: before,
+// "inspect -h" and "ls -h" printed to stderr, and "lock --help" the whole manual.
+func TestHelpOfTheBinary(t *testing.T) {
+	bin := cliBin(t, redistest.Open(t, redistest.Standalone))
+	for _, cmd := range []string{"lock", "sem", "once", "inspect", "ls", "demo"} {
+		for _, flag := range []string{"-h", "--help"} {
+			status, stdout, stderr := runCLI(t, bin, cmd, flag)
+			if status != 0 || stderr != "" || !strings.HasPrefix(stdout, "Usage: distsync "+cmd) {
+				t.Errorf("distsync %s %s: status %d, stderr %q, stdout %.40q; want 0, nothing, its usage", cmd, flag, status, stderr, stdout)
+			}
+			for _, other := range []string{"lock", "sem", "once", "inspect", "ls", "demo"} {
+				if other != cmd && strings.Contains(stdout, "Usage: distsync "+other) {
+					t.Errorf("distsync %s %s prints %s's usage too", cmd, flag, other)
+				}
+			}
+		}
+	}
+}
