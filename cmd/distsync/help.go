@@ -261,7 +261,7 @@ func runFlags(command string, cfg *config) *flagSet {
 		fs.duration(&cfg.timeout, "timeout", 'w', "D",
 			"wait at most D for the claim, connecting to Redis included\n"+
 				"(plain seconds, as flock -w, or 300ms, 1m30s; default: no limit)")
-		fs.add("nonblock", 'n', "", "do not wait: exit with --conflict-exit-code if the claim is\nheld (as flock -n; the same as --timeout 0)",
+		fs.add("nonblock", 'n', "", "do not wait: exit with --conflict-exit-code if the claim is\nheld (as flock -n; the same as --timeout 0; connecting to Redis\nwaits at most 5s)",
 			func(string) error { cfg.timeout = 0; return nil })
 	}
 	fs.integer(&cfg.conflictExit, "conflict-exit-code", 'E', "N",
