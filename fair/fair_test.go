@@ -410,7 +410,7 @@ func TestBadInputAndLocker(t *testing.T) {
 		}
 		l := m.Locker()
 		l.Lock()
-		l.Unlock()
+		l.Unlock() //lint:ignore SA2001 the Locker's Lock and Unlock are what is tested
 		defer func() {
 			if recover() == nil {
 				t.Fatal("Locker.Unlock of an unlocked mutex did not panic")

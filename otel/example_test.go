@@ -96,7 +96,7 @@ func (summary) Encode(v any) error {
 			line := func(set attribute.Set, value string) {
 				var kv []string
 				for _, a := range set.ToSlice() {
-					kv = append(kv, strings.TrimPrefix(string(a.Key), "distsync.")+"="+a.Value.Emit())
+					kv = append(kv, strings.TrimPrefix(string(a.Key), "distsync.")+"="+a.Value.String())
 				}
 				lines = append(lines, fmt.Sprintf("%s{%s} %s", m.Name, strings.Join(kv, ","), value))
 			}

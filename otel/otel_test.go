@@ -259,7 +259,7 @@ func TestContendedMutex(t *testing.T) {
 			t.Errorf("span %v is not a child of the caller's span", s.Attributes())
 		}
 		if v, ok := spanAttr(s, "distsync.name"); !ok || v.AsString() != "orders" {
-			t.Errorf("span's distsync.name = %v", v.Emit())
+			t.Errorf("span's distsync.name = %v", v.String())
 		}
 		res, _ := spanAttr(s, "distsync.result")
 		byResult[res.AsString()] = s // spans end in order: the last acquired one is the contended Lock's
@@ -278,7 +278,7 @@ func TestContendedMutex(t *testing.T) {
 		t.Fatalf("acquired span: %v; want status Unset", s)
 	}
 	if tok, ok := spanAttr(s, "distsync.token"); !ok || tok.AsInt64() <= 0 {
-		t.Errorf("acquired span's token: %v", tok.Emit())
+		t.Errorf("acquired span's token: %v", tok.String())
 	}
 	ev := eventNames(s)
 	if len(ev) < 2 || ev[0] != "queued" || (ev[len(ev)-1] != "woken" && ev[len(ev)-1] != "granted") {

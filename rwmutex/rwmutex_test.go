@@ -532,7 +532,7 @@ func TestRLocker(t *testing.T) {
 		l := m.RLocker()
 		l.Lock()
 		l.Lock()
-		l.Unlock()
+		l.Unlock() //lint:ignore SA2001 the RLocker's Lock and Unlock are what is tested
 		l.Unlock()
 		defer func() {
 			if recover() == nil {

@@ -77,7 +77,6 @@ func TestInspectCommandShowsIdentities(t *testing.T) {
 			role := f[0]
 			if role == "waiting" {
 				role += " " + f[1]
-				f = f[1:]
 			}
 			if id, ok := want[role]; ok {
 				if !strings.Contains(line, " "+id+" ") {
