@@ -42,7 +42,8 @@ func cliBin(t *testing.T, b *redistest.Backend) string {
 		binPath = filepath.Join(b.Server.Dir, "distsync")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", binPath, ".").CombinedOutput()
+		// -buildvcs=auto: "version" names the commit (GOFLAGS may say -buildvcs=false).
+		out, err := exec.CommandContext(ctx, "go", "build", "-buildvcs=auto", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			buildErr = errors.New("go build: " + err.Error() + "\n" + string(out))
 		}

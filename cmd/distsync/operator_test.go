@@ -5,6 +5,7 @@ package main
 import (
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -366,5 +367,22 @@ func TestHelpOfTheBinary(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// distsync version names the module version ("(devel)" for a build from a checkout, the tag
+// for go install ...@vX.Y.Z) and the commit the binary was built from.
+func TestVersionNamesTheCommit(t *testing.T) {
+	bin := cliBin(t, redistest.Open(t, redistest.Standalone))
+	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skipf("not a git checkout: %v", err)
+	}
+	status, stdout, stderr := runCLI(t, bin, "version")
+	if strings.HasPrefix(stdout, "distsync (devel) go") {
+		t.Skip("the binary was built without version control information (no git?)")
+	}
+	if status != 0 || !strings.HasPrefix(stdout, "distsync ") || !strings.Contains(stdout, string(head[:12])) {
+		t.Errorf("distsync version: status %d, %q (stderr %q); want the module version and commit %.12s", status, stdout, stderr, head)
 	}
 }
