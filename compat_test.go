@@ -17,6 +17,7 @@ import (
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/embedded"
 	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/internal/scripts"
 	"github.com/distsync/distsync/mutex"
 )
 
@@ -281,4 +282,146 @@ func TestNewOnAnUnreachableServer(t *testing.T) {
 	if took := time.Since(began); took > distsync.DefaultServerCheckTimeout+2*time.Second {
 		t.Errorf("New took %v, more than DefaultServerCheckTimeout (%v)", took, distsync.DefaultServerCheckTimeout)
 	}
+}
+
+// evictScripts runs n distinct scripts with EVAL on every node of b: Redis 7.4 keeps at most
+// 500 scripts loaded by EVAL and evicts the least recently used, distsync's among them, so
+// that their next EVALSHA meets NOSCRIPT. Earlier versions keep every script.
+func evictScripts(t *testing.T, nodes []rueidis.Client) {
+	t.Helper()
+	mark := strconv.FormatInt(time.Now().UnixNano(), 36)
+	for _, c := range nodes {
+		for batch := range 6 {
+			cmds := make(rueidis.Commands, 0, 100)
+			for i := range 100 {
+				src := fmt.Sprintf("return '%s-%d-%d'", mark, batch, i)
+				cmds = append(cmds, c.B().Eval().Script(src).Numkeys(0).Build())
+			}
+			for _, r := range c.DoMulti(context.Background(), cmds...) {
+				if err := r.Error(); err != nil {
+					t.Fatalf("EVAL: %v", err)
+				}
+			}
+		}
+	}
+}
+
+// loadedOn reports whether any node still has one of the scripts.
+func loadedOn(t *testing.T, nodes []rueidis.Client, scripts ...*scripts.Script) bool {
+	t.Helper()
+	for _, c := range nodes {
+		for _, s := range scripts {
+			ok, err := c.Do(context.Background(), c.B().ScriptExists().Sha1(s.SHA()).Build()).AsIntSlice()
+			if err != nil {
+				t.Fatalf("SCRIPT EXISTS: %v", err)
+			}
+			if ok[0] == 1 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// noScripts returns how many NOSCRIPT errors the nodes replied (INFO errorstats, Redis 7.0+;
+// 0 where there is none).
+func noScripts(t *testing.T, nodes []rueidis.Client) int {
+	t.Helper()
+	n := 0
+	for _, c := range nodes {
+		info, err := c.Do(context.Background(), c.B().Info().Section("errorstats").Build()).ToString()
+		if err != nil {
+			t.Fatalf("INFO errorstats: %v", err)
+		}
+		for line := range strings.Lines(info) {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "errorstat_NOSCRIPT:count="); ok {
+				k, _ := strconv.Atoi(rest)
+				n += k
+			}
+		}
+	}
+	return n
+}
+
+// Scripts evicted from the server's cache (Redis 7.4 evicts scripts loaded by EVAL) are sent
+// again, on every path: an acquire and a release (EVALSHA, then EVAL), the renewals of a held
+// lease (batched EVALSHA in one pipeline per node), and, with WithReplicaAck, the script and
+// WAIT sent together on one connection. No NOSCRIPT reaches the caller; no lease is lost.
+func TestEvictedScriptsAreLoadedAgain(t *testing.T) {
+	v, err := redistest.ServerVersion()
+	evicts := err == nil && v.AtLeast(7, 4)
+	check := func(t *testing.T, nodes []rueidis.Client) {
+		t.Helper()
+		evictScripts(t, nodes)
+		gone := !loadedOn(t, nodes, scripts.MutexAcquire, scripts.MutexRelease)
+		if evicts && !gone {
+			t.Fatalf("Redis %v kept distsync's scripts after 600 others: this test tests nothing", v)
+		}
+		t.Logf("scripts evicted: %v", gone)
+	}
+	run := func(t *testing.T, nodes []rueidis.Client, a, b *distsync.Handle) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		before := noScripts(t, nodes)
+		defer func() {
+			met := noScripts(t, nodes) - before
+			t.Logf("NOSCRIPT replies met and recovered from: %d", met)
+			if evicts && met == 0 && !t.Failed() {
+				t.Errorf("no NOSCRIPT met on Redis %v: the eviction was not exercised", v)
+			}
+		}()
+		ma, err := mutex.New(a, "evicted", distsync.WithLeaseTTL(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mb, err := mutex.New(b, "evicted", distsync.WithLeaseTTL(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, nodes)
+		lease, err := ma.LockLease(ctx)
+		if err != nil {
+			t.Fatalf("Lock after eviction: %v", err)
+		}
+		for range 3 { // renewals every 100 ms, each after an eviction
+			check(t, nodes)
+			time.Sleep(150 * time.Millisecond)
+		}
+		select {
+		case <-lease.Done():
+			t.Fatalf("lease lost while its scripts were evicted: %v", lease.Err())
+		default:
+		}
+		got := make(chan error, 1)
+		go func() { got <- mb.Lock(ctx) }()
+		time.Sleep(50 * time.Millisecond)
+		check(t, nodes)
+		if err := ma.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock after eviction: %v", err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("waiter's Lock after eviction: %v", err)
+		}
+		check(t, nodes)
+		if err := mb.Unlock(ctx); err != nil {
+			t.Fatalf("waiter's Unlock after eviction: %v", err)
+		}
+	}
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		if b.Name == redistest.Mini {
+			t.Skip("miniredis keeps every script and has no SCRIPT EXISTS eviction to test")
+		}
+		prefix := b.Prefix(t)
+		run(t, b.Nodes(t), b.Pod(t, prefix).H, b.Pod(t, prefix).H)
+	})
+	t.Run("replica ack", func(t *testing.T) {
+		primary, _ := replicated(t)
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{primary.Addr()}, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		ack := distsync.WithReplicaAck(1, 2*time.Second)
+		run(t, []rueidis.Client{c}, handleOn(t, c, ack), handleOn(t, c, ack))
+	})
 }
