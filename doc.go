@@ -20,7 +20,9 @@
 //
 // OpenTelemetry metrics and spans are in a module of their own,
 // github.com/distsync/distsync/otel. Build one Handle per rueidis client and make primitives
-// from it; making a primitive costs no round trip to Redis:
+// from it. [New] asks the servers their version, once (Redis 6.2 or later, Valkey 7.2 or
+// later; an older one is refused with [ErrUnsupported]); making a primitive costs no round
+// trip to Redis:
 //
 //	h, err := distsync.New(client)
 //	...

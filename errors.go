@@ -29,11 +29,14 @@ var (
 	// ErrNotReplicated: a claim was taken on the primary but fewer replicas than
 	// [WithReplicaAck] asks for acknowledged it in time. The acquire gave it back.
 	ErrNotReplicated = errors.New("not acknowledged by enough replicas")
+	// ErrUnsupported: [New] found a server older than distsync supports (Redis 6.2, Valkey
+	// 7.2). The error names the version found and the version needed.
+	ErrUnsupported = errors.New("unsupported server")
 )
 
 // The core returns these very values: it takes them from here when the package is
 // initialised, before any primitive can run.
 func init() {
 	core.Adopt(core.Errors{NotAcquired: ErrNotAcquired, NotHeld: ErrNotHeld, Lost: ErrLost, Released: ErrReleased,
-		Invalid: ErrInvalid, Closed: ErrClosed, NotReplicated: ErrNotReplicated})
+		Invalid: ErrInvalid, Closed: ErrClosed, NotReplicated: ErrNotReplicated, Unsupported: ErrUnsupported})
 }

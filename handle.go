@@ -2,6 +2,7 @@ package distsync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -56,6 +57,12 @@ const (
 	// lease 1% and 2 ms before Redis drops it (for client and server clocks that run at
 	// slightly different rates), and a shorter lease would leave it next to nothing.
 	MinLeaseTTL = 10 * time.Millisecond
+
+	// DefaultServerCheckTimeout bounds the one round trip [New] makes to learn the servers'
+	// version. It is rueidis' own dial timeout: long enough to connect again to a server
+	// that dropped the client's connection, short enough that a program started while Redis is
+	// unreachable is told so in seconds. [NewWithContext] takes a context instead.
+	DefaultServerCheckTimeout = 5 * time.Second
 )
 
 // Handle is the shared machinery of the primitives made from one rueidis client: key layout,
@@ -65,14 +72,39 @@ type Handle struct {
 	c *core.Handle
 }
 
-// New wraps client in a Handle. It sends nothing to Redis; it returns an error matching
-// [ErrInvalid] for a nil client or a bad option.
+// New wraps client in a Handle, as [NewWithContext] does with a context that ends after
+// [DefaultServerCheckTimeout].
+func New(client rueidis.Client, opts ...Option) (*Handle, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultServerCheckTimeout)
+	defer cancel()
+	return NewWithContext(ctx, client, opts...)
+}
+
+// NewWithContext wraps client in a Handle. It makes one round trip to Redis, the Handle's
+// only one before its primitives are used: INFO server, sent to every node of a Cluster at
+// once, to learn the servers' version. ctx bounds it.
+//
+//   - A server older than distsync supports (Redis 6.2, Valkey 7.2) gives an error matching
+//     [ErrUnsupported] that names the version found and the version needed.
+//   - On a Cluster of Redis 7.0 or later the Handle uses sharded pub/sub (SSUBSCRIBE,
+//     SPUBLISH), so that a wake-up touches one shard; on a Redis 6.2 Cluster, which has
+//     none, plain pub/sub, which the Cluster broadcasts to every node (docs/benchmarks.md
+//     has what that costs).
+//   - A server that answers INFO with an error (an ACL user without INFO, the embedded
+//     miniredis, which has no server section) is taken as supported, with plain pub/sub,
+//     which works on every version.
+//   - A server that cannot be reached before ctx ends gives an error wrapping rueidis' (and
+//     ctx's): a Handle whose pub/sub it could not choose is not handed out. rueidis.NewClient
+//     has just connected to it, so this is a server that went away since; retry New as you
+//     would NewClient.
+//
+// A nil client or a bad option gives an error matching [ErrInvalid], and nothing is sent.
 //
 // For the embedded miniredis, build the client with DisableCache, AlwaysRESP2 and
 // ForceSingleClient set: miniredis has no client-side caching and no commands on a RESP3
 // subscribed connection, and it answers CLUSTER SLOTS, so rueidis would otherwise take it for
-// a Redis Cluster (on which distsync uses sharded pub/sub, which miniredis lacks).
-func New(client rueidis.Client, opts ...Option) (*Handle, error) {
+// a Redis Cluster.
+func NewWithContext(ctx context.Context, client rueidis.Client, opts ...Option) (*Handle, error) {
 	if client == nil {
 		return nil, fmt.Errorf("distsync: %w: nil client", ErrInvalid)
 	}
@@ -93,7 +125,17 @@ func New(client rueidis.Client, opts ...Option) (*Handle, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Handle{c: core.NewHandle(client, cfg)}, nil
+	srv, err := core.ProbeServer(ctx, client)
+	if err != nil {
+		if errors.Is(err, ErrUnsupported) {
+			return nil, fmt.Errorf("distsync: %w", err)
+		}
+		return nil, fmt.Errorf("distsync: cannot learn the server's version: %w", err)
+	}
+	if srv.Version == "" {
+		cfg.Logger.Info("distsync: the server does not report its version; taken as supported, with plain pub/sub")
+	}
+	return &Handle{c: core.NewHandle(client, cfg, srv)}, nil
 }
 
 // ID returns the Handle's id, unique across processes: the Holders of every primitive report

@@ -14,7 +14,8 @@ import (
 	"github.com/distsync/distsync/mutex"
 )
 
-// pod is one simulated process: its own rueidis client (counted) and distsync handle.
+// pod is one simulated process: its own rueidis client (counted from after New) and distsync
+// handle.
 type pod struct {
 	raw    rueidis.Client
 	client *counting.Client
@@ -25,7 +26,9 @@ func newPod(t *testing.T, b *redistest.Backend, prefix string, opts ...distsync.
 	t.Helper()
 	raw := b.Client(t)
 	c := counting.New(raw)
-	return &pod{raw: raw, client: c, h: b.Handle(t, c, append([]distsync.Option{distsync.WithKeyPrefix(prefix)}, opts...)...)}
+	h := b.Handle(t, c, append([]distsync.Option{distsync.WithKeyPrefix(prefix)}, opts...)...)
+	c.Reset() // New's version check: the tests count what the mutex sends
+	return &pod{raw: raw, client: c, h: h}
 }
 
 // newPodVia is newPod whose connections go through net, for partitions.
@@ -33,7 +36,9 @@ func newPodVia(t *testing.T, b *redistest.Backend, prefix string, net *redistest
 	t.Helper()
 	raw := b.ClientVia(t, net)
 	c := counting.New(raw)
-	return &pod{raw: raw, client: c, h: b.Handle(t, c, append([]distsync.Option{distsync.WithKeyPrefix(prefix)}, opts...)...)}
+	h := b.Handle(t, c, append([]distsync.Option{distsync.WithKeyPrefix(prefix)}, opts...)...)
+	c.Reset() // New's version check: the tests count what the mutex sends
+	return &pod{raw: raw, client: c, h: h}
 }
 
 func (p *pod) mutex(t *testing.T, name string, opts ...distsync.Option) *mutex.Mutex {

@@ -1059,10 +1059,7 @@ func (s *grantScene) lateMessageIsNotTaken(t *testing.T, token int64, what strin
 	t.Helper()
 	second := lockAsync(context.Background(), s.m)
 	waitQueued(t, s.b, s.prefix, s.name, 1)
-	cmd := "PUBLISH"
-	if s.b.Name == redistest.ClusterB {
-		cmd = "SPUBLISH"
-	}
+	cmd := s.b.Pub()
 	s.b.Do(t, func(c rueidis.Client) rueidis.Completed {
 		return c.B().Arbitrary(cmd).Keys(s.key("ch") + ":" + s.w).Args(fmt.Sprintf("g %d  500 %s", token, s.w)).Build()
 	})

@@ -94,6 +94,7 @@ func demo(ctx context.Context, cfg demoConfig, out io.Writer) (err error) {
 			raw.Close()
 			return err
 		}
+		c.Reset() // New's version check: the report counts what the pods' mutexes send
 		clients, handles = append(clients, c), append(handles, h)
 	}
 	rtt, err := pingRTT(ctx, clients[0])

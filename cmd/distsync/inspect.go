@@ -73,6 +73,10 @@ func openInspect(command string, args []string, stdout, stderr io.Writer, tune f
 	h, err = distsync.New(c, distsync.WithKeyPrefix(f.prefix))
 	if err != nil {
 		c.Close()
+		if !errors.Is(err, distsync.ErrInvalid) { // Redis went away, or is too old
+			fmt.Fprintf(stderr, "distsync %s: %v\n", command, err)
+			return nil, nil, nil, f, nil, exitUnavailable, false
+		}
 		return fail(fmt.Errorf("--prefix %s: %w", shownValue(f.prefix), err))
 	}
 	closeAll = func() {

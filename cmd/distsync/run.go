@@ -236,7 +236,10 @@ func (r *runner) run() int {
 	h, err := distsync.New(client, opts...)
 	if err != nil {
 		r.errorf("%v", err)
-		return exitUsage
+		if errors.Is(err, distsync.ErrInvalid) {
+			return exitUsage
+		}
+		return exitUnavailable // Redis went away, or is too old (ErrUnsupported)
 	}
 	defer func() {
 		// Close releases nothing here (every claim was released or given up), but ends what

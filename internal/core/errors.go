@@ -15,6 +15,7 @@ var (
 	ErrInvalid       = errors.New("invalid argument")
 	ErrClosed        = errors.New("handle closed")
 	ErrNotReplicated = errors.New("not acknowledged by enough replicas")
+	ErrUnsupported   = errors.New("unsupported server")
 	// ErrLate: an acquisition's reply came after its lease's local deadline, so it was given
 	// back unused (Redis or the network stalled for about a lease).
 	ErrLate = errors.New("acquired too late to use (the reply came after the lease's local deadline); given back")
@@ -22,11 +23,12 @@ var (
 
 // Errors are package distsync's sentinel errors, for Adopt.
 type Errors struct {
-	NotAcquired, NotHeld, Lost, Released, Invalid, Closed, NotReplicated error
+	NotAcquired, NotHeld, Lost, Released, Invalid, Closed, NotReplicated, Unsupported error
 }
 
 // Adopt makes the core return e's errors; only package distsync's init calls it.
 func Adopt(e Errors) {
 	ErrNotAcquired, ErrNotHeld, ErrLost, ErrReleased = e.NotAcquired, e.NotHeld, e.Lost, e.Released
 	ErrInvalid, ErrClosed, ErrNotReplicated = e.Invalid, e.Closed, e.NotReplicated
+	ErrUnsupported = e.Unsupported
 }

@@ -43,8 +43,11 @@ type Handle struct {
 	Raw      rueidis.Client
 	Config   Config
 	Notifier *pubsub.Notifier
-	// Pub is the publish command scripts use: SPUBLISH on Cluster (sharded), else PUBLISH.
+	// Pub is the publish command scripts use: SPUBLISH on a Cluster with sharded pub/sub
+	// (Server.Sharded), else PUBLISH.
 	Pub string
+	// Server is what New learned of the servers, once.
+	Server Server
 
 	id  string
 	seq atomic.Uint64
@@ -113,8 +116,9 @@ func (t *tracker) close() <-chan struct{} {
 	return ch
 }
 
-// NewHandle starts a handle on client. cfg must be valid.
-func NewHandle(client rueidis.Client, cfg Config) *Handle {
+// NewHandle starts a handle on client, whose servers ProbeServer described as srv. cfg must
+// be valid.
+func NewHandle(client rueidis.Client, cfg Config, srv Server) *Handle {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	ctx, cancel := context.WithCancel(context.Background())
@@ -126,7 +130,8 @@ func NewHandle(client rueidis.Client, cfg Config) *Handle {
 		Client:   client,
 		Raw:      raw,
 		Config:   cfg,
-		Notifier: pubsub.New(raw, cfg.Logger),
+		Notifier: pubsub.New(raw, srv.Sharded, cfg.Logger),
+		Server:   srv,
 		id:       escapeIdentity(cfg.Identity) + "." + base64.RawURLEncoding.EncodeToString(b[:]),
 		ctx:      ctx,
 		cancel:   cancel,

@@ -1,6 +1,9 @@
 // Package pubsub is the notifier of a distsync handle: one subscription connection per Redis
 // node (rueidis multiplexes every Receive of a node onto it), reference-counted channels, and
-// sharded pub/sub (SSUBSCRIBE) on Redis Cluster so that a wake-up touches one shard.
+// sharded pub/sub (SSUBSCRIBE) on Redis Cluster 7.0+ so that a wake-up touches one shard. A
+// Redis 6.2 Cluster has no sharded pub/sub: there the notifier uses plain SUBSCRIBE, sent to the
+// node that owns the channel's slot, and the scripts' PUBLISH reaches it over the Cluster bus,
+// which broadcasts every PUBLISH to every node.
 //
 // Pub/sub is lossy: a PUBLISH sent while the subscription connection is down reaches nobody,
 // and rueidis re-subscribes silently after it reconnects. The notifier therefore watches every
@@ -66,6 +69,7 @@ func (r *Resubs) Next() <-chan struct{} {
 type Notifier struct {
 	client  rueidis.Client
 	sharded bool
+	cluster bool
 	linger  time.Duration
 	log     *slog.Logger
 
@@ -95,15 +99,17 @@ type Subscription struct {
 	once sync.Once
 }
 
-// New returns a notifier on client. On a Redis Cluster client it uses sharded pub/sub.
-func New(client rueidis.Client, log *slog.Logger) *Notifier {
+// New returns a notifier on client. With sharded (a Redis Cluster client whose nodes have
+// sharded pub/sub, Redis 7.0+) it uses SSUBSCRIBE; otherwise SUBSCRIBE.
+func New(client rueidis.Client, sharded bool, log *slog.Logger) *Notifier {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Notifier{
 		client:  client,
-		sharded: client.Mode() == rueidis.ClientModeCluster,
+		sharded: sharded,
+		cluster: client.Mode() == rueidis.ClientModeCluster,
 		linger:  DefaultLinger,
 		log:     log,
 		ctx:     ctx,
@@ -245,18 +251,30 @@ func (n *Notifier) unsubscribe(c *channel) {
 // the next command races with that read (the race detector reported it under CLIENT KILL, with
 // a waitgroup's next script built in the recycled buffer). A pinned buffer is left to the
 // garbage collector: one allocation per (un)subscription.
+//
+// Plain (UN)SUBSCRIBE on a Cluster client carries the channel's slot: a keyless command goes
+// to whichever node rueidis picks first, and an UNSUBSCRIBE sent to another node than its
+// SUBSCRIBE would leave the channel subscribed for ever. With the slot, both go to the node
+// that owns it, as sharded pub/sub's would.
 func (n *Notifier) subscribeCmd(name string) rueidis.Completed {
 	if n.sharded {
 		return n.client.B().Ssubscribe().Channel(name).Build().Pin()
 	}
-	return n.client.B().Subscribe().Channel(name).Build().Pin()
+	return n.onSlot(n.client.B().Subscribe().Channel(name).Build().Pin(), name)
 }
 
 func (n *Notifier) unsubscribeCmd(name string) rueidis.Completed {
 	if n.sharded {
 		return n.client.B().Sunsubscribe().Channel(name).Build().Pin()
 	}
-	return n.client.B().Unsubscribe().Channel(name).Build().Pin()
+	return n.onSlot(n.client.B().Unsubscribe().Channel(name).Build().Pin(), name)
+}
+
+func (n *Notifier) onSlot(cmd rueidis.Completed, channel string) rueidis.Completed {
+	if n.cluster {
+		return cmd.SetSlot(channel)
+	}
+	return cmd
 }
 
 // run keeps channel c subscribed while it has listeners. rueidis' Receive returns when the

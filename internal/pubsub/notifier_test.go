@@ -47,7 +47,7 @@ func (l *listener) snapshot() ([]string, int) {
 func publish(t *testing.T, b *redistest.Backend, channel, msg string) {
 	t.Helper()
 	b.Do(t, func(c rueidis.Client) rueidis.Completed {
-		if c.Mode() == rueidis.ClientModeCluster {
+		if b.Sharded() {
 			return c.B().Spublish().Channel(channel).Message(msg).Build()
 		}
 		return c.B().Publish().Channel(channel).Message(msg).Build()
@@ -67,7 +67,7 @@ func TestOneSubscriptionPerChannel(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		baseline := redistest.LibraryGoroutines()
 		client := counting.New(b.Client(t))
-		n := pubsub.New(client, nil)
+		n := pubsub.New(client, b.Sharded(), nil)
 		defer n.Close(context.Background())
 		n.SetLinger(0)
 		channel := b.Prefix(t) + "{x}:ch"
@@ -114,7 +114,7 @@ func TestOneSubscriptionPerChannel(t *testing.T) {
 func TestLingerKeepsTheSubscription(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		client := counting.New(b.Client(t))
-		n := pubsub.New(client, nil)
+		n := pubsub.New(client, b.Sharded(), nil)
 		defer n.Close(context.Background())
 		n.SetLinger(500 * time.Millisecond)
 		channel := b.Prefix(t) + "{x}:ch"
@@ -144,7 +144,7 @@ func TestLingerKeepsTheSubscription(t *testing.T) {
 // is told so that it re-checks, and messages flow again.
 func TestResubscribedAfterConnectionLoss(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		n := pubsub.New(b.Client(t), nil)
+		n := pubsub.New(b.Client(t), b.Sharded(), nil)
 		defer n.Close(context.Background())
 		channel := b.Prefix(t) + "{x}:ch"
 		l := newListener()
@@ -164,7 +164,7 @@ func TestResubscribedAfterConnectionLoss(t *testing.T) {
 // Subscribe gives up when its context ends and leaves nothing registered.
 func TestSubscribeAfterClose(t *testing.T) {
 	b := redistest.Open(t, redistest.Mini)
-	n := pubsub.New(b.Client(t), nil)
+	n := pubsub.New(b.Client(t), b.Sharded(), nil)
 	n.Close(context.Background())
 	if _, err := n.Subscribe(context.Background(), "c", newListener()); err != pubsub.ErrClosed {
 		t.Fatalf("Subscribe after Close = %v, want ErrClosed", err)

@@ -17,7 +17,7 @@ import (
 // Pod is one simulated process: its own rueidis client, counted, and its distsync handle.
 type Pod struct {
 	Raw    rueidis.Client   // the client itself
-	Client *counting.Client // Raw, counting what the pod sends
+	Client *counting.Client // Raw, counting what the pod sends after New (whose INFO is not counted)
 	H      *distsync.Handle // the pod's handle, on Client, with the test's key prefix
 }
 
@@ -41,7 +41,9 @@ func (b *Backend) PodOn(tb testing.TB, c rueidis.Client, prefix string, opts ...
 
 func (b *Backend) podOn(tb testing.TB, raw rueidis.Client, prefix string, opts []distsync.Option) *Pod {
 	c := counting.New(raw)
-	return &Pod{Raw: raw, Client: c, H: b.Handle(tb, c, append([]distsync.Option{distsync.WithKeyPrefix(prefix)}, opts...)...)}
+	h := b.Handle(tb, c, append([]distsync.Option{distsync.WithKeyPrefix(prefix)}, opts...)...)
+	c.Reset() // New's version check: the tests count what the primitives send
+	return &Pod{Raw: raw, Client: c, H: h}
 }
 
 // Faulty is a rueidis.Client that interferes with chosen commands sent with Do, on request:

@@ -330,7 +330,7 @@ func escapeGlob(s string) string {
 }
 
 // Channels returns the pub/sub channels with subscribers whose names match the glob pattern,
-// on all nodes (plain and sharded pub/sub together).
+// on all nodes (plain and, where the server has it, sharded pub/sub together).
 func (b *Backend) Channels(tb testing.TB, pattern string) []string {
 	tb.Helper()
 	if b.Name == Mini {
@@ -338,10 +338,11 @@ func (b *Backend) Channels(tb testing.TB, pattern string) []string {
 	}
 	var out []string
 	for _, c := range b.nodes(tb) {
-		for _, cmd := range []rueidis.Completed{
-			c.B().PubsubChannels().Pattern(pattern).Build(),
-			c.B().PubsubShardchannels().Pattern(pattern).Build(),
-		} {
+		cmds := []rueidis.Completed{c.B().PubsubChannels().Pattern(pattern).Build()}
+		if b.Sharded() {
+			cmds = append(cmds, c.B().PubsubShardchannels().Pattern(pattern).Build())
+		}
+		for _, cmd := range cmds {
 			chs, err := c.Do(context.Background(), cmd).AsStrSlice()
 			if err != nil {
 				c.Close()
@@ -354,8 +355,8 @@ func (b *Backend) Channels(tb testing.TB, pattern string) []string {
 	return out
 }
 
-// Subscribers returns the number of subscribers of a channel on all nodes (plain and
-// sharded pub/sub counted together).
+// Subscribers returns the number of subscribers of a channel on all nodes (plain and, where
+// the server has it, sharded pub/sub counted together).
 func (b *Backend) Subscribers(tb testing.TB, channel string) int64 {
 	tb.Helper()
 	if b.Name == Mini {
@@ -363,10 +364,11 @@ func (b *Backend) Subscribers(tb testing.TB, channel string) int64 {
 	}
 	var n int64
 	for _, c := range b.nodes(tb) {
-		for _, cmd := range []rueidis.Completed{
-			c.B().PubsubNumsub().Channel(channel).Build(),
-			c.B().PubsubShardnumsub().Channel(channel).Build(),
-		} {
+		cmds := []rueidis.Completed{c.B().PubsubNumsub().Channel(channel).Build()}
+		if b.Sharded() {
+			cmds = append(cmds, c.B().PubsubShardnumsub().Channel(channel).Build())
+		}
+		for _, cmd := range cmds {
 			m, err := c.Do(context.Background(), cmd).AsIntMap()
 			if err != nil {
 				c.Close()

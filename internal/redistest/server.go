@@ -100,6 +100,10 @@ func startServer(cluster bool, extra ...string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	version, err := binVersion(bin)
+	if err != nil {
+		return nil, err
+	}
 	var lastErr error
 	for range 5 {
 		port, err := freePort(cluster)
@@ -116,7 +120,6 @@ func startServer(cluster bool, extra ...string) (*Server, error) {
 			"save \"\"",
 			"appendonly no",
 			"dir " + dir,
-			"enable-debug-command local",
 			"loglevel warning",
 			"logfile " + filepath.Join(dir, "redis.log"),
 		}
@@ -125,9 +128,9 @@ func startServer(cluster bool, extra ...string) (*Server, error) {
 				"cluster-enabled yes",
 				"cluster-config-file "+filepath.Join(dir, "nodes.conf"),
 				"cluster-node-timeout 2000",
-				"cluster-port "+strconv.Itoa(port+10000),
 			)
 		}
+		conf = append(conf, serverConfig(version, port, cluster)...)
 		conf = append(conf, extra...)
 		cfgPath := filepath.Join(dir, "redis.conf")
 		if err := os.WriteFile(cfgPath, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {

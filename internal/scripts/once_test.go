@@ -22,11 +22,7 @@ type onceEnv struct {
 func newOnceEnv(t *testing.T, b *redistest.Backend) *onceEnv {
 	c := b.Client(t)
 	base := b.Prefix(t) + "{o}:once"
-	pub := "PUBLISH"
-	if c.Mode() == rueidis.ClientModeCluster {
-		pub = "SPUBLISH"
-	}
-	return &onceEnv{t, c, base, base + ":kept", base + ":res:", base + ":fence", base + ":forgot", base + ":ch", pub}
+	return &onceEnv{t, c, base, base + ":kept", base + ":res:", base + ":fence", base + ":forgot", base + ":ch", b.Pub()}
 }
 
 func (e *onceEnv) begin(owner, waitedFor string) []rueidis.RedisMessage {

@@ -23,11 +23,7 @@ type mutexKeys struct {
 
 func newKeys(t *testing.T, b *redistest.Backend, c rueidis.Client) mutexKeys {
 	base := b.Prefix(t) + "{m}:mutex"
-	pub := "PUBLISH"
-	if c.Mode() == rueidis.ClientModeCluster {
-		pub = "SPUBLISH"
-	}
-	return mutexKeys{base, base + ":fence", base + ":q", base + ":qx", base + ":ch", pub}
+	return mutexKeys{base, base + ":fence", base + ":q", base + ":qx", base + ":ch", b.Pub()}
 }
 
 type env struct {
@@ -126,7 +122,7 @@ func (e *env) listen(waiters ...string) chan [2]string {
 	for _, w := range waiters {
 		ch := e.k.ch + ":" + w
 		cmd := c.B().Subscribe().Channel(ch).Build()
-		if c.Mode() == rueidis.ClientModeCluster {
+		if e.b.Sharded() {
 			cmd = c.B().Ssubscribe().Channel(ch).Build()
 		}
 		ready := make(chan struct{})

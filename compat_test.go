@@ -1,0 +1,427 @@
+package distsync_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/embedded"
+	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/internal/scripts"
+	"github.com/distsync/distsync/mutex"
+)
+
+// An Unlock wakes a waiter in another process by pub/sub on every server distsync supports:
+// sharded pub/sub on a Cluster that has it (Redis 7.0+, Valkey), plain pub/sub elsewhere,
+// a Redis 6.2 Cluster included (it has no SPUBLISH: a script calling it failed at the first
+// Unlock, and every waiter stalled until its backstop). The lease is long, so only the
+// message can wake the waiter in time.
+func TestUnlockWakesWaiterOnEveryServer(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		ma, err := mutex.New(b.Pod(t, prefix).H, "handoff", distsync.WithLeaseTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mb, err := mutex.New(b.Pod(t, prefix).H, "handoff", distsync.WithLeaseTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for round := range 3 {
+			if err := ma.Lock(ctx); err != nil {
+				t.Fatalf("round %d: a Lock: %v", round, err)
+			}
+			got := make(chan error, 1)
+			go func() { got <- mb.Lock(ctx) }()
+			if !redistest.Eventually(5*time.Second, func() bool { return len(b.Channels(t, escape(prefix)+"*")) > 0 }) {
+				t.Fatalf("round %d: the waiter never subscribed", round)
+			}
+			if b.Name != redistest.Mini {
+				checkPubSubKind(t, b, escape(prefix)+"*")
+			}
+			began := time.Now()
+			if err := ma.Unlock(ctx); err != nil {
+				t.Fatalf("round %d: Unlock: %v", round, err)
+			}
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatalf("round %d: waiter's Lock: %v", round, err)
+				}
+				t.Logf("round %d: waiter woke %v after Unlock", round, time.Since(began).Round(time.Microsecond))
+			case <-time.After(5 * time.Second):
+				t.Fatalf("round %d: the waiter was not woken within 5 s of Unlock (lease 30 s)", round)
+			}
+			if err := mb.Unlock(ctx); err != nil {
+				t.Fatalf("round %d: waiter's Unlock: %v", round, err)
+			}
+		}
+	})
+}
+
+// checkPubSubKind checks that the channels matching pattern are subscribed with the pub/sub
+// distsync must use on b: sharded where the server has it on a Cluster, plain elsewhere.
+func checkPubSubKind(t *testing.T, b *redistest.Backend, pattern string) {
+	t.Helper()
+	var plain, sharded int
+	for _, c := range b.Nodes(t) {
+		chs, err := c.Do(context.Background(), c.B().PubsubChannels().Pattern(pattern).Build()).AsStrSlice()
+		if err != nil {
+			t.Fatalf("PUBSUB CHANNELS: %v", err)
+		}
+		plain += len(chs)
+		if b.Sharded() {
+			chs, err := c.Do(context.Background(), c.B().PubsubShardchannels().Pattern(pattern).Build()).AsStrSlice()
+			if err != nil {
+				t.Fatalf("PUBSUB SHARDCHANNELS: %v", err)
+			}
+			sharded += len(chs)
+		}
+	}
+	if b.Sharded() && (sharded == 0 || plain != 0) {
+		t.Errorf("%d sharded and %d plain channels subscribed on a Cluster with sharded pub/sub; want sharded only", sharded, plain)
+	}
+	if !b.Sharded() && plain == 0 {
+		t.Errorf("no plain channel subscribed on %s without sharded pub/sub", b.Name)
+	}
+}
+
+func escape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(s)
+}
+
+// fakeServer answers just enough of the protocol for rueidis to connect (no HELLO: RESP2)
+// and for New to ask INFO server, reporting info as the reply (an ACL's refusal if info is
+// empty). It stops when the test ends.
+func fakeServer(t *testing.T, info string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go serveFake(conn, info)
+		}
+	}()
+	return l.Addr().String()
+}
+
+func serveFake(conn net.Conn, info string) {
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+	for {
+		args, err := readCommand(r)
+		if err != nil {
+			return
+		}
+		var reply string
+		switch strings.ToUpper(args[0]) {
+		case "PING":
+			reply = "+PONG\r\n"
+		case "INFO":
+			reply = "$" + strconv.Itoa(len(info)) + "\r\n" + info + "\r\n"
+			if info == "" {
+				reply = "-NOPERM this user has no permissions to run the 'info' command\r\n"
+			}
+		default:
+			reply = fmt.Sprintf("-ERR unknown command '%s'\r\n", args[0])
+		}
+		if _, err := conn.Write([]byte(reply)); err != nil {
+			return
+		}
+	}
+}
+
+// readCommand reads one RESP array of bulk strings.
+func readCommand(r *bufio.Reader) ([]string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "*")))
+	if err != nil || n < 1 {
+		return nil, fmt.Errorf("bad command header %q", line)
+	}
+	args := make([]string, n)
+	for i := range args {
+		if line, err = r.ReadString('\n'); err != nil {
+			return nil, err
+		}
+		size, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "$")))
+		if err != nil {
+			return nil, fmt.Errorf("bad bulk header %q", line)
+		}
+		buf := make([]byte, size+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		args[i] = string(buf[:size])
+	}
+	return args, nil
+}
+
+func fakeClient(t *testing.T, info string) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{fakeServer(t, info)},
+		ForceSingleClient: true, DisableCache: true, DisableRetry: true})
+	if err != nil {
+		t.Fatalf("rueidis.NewClient to the fake server: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// A server older than Redis 6.2 is refused by New, with an error that names the version
+// found and the version needed; 6.2 and later, and Valkey (which reports redis_version
+// 7.2.4), are taken.
+func TestNewRefusesAnOldServer(t *testing.T) {
+	for _, c := range []struct {
+		info string
+		ok   bool
+		want string
+	}{
+		{"# Server\r\nredis_version:6.0.20\r\nredis_mode:standalone\r\n", false, "Redis 6.0.20; distsync needs Redis 6.2 or later, or Valkey 7.2 or later"},
+		{"# Server\r\nredis_version:5.0.14\r\n", false, "Redis 5.0.14; distsync needs Redis 6.2"},
+		{"# Server\r\nredis_version:6.2.0\r\n", true, ""},
+		{"# Server\r\nredis_version:7.4.1\r\n", true, ""},
+		{"# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\n", true, ""},
+		{"# Server\r\nredis_version:7.0.0\r\nserver_name:valkey\r\nvalkey_version:6.9.9\r\n", true, ""},
+	} {
+		h, err := distsync.New(fakeClient(t, c.info))
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("New on %q = %v, want a Handle", c.info, err)
+		case !c.ok && (!errors.Is(err, distsync.ErrUnsupported) || !strings.Contains(err.Error(), c.want) || h != nil):
+			t.Errorf("New on %q = %v, %v; want ErrUnsupported saying %q", c.info, h, err, c.want)
+		case !c.ok:
+			t.Logf("New on %s: %v", strings.Fields(c.info)[2], err)
+		}
+		if h != nil {
+			_ = h.Close(context.Background())
+		}
+	}
+}
+
+// The embedded miniredis, whose INFO has no server section, is taken as supported (with plain
+// pub/sub); so is a server that refuses INFO.
+func TestNewTakesServersThatDoNotSayTheirVersion(t *testing.T) {
+	srv, err := embedded.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c, err := srv.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h, err := distsync.New(c)
+	if err != nil {
+		t.Fatalf("New on miniredis: %v", err)
+	}
+	_ = h.Close(context.Background())
+
+	// INFO refused, as Redis refuses it to an ACL user without it.
+	h, err = distsync.New(fakeClient(t, ""))
+	if err != nil {
+		t.Fatalf("New on a server that refuses INFO: %v", err)
+	}
+	_ = h.Close(context.Background())
+}
+
+// A server that cannot be reached when New asks its version: New returns, within the bound
+// it was given, an error that says so (and is not ErrUnsupported); it hands out no Handle
+// whose pub/sub it could not choose.
+func TestNewOnAnUnreachableServer(t *testing.T) {
+	srv, err := embedded.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := srv.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv.Close() // the server goes away after the client connected
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	h, err := distsync.NewWithContext(ctx, c)
+	took := time.Since(began)
+	if err == nil || h != nil || errors.Is(err, distsync.ErrUnsupported) || !strings.Contains(err.Error(), "cannot learn the server's version") {
+		t.Fatalf("NewWithContext on a stopped server = %v, %v; want an error saying the version could not be learned", h, err)
+	}
+	if took > 2*time.Second {
+		t.Errorf("NewWithContext took %v with a 300 ms context", took)
+	}
+	t.Logf("NewWithContext: %v after %v", err, took.Round(time.Millisecond))
+
+	began = time.Now()
+	if _, err := distsync.New(c); err == nil {
+		t.Fatal("New on a stopped server succeeded")
+	}
+	if took := time.Since(began); took > distsync.DefaultServerCheckTimeout+2*time.Second {
+		t.Errorf("New took %v, more than DefaultServerCheckTimeout (%v)", took, distsync.DefaultServerCheckTimeout)
+	}
+}
+
+// evictScripts runs n distinct scripts with EVAL on every node of b: Redis 7.4 keeps at most
+// 500 scripts loaded by EVAL and evicts the least recently used, distsync's among them, so
+// that their next EVALSHA meets NOSCRIPT. Earlier versions keep every script.
+func evictScripts(t *testing.T, nodes []rueidis.Client) {
+	t.Helper()
+	mark := strconv.FormatInt(time.Now().UnixNano(), 36)
+	for _, c := range nodes {
+		for batch := range 6 {
+			cmds := make(rueidis.Commands, 0, 100)
+			for i := range 100 {
+				src := fmt.Sprintf("return '%s-%d-%d'", mark, batch, i)
+				cmds = append(cmds, c.B().Eval().Script(src).Numkeys(0).Build())
+			}
+			for _, r := range c.DoMulti(context.Background(), cmds...) {
+				if err := r.Error(); err != nil {
+					t.Fatalf("EVAL: %v", err)
+				}
+			}
+		}
+	}
+}
+
+// loadedOn reports whether any node still has one of the scripts.
+func loadedOn(t *testing.T, nodes []rueidis.Client, scripts ...*scripts.Script) bool {
+	t.Helper()
+	for _, c := range nodes {
+		for _, s := range scripts {
+			ok, err := c.Do(context.Background(), c.B().ScriptExists().Sha1(s.SHA()).Build()).AsIntSlice()
+			if err != nil {
+				t.Fatalf("SCRIPT EXISTS: %v", err)
+			}
+			if ok[0] == 1 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// noScripts returns how many NOSCRIPT errors the nodes replied (INFO errorstats, Redis 7.0+;
+// 0 where there is none).
+func noScripts(t *testing.T, nodes []rueidis.Client) int {
+	t.Helper()
+	n := 0
+	for _, c := range nodes {
+		info, err := c.Do(context.Background(), c.B().Info().Section("errorstats").Build()).ToString()
+		if err != nil {
+			t.Fatalf("INFO errorstats: %v", err)
+		}
+		for line := range strings.Lines(info) {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "errorstat_NOSCRIPT:count="); ok {
+				k, _ := strconv.Atoi(rest)
+				n += k
+			}
+		}
+	}
+	return n
+}
+
+// Scripts evicted from the server's cache (Redis 7.4 evicts scripts loaded by EVAL) are sent
+// again, on every path: an acquire and a release (EVALSHA, then EVAL), the renewals of a held
+// lease (batched EVALSHA in one pipeline per node), and, with WithReplicaAck, the script and
+// WAIT sent together on one connection. No NOSCRIPT reaches the caller; no lease is lost.
+func TestEvictedScriptsAreLoadedAgain(t *testing.T) {
+	v, err := redistest.ServerVersion()
+	evicts := err == nil && v.AtLeast(7, 4)
+	check := func(t *testing.T, nodes []rueidis.Client) {
+		t.Helper()
+		evictScripts(t, nodes)
+		gone := !loadedOn(t, nodes, scripts.MutexAcquire, scripts.MutexRelease)
+		if evicts && !gone {
+			t.Fatalf("Redis %v kept distsync's scripts after 600 others: this test tests nothing", v)
+		}
+		t.Logf("scripts evicted: %v", gone)
+	}
+	run := func(t *testing.T, nodes []rueidis.Client, a, b *distsync.Handle) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		before := noScripts(t, nodes)
+		defer func() {
+			met := noScripts(t, nodes) - before
+			t.Logf("NOSCRIPT replies met and recovered from: %d", met)
+			if evicts && met == 0 && !t.Failed() {
+				t.Errorf("no NOSCRIPT met on Redis %v: the eviction was not exercised", v)
+			}
+		}()
+		ma, err := mutex.New(a, "evicted", distsync.WithLeaseTTL(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mb, err := mutex.New(b, "evicted", distsync.WithLeaseTTL(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, nodes)
+		lease, err := ma.LockLease(ctx)
+		if err != nil {
+			t.Fatalf("Lock after eviction: %v", err)
+		}
+		for range 3 { // renewals every 100 ms, each after an eviction
+			check(t, nodes)
+			time.Sleep(150 * time.Millisecond)
+		}
+		select {
+		case <-lease.Done():
+			t.Fatalf("lease lost while its scripts were evicted: %v", lease.Err())
+		default:
+		}
+		got := make(chan error, 1)
+		go func() { got <- mb.Lock(ctx) }()
+		time.Sleep(50 * time.Millisecond)
+		check(t, nodes)
+		if err := ma.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock after eviction: %v", err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("waiter's Lock after eviction: %v", err)
+		}
+		check(t, nodes)
+		if err := mb.Unlock(ctx); err != nil {
+			t.Fatalf("waiter's Unlock after eviction: %v", err)
+		}
+	}
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		if b.Name == redistest.Mini {
+			t.Skip("miniredis keeps every script and has no SCRIPT EXISTS eviction to test")
+		}
+		prefix := b.Prefix(t)
+		run(t, b.Nodes(t), b.Pod(t, prefix).H, b.Pod(t, prefix).H)
+	})
+	t.Run("replica ack", func(t *testing.T) {
+		primary, _ := replicated(t)
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{primary.Addr()}, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		ack := distsync.WithReplicaAck(1, 2*time.Second)
+		run(t, []rueidis.Client{c}, handleOn(t, c, ack), handleOn(t, c, ack))
+	})
+}
