@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +69,7 @@ type Denial struct {
 	Reason  string // "command", "key", "channel", "auth"
 	Context string // "toplevel", "lua", "multi"
 	Object  string // the command (as "client|tracking"), key or channel refused
+	Count   int64  // how many times (Redis counts repeats of an entry within a minute in one)
 }
 
 func (d Denial) String() string { return d.Reason + " " + d.Object + " (" + d.Context + ")" }
@@ -85,20 +87,21 @@ func (u *User) Denials(tb testing.TB) []Denial {
 			tb.Fatalf("ACL LOG: %v", err)
 		}
 		for _, e := range entries {
-			m, err := e.AsStrMap()
+			mm, err := e.AsMap()
 			if err != nil {
-				// Mixed value types (counts are integers): read the strings one by one.
-				mm, err := e.AsMap()
-				if err != nil {
-					tb.Fatalf("ACL LOG entry: %v", err)
-				}
-				m = map[string]string{}
-				for k, v := range mm {
+				tb.Fatalf("ACL LOG entry: %v", err)
+			}
+			m := map[string]string{}
+			for k, v := range mm {
+				if n, err := v.AsInt64(); err == nil { // count, entry-id
+					m[k] = strconv.FormatInt(n, 10)
+				} else {
 					m[k], _ = v.ToString()
 				}
 			}
 			if m["username"] == u.Name {
-				out = append(out, Denial{Reason: m["reason"], Context: m["context"], Object: m["object"]})
+				n, _ := strconv.ParseInt(m["count"], 10, 64)
+				out = append(out, Denial{Reason: m["reason"], Context: m["context"], Object: m["object"], Count: n})
 			}
 		}
 	}
