@@ -1,18 +1,22 @@
 package deploytest
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/election"
 	"github.com/distsync/distsync/internal/redistest"
 	"github.com/distsync/distsync/mutex"
 )
@@ -277,4 +281,45 @@ func waitReplicas(t *testing.T, p *redistest.Proc, n int) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// An election observer, whose Observe returns no error, logs Redis's refusal of its reads at
+// Warn, naming the command, rather than retrying it at Debug in silence. (A refused
+// subscription the notifier logs at Warn for every waiter.)
+func TestACLRefusedObserverWarns(t *testing.T) {
+	b := redistest.Open(t, redistest.Standalone)
+	prefix := b.Prefix(t)
+	u := redistest.CreateUser(t, b.Nodes(t), slices.DeleteFunc(rules(t, prefix, "library"), func(r string) bool { return r == "+evalsha" })...)
+	var log syncBuffer
+	h := redistest.Handle(t, userClient(u, b.ClientOption())(t), distsync.WithKeyPrefix(prefix),
+		distsync.WithLogger(slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	e, err := election.New(h, "observed")
+	must(t, "election.New", err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_ = e.Observe(ctx)
+	if !redistest.Eventually(passLimit, func() bool { return strings.Contains(log.String(), "'evalsha'") }) {
+		t.Fatalf("no warning naming EVALSHA logged; the log:\n%s", log.String())
+	}
+	if !strings.Contains(log.String(), "level=WARN") {
+		t.Errorf("the refusal is not logged at Warn:\n%s", log.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer that a test reads while a logger writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
