@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -65,7 +64,7 @@ func (p *Proc) Addr() string { return p.s.Addr() }
 // when tb ends.
 func (p *Proc) Client(tb testing.TB) rueidis.Client {
 	tb.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true})
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true, TLSConfig: clientTLS(p.Addr())})
 	if err != nil {
 		tb.Fatalf("rueidis.NewClient(%s): %v", p.Addr(), err)
 	}
@@ -191,7 +190,7 @@ func (p *Proc) ClientKill(typ string) (int64, error) {
 // the reply (":3", "+OK", "-ERR ..."), or, for a bulk string, its contents. It is for a
 // test's faults and probes, not for work a client library should do.
 func Command(addr string, limit time.Duration, args ...string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, limit)
+	c, err := dialServer(addr, limit)
 	if err != nil {
 		return "", err
 	}
