@@ -1,8 +1,12 @@
 package deploytest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,8 +26,9 @@ import (
 	"github.com/distsync/distsync/waitgroup"
 )
 
-// passTTL is the lease of every hold of the pass: short, so that each hold is renewed (at a
-// third of it) during its scenario, after the disruption if there is one.
+// passTTL is the lease of every hold of the pass unless it says otherwise: short, so that
+// each hold is renewed (at a third of it) during its scenario, after the disruption if there
+// is one.
 const passTTL = 2 * time.Second
 
 // passLimit bounds every call of the pass that waits: far above what any takes when it works
@@ -46,26 +51,51 @@ type pass struct {
 	// acks is the number of replicas WithReplicaAck waits for in the replica ack's scenario;
 	// 0 leaves it out (no replica).
 	acks int
+	// ackAll makes every Handle of the pass wait for acks replicas, not only the replica
+	// ack's scenario.
+	ackAll bool
+	// only, if set, names the scenarios to run.
+	only []string
+	// ttl is the lease of every hold; passTTL if 0.
+	ttl time.Duration
+	// log, if set, receives every Handle's log, Debug included.
+	log *syncBuffer
 }
 
-// run runs every scenario as a subtest.
-func (p pass) run(t *testing.T) {
-	scenarios := []struct {
-		name string
-		f    func(t *testing.T)
-	}{
+// leaseTTL returns the lease of the pass's holds.
+func (p pass) leaseTTL() time.Duration {
+	if p.ttl > 0 {
+		return p.ttl
+	}
+	return passTTL
+}
+
+type scenario struct {
+	name string
+	f    func(t *testing.T)
+}
+
+// scenarios returns the scenarios of the pass, one a primitive (and the replica ack's if
+// p.acks > 0).
+func (p pass) scenarios() []scenario {
+	s := []scenario{
 		{"mutex", p.mutex}, {"rwmutex", p.rwmutex}, {"fair", p.fair}, {"semaphore", p.semaphore},
 		{"reentrant", p.reentrant}, {"once", p.once}, {"election", p.election},
 		{"waitgroup", p.waitgroup}, {"fenced", p.fenced}, {"inspect", p.inspect},
 	}
 	if p.acks > 0 {
-		scenarios = append(scenarios, struct {
-			name string
-			f    func(t *testing.T)
-		}{"replicaack", p.replicaAck})
+		s = append(s, scenario{"replicaack", p.replicaAck})
 	}
+	return s
+}
+
+// run runs every scenario (or p.only) as a subtest.
+func (p pass) run(t *testing.T) {
 	t.Run("pass", func(t *testing.T) {
-		for _, s := range scenarios {
+		for _, s := range p.scenarios() {
+			if p.only != nil && !slices.Contains(p.only, s.name) {
+				continue
+			}
 			t.Run(s.name, func(t *testing.T) {
 				if !p.serial {
 					t.Parallel()
@@ -79,7 +109,14 @@ func (p pass) run(t *testing.T) {
 // handle returns a Handle of a client of its own (one simulated process).
 func (p pass) handle(t *testing.T, opts ...distsync.Option) *distsync.Handle {
 	t.Helper()
-	h, err := distsync.New(p.client(t), append([]distsync.Option{distsync.WithKeyPrefix(p.prefix), distsync.WithLeaseTTL(passTTL)}, opts...)...)
+	opts = append([]distsync.Option{distsync.WithKeyPrefix(p.prefix), distsync.WithLeaseTTL(p.leaseTTL())}, opts...)
+	if p.ackAll {
+		opts = append(opts, distsync.WithReplicaAck(p.acks, 5*time.Second))
+	}
+	if p.log != nil {
+		opts = append(opts, distsync.WithLogger(slog.New(slog.NewTextHandler(p.log, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	}
+	h, err := distsync.New(p.client(t), opts...)
 	if err != nil {
 		t.Fatalf("distsync.New: %v", err)
 	}
@@ -163,7 +200,7 @@ func (p pass) middle(t *testing.T, leases ...*distsync.Lease) {
 	if p.disrupt != nil {
 		p.disrupt(t)
 	}
-	time.Sleep(passTTL/2 + passTTL/4)
+	time.Sleep(p.leaseTTL()/2 + p.leaseTTL()/4)
 	for i, l := range leases {
 		if err := l.Err(); err != nil {
 			t.Fatalf("lease %d of the scenario lost while held: %v", i, err)
@@ -484,10 +521,13 @@ func (p pass) inspect(t *testing.T) {
 // replicaAck runs the mutex's scenario with every grant acknowledged by p.acks replicas.
 func (p pass) replicaAck(t *testing.T) {
 	ctx := ctxFor(t)
-	opt := distsync.WithReplicaAck(p.acks, 5*time.Second)
-	a, err := mutex.New(p.handle(t, opt), "ack")
+	var opts []distsync.Option
+	if !p.ackAll {
+		opts = append(opts, distsync.WithReplicaAck(p.acks, 5*time.Second))
+	}
+	a, err := mutex.New(p.handle(t, opts...), "ack")
 	must(t, "mutex.New", err)
-	b, err := mutex.New(p.handle(t, opt), "ack")
+	b, err := mutex.New(p.handle(t, opts...), "ack")
 	must(t, "mutex.New", err)
 	l, err := a.LockLease(ctx)
 	must(t, "Lock", err)
@@ -497,4 +537,22 @@ func (p pass) replicaAck(t *testing.T) {
 	must(t, "Unlock", a.Unlock(ctx))
 	w.wait(t, "Lock")
 	must(t, "Unlock", b.Unlock(ctx))
+}
+
+// syncBuffer is a bytes.Buffer that a test reads while loggers write to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -124,11 +124,17 @@ func (p *Proc) Kill() {
 // Start starts a server that Kill stopped again, empty (no persistence), on the same port and
 // with the same configuration, and waits until it answers. If the port is taken meanwhile it
 // retries for up to limit.
-func (p *Proc) Start(limit time.Duration) error {
+func (p *Proc) Start(limit time.Duration) error { return p.StartWith("", limit) }
+
+// StartWith is Start with the server binary bin, another build or version; "" is the binary
+// the server was started from. A server that saved its data (SAVE) loads it again.
+func (p *Proc) StartWith(bin string, limit time.Duration) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// The binary the server was started from ([ServerBin]), whatever the environment says now.
-	bin := p.s.cmd.Path
+	if bin == "" {
+		// The binary the server was started from ([ServerBin]), whatever the environment says now.
+		bin = p.s.cmd.Path
+	}
 	cfg := filepath.Join(p.s.Dir, "redis.conf")
 	deadline := time.Now().Add(limit)
 	var lastErr error
