@@ -134,7 +134,7 @@ type Call struct {
 
 // Exec runs k once, as [Script.Exec] does.
 func (k Call) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	return k.Script.Exec(ctx, c, k.Keys, k.Args)
+	return k.Script.explain(k.Script.lua.Exec(ctx, c, k.Keys, k.Args), k.Keys)
 }
 
 // DoMulti runs calls in one pipeline per Redis node (rueidis groups them by slot). Calls that
