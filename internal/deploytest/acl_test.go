@@ -2,6 +2,7 @@ package deploytest
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -303,5 +304,27 @@ func TestACLRefusedObserverWarns(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "level=WARN") {
 		t.Errorf("the refusal is not logged at Warn:\n%s", log.String())
+	}
+}
+
+// A hold whose renewals Redis refuses (an ACL without PEXPIRE, which taking a free mutex does
+// not need) ends at its deadline, as one that cannot reach Redis does, and its loss names
+// the refusal: the holder is told why, not only that its deadline passed.
+func TestACLRenewalRefusedIsNamed(t *testing.T) {
+	b := redistest.Open(t, redistest.Standalone)
+	prefix := b.Prefix(t)
+	u := redistest.CreateUser(t, b.Nodes(t), slices.DeleteFunc(rules(t, prefix, "library"), func(r string) bool { return r == "+pexpire" })...)
+	h := redistest.Handle(t, userClient(u, b.ClientOption())(t), distsync.WithKeyPrefix(prefix), distsync.WithLeaseTTL(time.Second))
+	m, err := mutex.New(h, "renewed")
+	must(t, "mutex.New", err)
+	l, err := m.LockLease(context.Background())
+	must(t, "Lock", err)
+	select {
+	case <-l.Done():
+	case <-time.After(passLimit):
+		t.Fatalf("the lease outlived its deadline with every renewal refused")
+	}
+	if err := l.Err(); !errors.Is(err, distsync.ErrLost) || !strings.Contains(err.Error(), "PEXPIRE") {
+		t.Errorf("lease ended with %v; want a loss naming PEXPIRE", err)
 	}
 }
