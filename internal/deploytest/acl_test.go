@@ -327,4 +327,5 @@ func TestACLRenewalRefusedIsNamed(t *testing.T) {
 	if err := l.Err(); !errors.Is(err, distsync.ErrLost) || !strings.Contains(err.Error(), "PEXPIRE") {
 		t.Errorf("lease ended with %v; want a loss naming PEXPIRE", err)
 	}
+	t.Logf("the lease ended: %v", l.Err())
 }
