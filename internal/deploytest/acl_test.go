@@ -25,15 +25,7 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // userClient returns a function making clients of addrs as u, with rueidis's defaults
 // (client-side caching on, as a user's client has it).
 func userClient(u *redistest.User, opt rueidis.ClientOption) func(t *testing.T) rueidis.Client {
-	return func(t *testing.T) rueidis.Client {
-		t.Helper()
-		c, err := rueidis.NewClient(u.Option(opt))
-		if err != nil {
-			t.Fatalf("rueidis.NewClient as %s: %v", u.Name, err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
+	return func(t *testing.T) rueidis.Client { return u.Client(t, opt) }
 }
 
 // rules returns the rules of the lines of docs/acl.md named, for prefix.
@@ -291,7 +283,7 @@ func TestACLRefusedObserverWarns(t *testing.T) {
 	b := redistest.Open(t, redistest.Standalone)
 	prefix := b.Prefix(t)
 	u := redistest.CreateUser(t, b.Nodes(t), slices.DeleteFunc(rules(t, prefix, "library"), func(r string) bool { return r == "+evalsha" })...)
-	var log syncBuffer
+	var log redistest.Buffer
 	h := redistest.Handle(t, userClient(u, b.ClientOption())(t), distsync.WithKeyPrefix(prefix),
 		distsync.WithLogger(slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	e, err := election.New(h, "observed")

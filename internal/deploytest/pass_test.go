@@ -1,12 +1,10 @@
 package deploytest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/distsync/distsync/fair"
 	"github.com/distsync/distsync/fenced"
 	"github.com/distsync/distsync/inspect"
+	"github.com/distsync/distsync/internal/redistest"
 	"github.com/distsync/distsync/mutex"
 	"github.com/distsync/distsync/once"
 	"github.com/distsync/distsync/reentrant"
@@ -59,7 +58,7 @@ type pass struct {
 	// ttl is the lease of every hold; passTTL if 0.
 	ttl time.Duration
 	// log, if set, receives every Handle's log, Debug included.
-	log *syncBuffer
+	log *redistest.Buffer
 }
 
 // leaseTTL returns the lease of the pass's holds.
@@ -126,6 +125,18 @@ func (p pass) handle(t *testing.T, opts ...distsync.Option) *distsync.Handle {
 		_ = h.Close(ctx)
 	})
 	return h
+}
+
+// made returns n of what mk makes, each from a Handle of its own (a process each).
+func made[T any](t *testing.T, p pass, n int, mk func(h *distsync.Handle) (T, error)) []T {
+	t.Helper()
+	out := make([]T, n)
+	for i := range out {
+		v, err := mk(p.handle(t))
+		must(t, "New", err)
+		out[i] = v
+	}
+	return out
 }
 
 func ctxFor(t *testing.T) context.Context {
@@ -210,12 +221,8 @@ func (p pass) middle(t *testing.T, leases ...*distsync.Lease) {
 
 func (p pass) mutex(t *testing.T) {
 	ctx := ctxFor(t)
-	m := func(h *distsync.Handle) *mutex.Mutex {
-		m, err := mutex.New(h, "m")
-		must(t, "mutex.New", err)
-		return m
-	}
-	a, b, c := m(p.handle(t)), m(p.handle(t)), m(p.handle(t))
+	ms := made(t, p, 3, func(h *distsync.Handle) (*mutex.Mutex, error) { return mutex.New(h, "m") })
+	a, b, c := ms[0], ms[1], ms[2]
 	l, err := a.LockLease(ctx)
 	must(t, "Lock", err)
 	if ok, err := c.TryLock(ctx); ok || err != nil {
@@ -249,12 +256,8 @@ func (p pass) mutex(t *testing.T) {
 
 func (p pass) rwmutex(t *testing.T) {
 	ctx := ctxFor(t)
-	m := func(h *distsync.Handle) *rwmutex.RWMutex {
-		m, err := rwmutex.New(h, "rw")
-		must(t, "rwmutex.New", err)
-		return m
-	}
-	r1, r2, w := m(p.handle(t)), m(p.handle(t)), m(p.handle(t))
+	ms := made(t, p, 3, func(h *distsync.Handle) (*rwmutex.RWMutex, error) { return rwmutex.New(h, "rw") })
+	r1, r2, w := ms[0], ms[1], ms[2]
 	l1, err := r1.RLockLease(ctx)
 	must(t, "RLock", err)
 	l2, err := r2.RLockLease(ctx)
@@ -276,12 +279,8 @@ func (p pass) rwmutex(t *testing.T) {
 
 func (p pass) fair(t *testing.T) {
 	ctx := ctxFor(t)
-	m := func(h *distsync.Handle) *fair.Mutex {
-		m, err := fair.New(h, "f")
-		must(t, "fair.New", err)
-		return m
-	}
-	a, b, c := m(p.handle(t)), m(p.handle(t)), m(p.handle(t))
+	ms := made(t, p, 3, func(h *distsync.Handle) (*fair.Mutex, error) { return fair.New(h, "f") })
+	a, b, c := ms[0], ms[1], ms[2]
 	l, err := a.LockLease(ctx)
 	must(t, "Lock", err)
 	wb := start(func() error { return b.Lock(ctx) })
@@ -299,12 +298,8 @@ func (p pass) fair(t *testing.T) {
 
 func (p pass) semaphore(t *testing.T) {
 	ctx := ctxFor(t)
-	s := func(h *distsync.Handle) *semaphore.Semaphore {
-		s, err := semaphore.New(h, "s", 3)
-		must(t, "semaphore.New", err)
-		return s
-	}
-	a, b, c := s(p.handle(t)), s(p.handle(t)), s(p.handle(t))
+	ss := made(t, p, 3, func(h *distsync.Handle) (*semaphore.Semaphore, error) { return semaphore.New(h, "s", 3) })
+	a, b, c := ss[0], ss[1], ss[2]
 	l, err := a.AcquireLease(ctx, 2)
 	must(t, "Acquire(2)", err)
 	wb := start(func() error { return b.Acquire(ctx, 2) })
@@ -323,12 +318,8 @@ func (p pass) semaphore(t *testing.T) {
 }
 
 func (p pass) reentrant(t *testing.T) {
-	m := func(h *distsync.Handle) *reentrant.Mutex {
-		m, err := reentrant.New(h, "r")
-		must(t, "reentrant.New", err)
-		return m
-	}
-	a, b := m(p.handle(t)), m(p.handle(t))
+	ms := made(t, p, 2, func(h *distsync.Handle) (*reentrant.Mutex, error) { return reentrant.New(h, "r") })
+	a, b := ms[0], ms[1]
 	ctxA := reentrant.WithOwner(ctxFor(t), reentrant.NewOwner())
 	ctxB := reentrant.WithOwner(ctxFor(t), reentrant.NewOwner())
 	l, err := a.LockLease(ctxA)
@@ -349,12 +340,10 @@ func (p pass) reentrant(t *testing.T) {
 
 func (p pass) once(t *testing.T) {
 	ctx := ctxFor(t)
-	g := func(h *distsync.Handle) *once.Group[string] {
-		g, err := once.NewGroup[string](h, "o", once.WithKeep(time.Minute))
-		must(t, "once.NewGroup", err)
-		return g
-	}
-	a, b := g(p.handle(t)), g(p.handle(t))
+	gs := made(t, p, 2, func(h *distsync.Handle) (*once.Group[string], error) {
+		return once.NewGroup[string](h, "o", once.WithKeep(time.Minute))
+	})
+	a, b := gs[0], gs[1]
 	var runs atomic.Int32
 	release := make(chan struct{})
 	var lease *distsync.Lease
@@ -395,12 +384,8 @@ func (p pass) once(t *testing.T) {
 
 func (p pass) election(t *testing.T) {
 	ctx := ctxFor(t)
-	e := func(h *distsync.Handle) *election.Election {
-		e, err := election.New(h, "e")
-		must(t, "election.New", err)
-		return e
-	}
-	a, b, obs := e(p.handle(t)), e(p.handle(t)), e(p.handle(t))
+	es := made(t, p, 3, func(h *distsync.Handle) (*election.Election, error) { return election.New(h, "e") })
+	a, b, obs := es[0], es[1], es[2]
 	octx, stop := context.WithCancel(ctx)
 	defer stop()
 	seen := obs.Observe(octx)
@@ -436,12 +421,8 @@ func (p pass) election(t *testing.T) {
 
 func (p pass) waitgroup(t *testing.T) {
 	ctx := ctxFor(t)
-	g := func(h *distsync.Handle) *waitgroup.WaitGroup {
-		g, err := waitgroup.New(h, "wg")
-		must(t, "waitgroup.New", err)
-		return g
-	}
-	a, b, c := g(p.handle(t)), g(p.handle(t)), g(p.handle(t))
+	gs := made(t, p, 3, func(h *distsync.Handle) (*waitgroup.WaitGroup, error) { return waitgroup.New(h, "wg") })
+	a, b, c := gs[0], gs[1], gs[2]
 	must(t, "Add(1)", a.Add(ctx, 1))
 	member, err := b.Join(ctx)
 	must(t, "Join", err)
@@ -537,22 +518,4 @@ func (p pass) replicaAck(t *testing.T) {
 	must(t, "Unlock", a.Unlock(ctx))
 	w.wait(t, "Lock")
 	must(t, "Unlock", b.Unlock(ctx))
-}
-
-// syncBuffer is a bytes.Buffer that a test reads while loggers write to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -26,7 +26,7 @@ func flushAll(nodes []rueidis.Client) func(t *testing.T) {
 
 // noScriptLogged fails t if a Handle logged NOSCRIPT: a renewal or a background clean-up
 // that met it (their errors are logged, not returned) and did not fall back to EVAL.
-func noScriptLogged(t *testing.T, log *syncBuffer) {
+func noScriptLogged(t *testing.T, log *redistest.Buffer) {
 	t.Helper()
 	for _, line := range strings.Split(log.String(), "\n") {
 		if strings.Contains(line, "NOSCRIPT") {
@@ -64,7 +64,7 @@ func TestScriptFlush(t *testing.T) {
 	for _, name := range []string{redistest.Standalone, redistest.ClusterB} {
 		t.Run(name, func(t *testing.T) {
 			b := redistest.Open(t, name)
-			log := &syncBuffer{}
+			log := &redistest.Buffer{}
 			before := noScripts(t, b.Addrs()...)
 			pass{prefix: b.Prefix(t), client: clientOf(b.ClientOption()), disrupt: flushAll(b.Nodes(t)), log: log}.run(t)
 			noScriptLogged(t, log)
@@ -77,7 +77,7 @@ func TestScriptFlush(t *testing.T) {
 		primary := redistest.StartRedis(t)
 		replica := redistest.StartRedis(t, "replicaof 127.0.0.1 "+port(primary.Addr()))
 		waitReplicas(t, primary, 1)
-		log := &syncBuffer{}
+		log := &redistest.Buffer{}
 		pass{prefix: "flush.ack:", client: clientOf(primary.ClientOption()), acks: 1, ackAll: true, log: log,
 			disrupt: flushAll([]rueidis.Client{primary.Client(t), replica.Client(t)})}.run(t)
 		noScriptLogged(t, log)
@@ -102,7 +102,7 @@ func TestServerSwapped(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel() // a server each
 			srv := redistest.StartRedis(t)
-			log := &syncBuffer{}
+			log := &redistest.Buffer{}
 			pass{prefix: "swap:", client: clientOf(srv.ClientOption()), only: []string{s.name}, serial: true, ttl: 3 * time.Second, log: log,
 				disrupt: func(t *testing.T) {
 					t.Helper()

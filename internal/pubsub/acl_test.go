@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/distsync/distsync/internal/pubsub"
 	"github.com/distsync/distsync/internal/redistest"
 )
@@ -16,46 +14,38 @@ import (
 // error, naming the command, instead of leaving the caller to wait for a confirmation that
 // never comes (it retried for ever, and a Lock waited until its context ended).
 func TestSubscribeRefusedByACL(t *testing.T) {
-	for _, name := range []string{redistest.Standalone, redistest.ClusterB} {
-		t.Run(name, func(t *testing.T) {
-			b := redistest.Open(t, name)
-			prefix := b.Prefix(t)
-			for _, c := range []struct {
-				what  string
-				rules []string
-				want  string
-			}{
-				{"no subscribe command", []string{"~*", "&*", "+@all", "-subscribe", "-ssubscribe"}, "subscribe"},
-				{"no channel", []string{"~*", "resetchannels", "&other:*", "+@all"}, "SUBSCRIBE"},
-			} {
-				t.Run(strings.ReplaceAll(c.what, " ", "_"), func(t *testing.T) {
-					u := redistest.CreateUser(t, b.Nodes(t), c.rules...)
-					opt := u.Option(b.ClientOption())
-					opt.DisableCache = true
-					client, err := rueidis.NewClient(opt)
-					if err != nil {
-						t.Fatalf("rueidis.NewClient as %s: %v", u.Name, err)
-					}
-					defer client.Close()
-					n := pubsub.New(client, nil)
-					defer n.Close(context.Background())
-					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-					defer cancel()
-					began := time.Now()
-					_, err = n.Subscribe(ctx, prefix+"{x}:ch", newListener())
-					took := time.Since(began)
-					if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "NOPERM") {
-						t.Fatalf("Subscribe = %v after %v, want Redis's NOPERM error naming %s at once", err, took, c.want)
-					}
-					if took > 20*time.Second {
-						t.Errorf("Subscribe took %v to fail", took)
-					}
-					t.Logf("Subscribe failed after %v: %v", took.Round(time.Millisecond), err)
-					if n := n.Channels(); n != 0 {
-						t.Errorf("%d channels held after the refusal, want 0", n)
-					}
-				})
-			}
-		})
-	}
+	redistest.EachServer(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		for _, c := range []struct {
+			what  string
+			rules []string
+			want  string
+		}{
+			{"no subscribe command", []string{"~*", "&*", "+@all", "-subscribe", "-ssubscribe"}, "subscribe"},
+			{"no channel", []string{"~*", "resetchannels", "&other:*", "+@all"}, "SUBSCRIBE"},
+		} {
+			t.Run(strings.ReplaceAll(c.what, " ", "_"), func(t *testing.T) {
+				opt := b.ClientOption()
+				opt.DisableCache = true
+				client := redistest.CreateUser(t, b.Nodes(t), c.rules...).Client(t, opt)
+				n := pubsub.New(client, nil)
+				defer n.Close(context.Background())
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				began := time.Now()
+				_, err := n.Subscribe(ctx, prefix+"{x}:ch", newListener())
+				took := time.Since(began)
+				if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "NOPERM") {
+					t.Fatalf("Subscribe = %v after %v, want Redis's NOPERM error naming %s at once", err, took, c.want)
+				}
+				if took > 20*time.Second {
+					t.Errorf("Subscribe took %v to fail", took)
+				}
+				t.Logf("Subscribe failed after %v: %v", took.Round(time.Millisecond), err)
+				if n := n.Channels(); n != 0 {
+					t.Errorf("%d channels held after the refusal, want 0", n)
+				}
+			})
+		}
+	})
 }

@@ -19,6 +19,15 @@ import (
 // ACL users: tests that run as a Redis user whose permissions are limited, as a deployment's
 // would be (docs/acl.md).
 
+// EachServer runs f as a subtest on the real backends, a redis-server and a Cluster, for
+// what miniredis does not have (ACLs).
+func EachServer(t *testing.T, f func(t *testing.T, b *Backend)) {
+	t.Helper()
+	for _, name := range []string{Standalone, ClusterB} {
+		t.Run(name, func(t *testing.T) { f(t, Open(t, name)) })
+	}
+}
+
 // User is a Redis ACL user that [CreateUser] made on some servers for one test.
 type User struct {
 	Name, Password string
@@ -62,6 +71,17 @@ func (u *User) Set(tb testing.TB, rules ...string) {
 func (u *User) Option(opt rueidis.ClientOption) rueidis.ClientOption {
 	opt.Username, opt.Password = u.Name, u.Password
 	return opt
+}
+
+// Client returns a new client with opt as u, closed when tb ends.
+func (u *User) Client(tb testing.TB, opt rueidis.ClientOption) rueidis.Client {
+	tb.Helper()
+	c, err := rueidis.NewClient(u.Option(opt))
+	if err != nil {
+		tb.Fatalf("rueidis.NewClient as %s: %v", u.Name, err)
+	}
+	tb.Cleanup(c.Close)
+	return c
 }
 
 // Denial is one entry of ACL LOG: a command, key or channel the server refused to a user.
