@@ -6,7 +6,7 @@ replace github.com/distsync/distsync => ../
 
 require (
 	github.com/bsm/redislock v0.9.4
-	github.com/distsync/distsync v0.0.0
+	github.com/distsync/distsync v0.1.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79

@@ -95,7 +95,7 @@ func (o *observer) run(ctx context.Context, out chan<- Info) {
 			if ctx.Err() != nil || err == pubsub.ErrClosed {
 				return
 			}
-			c.Log().Debug("distsync: election observer could not subscribe, retrying", "election", o.e.Name(), "err", err, "in", backoff)
+			o.retrying("could not subscribe", err, backoff)
 			if !core.Sleep(ctx, backoff) {
 				return
 			}
@@ -119,7 +119,7 @@ func (o *observer) run(ctx context.Context, out chan<- Info) {
 				if ctx.Err() != nil {
 					return
 				}
-				c.Log().Debug("distsync: election observer could not read the leader, retrying", "election", o.e.Name(), "err", err, "in", backoff)
+				o.retrying("could not read the leader", err, backoff)
 				if !core.Sleep(ctx, backoff) {
 					return
 				}
@@ -173,6 +173,18 @@ func (o *observer) run(ctx context.Context, out chan<- Info) {
 			return
 		}
 	}
+}
+
+// retrying logs a failure the observer retries: at Debug if it may go away by itself (a
+// connection error, a failover), else at Warn, the first time in a row (backoff at
+// minBackoff): Redis refused it (an ACL without the subscription or the script's commands),
+// and Observe, which returns no error, would otherwise retry it in silence.
+func (o *observer) retrying(what string, err error, backoff time.Duration) {
+	log := o.e.c.Log().Debug
+	if !core.Transient(err) && backoff == minBackoff {
+		log = o.e.c.Log().Warn
+	}
+	log("distsync: election observer "+what+", retrying", "election", o.e.Name(), "err", err, "in", backoff)
 }
 
 // The observer retries a failed subscription or read after minBackoff, doubling up to

@@ -7,12 +7,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/keys"
 	"github.com/distsync/distsync/internal/kind"
+	"github.com/distsync/distsync/internal/rediserr"
 	"github.com/distsync/distsync/internal/scripts"
 	"github.com/distsync/distsync/internal/waitq"
 )
@@ -302,6 +301,6 @@ func flag(b bool) string {
 }
 
 func isRedisErr(err error) bool {
-	_, ok := rueidis.IsRedisErr(err)
+	_, ok := rediserr.As(err)
 	return ok
 }

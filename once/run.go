@@ -11,11 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/pubsub"
+	"github.com/distsync/distsync/internal/rediserr"
 	"github.com/distsync/distsync/internal/scripts"
 )
 
@@ -86,7 +85,7 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 		begin := scripts.OnceBeginArgs{Lead: ks.lead, Kept: ks.kept, Res: ks.resPrefix + leader, Mine: ks.resPrefix + owner,
 			Fence: ks.fence, Forgot: ks.forgot, Owner: owner, TTL: core.Ms(g.ttl), FenceTTL: core.Ms(g.fenceTTL())}
 		reply, err := begin.Exec(ctx, g.c.Client).ToArray()
-		if _, redisErr := rueidis.IsRedisErr(err); err != nil && !redisErr {
+		if _, redisErr := rediserr.As(err); err != nil && !redisErr {
 			// The script may have run without its reply (a cancelled ctx does not cancel a
 			// command Redis received): if it made this call the leader, give the lead up.
 			g.c.Undo("giving up an unused lead", g.ttl, func(ctx context.Context) error {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/pubsub"
+	"github.com/distsync/distsync/internal/rediserr"
 	"github.com/distsync/distsync/internal/scripts"
 )
 
@@ -38,7 +39,7 @@ func (wg *WaitGroup) apply(ctx context.Context, s *scripts.Script, id string, de
 		v, err = wg.run(ctx, s, id, delta, extra).AsIntSlice()
 		return err
 	})
-	if _, redisErr := rueidis.IsRedisErr(err); err == nil || redisErr && !core.Transient(err) {
+	if _, redisErr := rediserr.As(err); err == nil || redisErr && !core.Transient(err) {
 		return v, err // answered: applied or refused
 	}
 	state := atomic.Int64{}

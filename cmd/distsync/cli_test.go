@@ -66,22 +66,7 @@ func cliEnv() []string {
 }
 
 // syncBuffer is a bytes.Buffer that a test may read while the process writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = redistest.Buffer
 
 // proc is one distsync process.
 type proc struct {

@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -75,6 +76,11 @@ func (w *watcher) run(ctx context.Context, h *distsync.Handle, c rueidis.Client,
 			if err := r.Error(); err != nil {
 				if ctx.Err() != nil {
 					return exitOK
+				}
+				if errors.Is(err, rueidis.ErrDoCacheAborted) {
+					// rueidis's error, when Redis refused the transaction it wraps each tracked
+					// read in, says nothing of the commands; an ACL is the usual cause.
+					err = fmt.Errorf("%w (each read is sent as CLIENT CACHING YES, MULTI, PTTL, PTTL, EXEC: the Redis user needs +client|caching +multi +exec, see docs/acl.md)", err)
 				}
 				fmt.Fprintf(stderr, "distsync inspect: --watch: %v\n", err)
 				return exitUnavailable

@@ -94,6 +94,7 @@ type Lease struct {
 	next     time.Time     // next renewal
 	first    *scripts.Call // sent instead of extend.lua for the next renewal, then cleared
 	inflight bool
+	refused  error // Redis's refusal of the last renewal, if it refused it (not Transient)
 
 	ended    atomic.Bool             // End's first call won (finish)
 	obs      atomic.Pointer[Acquire] // the observed call that took the hold (Acquire.Done)
@@ -277,7 +278,7 @@ func (l *Lease) expire() {
 	ended := false
 	if _, tracked := r.leases[l]; tracked && !time.Now().Before(l.deadline) {
 		delete(r.leases, l)
-		ended = l.finish(errDeadline()) // under the lock, as the loop does
+		ended = l.finish(l.errDeadline()) // under the lock, as the loop does
 	}
 	r.mu.Unlock()
 	if ended {
@@ -285,7 +286,15 @@ func (l *Lease) expire() {
 	}
 }
 
-func errDeadline() error { return lost("its deadline passed before a renewal succeeded") }
+// errDeadline is the loss of a lease whose deadline passed before a renewal succeeded, with
+// Redis's refusal of the last one if it refused it (an ACL without a command the renewal
+// script calls): the holder is told why. Called with the renewer's mutex.
+func (l *Lease) errDeadline() error {
+	if l.refused != nil {
+		return fmt.Errorf("%w: its deadline passed before a renewal succeeded; Redis refused the last one: %w", ErrLost, l.refused)
+	}
+	return lost("its deadline passed before a renewal succeeded")
+}
 
 // End ends the lease with err (the first call wins), closes Done, and reports the end to the
 // log (a loss) and the handle's observer.

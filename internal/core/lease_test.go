@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -102,5 +104,33 @@ func TestGiveBackReportsAGoneClaimAsLost(t *testing.T) {
 		if err != nil || held {
 			t.Errorf("first attempt %v, then the claim gone: GiveBack = %v, %v; want not held", first, held, err)
 		}
+	}
+}
+
+// A release Redis refuses (an ACL without a command the script calls, a script's error) is
+// returned as it is and not tried again in the background, where each try would be refused
+// alike until the lease ran out.
+func TestGiveBackDoesNotRetryARefusal(t *testing.T) {
+	h := &Handle{Config: Config{Logger: slog.New(slog.DiscardHandler)}}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	defer h.cancel()
+	refusal := Permanent(errors.New("refused"))
+	var calls atomic.Int32
+	finished := make(chan struct{})
+	_, err := h.GiveBack(context.Background(), "test", time.Second, func() { close(finished) }, func(context.Context) (bool, error) {
+		calls.Add(1)
+		return false, refusal
+	})
+	if !errors.Is(err, refusal) {
+		t.Fatalf("GiveBack = %v, want the refusal", err)
+	}
+	select {
+	case <-finished:
+	case <-time.After(5 * time.Second):
+		t.Fatal("finally did not run")
+	}
+	h.bg.Wait()
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the release was sent %d times, want once", n)
 	}
 }

@@ -78,7 +78,9 @@ func (h *Handle) Release(ctx context.Context, what string, l *Lease, release fun
 // answer; where the two cannot be told apart, the release reports the loss. If no
 // attempt is confirmed (ctx ended, Redis unreachable or failing), GiveBack returns the error
 // and goes on trying in the background for up to within (the claim expires by then anyway),
-// then runs finally (if not nil).
+// then runs finally (if not nil). An error that is not Transient (Redis refused the release:
+// an ACL without a command the script calls, say) is returned as it is, after finally, with
+// nothing left to try in the background.
 func (h *Handle) GiveBack(ctx context.Context, what string, within time.Duration, finally func(), release func(ctx context.Context) (bool, error)) (bool, error) {
 	var held bool
 	err := RetryNow(ctx, func() (err error) {
@@ -87,6 +89,13 @@ func (h *Handle) GiveBack(ctx context.Context, what string, within time.Duration
 	})
 	if err == nil {
 		return held, nil
+	}
+	if !Transient(err) {
+		// Redis refused it (an ACL, a script's error): every retry would be refused alike.
+		if finally != nil {
+			finally()
+		}
+		return false, err
 	}
 	started := h.Background(what+" (the claim expires with its lease)", within, func(bctx context.Context) error {
 		if finally != nil {

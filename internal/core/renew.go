@@ -85,7 +85,7 @@ func (r *renewer) run(ctx context.Context) {
 				// Ended under the lock: a lease off the loop and not yet ended would read as
 				// held to Err (expire skips leases the loop no longer tracks).
 				delete(r.leases, l)
-				if l.finish(errDeadline()) {
+				if l.finish(l.errDeadline()) {
 					ended = append(ended, l)
 				}
 				continue
@@ -170,6 +170,7 @@ func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 		period := l.spec.TTL / RenewDivisor
 		switch {
 		case err == nil && ok == 1:
+			l.refused = nil
 			l.next = sent.Add(period)
 			l.deadline = sent.Add(l.spec.TTL - Drift(l.spec.TTL))
 			l.first = nil
@@ -183,9 +184,19 @@ func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 			}
 		default:
 			// Unreachable, or a transient Redis error (LOADING, READONLY during a failover):
-			// try again soon; the deadline ends the lease if nothing gets through.
+			// try again soon; the deadline ends the lease if nothing gets through. A refusal
+			// (an ACL, a script's error) is tried again too (an OOM can pass), but logged
+			// at Warn the first time in a row, and named by the loss if it lasts.
 			l.next = now.Add(min(max(period/6, 10*time.Millisecond), time.Second))
-			r.h.Log().Debug("distsync: renewal failed, will retry", "key", l.spec.Key, "err", err)
+			if Transient(err) {
+				l.refused = nil
+				r.h.Log().Debug("distsync: renewal failed, will retry", "key", l.spec.Key, "err", err)
+			} else {
+				if l.refused == nil {
+					r.h.Log().Warn("distsync: renewal refused by Redis, will retry until the lease's deadline", "key", l.spec.Key, "err", err)
+				}
+				l.refused = err
+			}
 			if r.h.Observed() {
 				renewed, failed = append(renewed, l), append(failed, err)
 			}

@@ -3,10 +3,11 @@ package core
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync/internal/rediserr"
 )
 
 // Transient reports whether err may go away by itself, so that a blocking call should retry
@@ -27,17 +28,8 @@ func Transient(err error) bool {
 	if errors.As(err, &p) {
 		return false
 	}
-	if re, ok := rueidis.IsRedisErr(err); ok {
-		msg := re.Error()
-		// MOVED and ASK reach distsync only from a dedicated connection (the replica ack's),
-		// which does not follow them as the client does: the slot moved, nothing ran, and the
-		// client's map of the slots is being refreshed.
-		for _, prefix := range []string{"READONLY", "LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "BUSY", "MOVED", "ASK"} {
-			if strings.HasPrefix(msg, prefix) {
-				return true
-			}
-		}
-		return false
+	if re, ok := rediserr.As(err); ok {
+		return rediserr.Transient(re)
 	}
 	return true // a transport error: EOF, reset, refused, closed connection, timeout
 }

@@ -14,11 +14,14 @@ package pubsub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync/internal/rediserr"
 )
 
 // DefaultLinger is how long a channel stays subscribed after its last listener left. A waiter
@@ -87,6 +90,8 @@ type channel struct {
 	listeners map[*Subscription]Listener
 	refs      int
 	confirmed chan struct{} // closed while the current subscription is confirmed
+	refused   chan struct{} // closed when Redis refused the subscription (err says why)
+	err       error
 	isConfirmed,
 	everConfirmed bool
 	linger *time.Timer
@@ -138,7 +143,9 @@ var ErrClosed = errors.New("pubsub: notifier closed")
 // Subscribe registers l on channel name and returns once Redis has confirmed the channel's
 // subscription, so that every message published after Subscribe returns reaches l (unless the
 // connection drops, in which case l.Resubscribed follows). It returns ctx's error, having
-// registered nothing, if ctx ends first.
+// registered nothing, if ctx ends first, and Redis's error, wrapped after the command and the
+// channel, if Redis refuses the subscription (an ACL without the command or the channel,
+// NOPERM): retrying would only be refused again.
 func (n *Notifier) Subscribe(ctx context.Context, name string, l Listener) (*Subscription, error) {
 	n.mu.Lock()
 	if n.closed {
@@ -147,18 +154,21 @@ func (n *Notifier) Subscribe(ctx context.Context, name string, l Listener) (*Sub
 	}
 	c := n.chans[name]
 	if c == nil {
-		c = &channel{name: name, listeners: make(map[*Subscription]Listener), confirmed: make(chan struct{})}
+		c = &channel{name: name, listeners: make(map[*Subscription]Listener), confirmed: make(chan struct{}), refused: make(chan struct{})}
 		n.chans[name] = c
 		n.wg.Add(1)
 		go n.run(c)
 	}
 	s := n.add(c, l)
-	confirmed := c.confirmed
+	confirmed, refused := c.confirmed, c.refused
 	n.mu.Unlock()
 
 	select {
 	case <-confirmed:
 		return s, nil
+	case <-refused:
+		s.Close()
+		return nil, c.err
 	case <-ctx.Done():
 		s.Close()
 		return nil, ctx.Err()
@@ -203,7 +213,7 @@ func (s *Subscription) Close() {
 		defer n.mu.Unlock()
 		delete(c.listeners, s)
 		c.refs--
-		if c.refs > 0 || n.closed {
+		if c.refs > 0 || n.closed || c.err != nil { // a refused channel is not subscribed
 			return
 		}
 		if n.linger <= 0 {
@@ -288,6 +298,11 @@ func (n *Notifier) run(c *channel) {
 		err := n.client.Receive(ctx, n.subscribeCmd(c.name), func(m rueidis.PubSubMessage) { n.dispatch(c, m.Message) })
 
 		n.mu.Lock()
+		if re, ok := rediserr.As(err); ok && !rediserr.Transient(re) && !n.closed {
+			n.refuse(c, err)
+			n.mu.Unlock()
+			return
+		}
 		if n.closed || c.refs == 0 || errors.Is(err, rueidis.ErrClosing) {
 			if n.chans[c.name] == c {
 				delete(n.chans, c.name)
@@ -324,6 +339,29 @@ func (n *Notifier) run(c *channel) {
 		case <-n.ctx.Done():
 		}
 		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// refuse ends channel c, whose subscription Redis refused with err: the Subscribe calls
+// waiting for it return the error, and the listeners it had (if Redis took it before, and
+// refuses it now that rueidis subscribes again, after the ACL changed) re-check, each meeting
+// the refusal at its next Subscribe. A later Subscribe tries afresh. Called with n.mu.
+func (n *Notifier) refuse(c *channel, err error) {
+	cmd := "SUBSCRIBE"
+	if n.sharded {
+		cmd = "SSUBSCRIBE"
+	}
+	n.log.Warn("distsync: subscription refused", "channel", c.name, "err", err)
+	c.err = fmt.Errorf("%s %s: %w", cmd, c.name, err)
+	close(c.refused)
+	if n.chans[c.name] == c {
+		delete(n.chans, c.name)
+	}
+	if c.linger != nil {
+		c.linger.Stop()
+	}
+	for _, l := range c.listeners {
+		l.Resubscribed()
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -65,7 +64,7 @@ func (p *Proc) Addr() string { return p.s.Addr() }
 // when tb ends.
 func (p *Proc) Client(tb testing.TB) rueidis.Client {
 	tb.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true})
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true, TLSConfig: clientTLS(p.Addr())})
 	if err != nil {
 		tb.Fatalf("rueidis.NewClient(%s): %v", p.Addr(), err)
 	}
@@ -125,11 +124,17 @@ func (p *Proc) Kill() {
 // Start starts a server that Kill stopped again, empty (no persistence), on the same port and
 // with the same configuration, and waits until it answers. If the port is taken meanwhile it
 // retries for up to limit.
-func (p *Proc) Start(limit time.Duration) error {
+func (p *Proc) Start(limit time.Duration) error { return p.StartWith("", limit) }
+
+// StartWith is Start with the server binary bin, another build or version; "" is the binary
+// the server was started from. A server that saved its data (SAVE) loads it again.
+func (p *Proc) StartWith(bin string, limit time.Duration) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// The binary the server was started from ([ServerBin]), whatever the environment says now.
-	bin := p.s.cmd.Path
+	if bin == "" {
+		// The binary the server was started from ([ServerBin]), whatever the environment says now.
+		bin = p.s.cmd.Path
+	}
 	cfg := filepath.Join(p.s.Dir, "redis.conf")
 	deadline := time.Now().Add(limit)
 	var lastErr error
@@ -191,7 +196,7 @@ func (p *Proc) ClientKill(typ string) (int64, error) {
 // the reply (":3", "+OK", "-ERR ..."), or, for a bulk string, its contents. It is for a
 // test's faults and probes, not for work a client library should do.
 func Command(addr string, limit time.Duration, args ...string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, limit)
+	c, err := dialServer(addr, limit)
 	if err != nil {
 		return "", err
 	}

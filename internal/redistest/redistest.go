@@ -179,7 +179,7 @@ func Open(tb testing.TB, name string) *Backend {
 		b.Server = standalone
 	case ClusterB:
 		requireBinaries(tb)
-		clusterOnce.Do(func() { cluster, clusterErr = startCluster() })
+		clusterOnce.Do(func() { cluster, clusterErr = startCluster(nil) })
 		if clusterErr != nil {
 			tb.Fatalf("start cluster: %v", clusterErr)
 		}

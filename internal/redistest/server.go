@@ -34,6 +34,7 @@ func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
 // Stop kills the server by its PID and removes its directory.
 func (s *Server) Stop() {
 	s.once.Do(func() {
+		defer tlsServers.Delete(s.Addr())
 		if s.cmd != nil && s.cmd.Process != nil {
 			_ = s.cmd.Process.Kill()
 			_ = s.cmd.Wait()
@@ -92,10 +93,10 @@ func canBind(p int) bool {
 	return true
 }
 
-// startServer starts the server binary ([ServerBin]) with extra config lines, on a free port,
-// and waits until it answers PING. It retries on another port if the chosen one was taken in
-// the meantime.
-func startServer(cluster bool, extra ...string) (*Server, error) {
+// launch starts the server binary ([ServerBin]) with extra config lines, on a free port, and
+// waits until it answers PING. It retries on another port if the chosen one was taken in the
+// meantime. With t, the server speaks TLS only, on that port, with t's certificates.
+func launch(cluster bool, t *TLS, extra ...string) (*Server, error) {
 	bin, err := ServerBin()
 	if err != nil {
 		return nil, err
@@ -132,6 +133,7 @@ func startServer(cluster bool, extra ...string) (*Server, error) {
 		}
 		conf = append(conf, serverConfig(version, port, cluster)...)
 		conf = append(conf, extra...)
+		conf = append(conf, t.config(port, cluster)...)
 		cfgPath := filepath.Join(dir, "redis.conf")
 		if err := os.WriteFile(cfgPath, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
 			return nil, err
@@ -144,6 +146,7 @@ func startServer(cluster bool, extra ...string) (*Server, error) {
 			return nil, err
 		}
 		s := &Server{Port: port, Dir: dir, cmd: cmd}
+		t.register(s.Addr())
 		err = waitPing(s.Addr(), 10*time.Second)
 		if err == nil {
 			// Whoever answered must be the process just started: another test's server can
@@ -168,7 +171,7 @@ func startServer(cluster bool, extra ...string) (*Server, error) {
 func waitPing(addr string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		c, err := dialServer(addr, 200*time.Millisecond)
 		if err == nil {
 			_ = c.SetDeadline(time.Now().Add(time.Second))
 			_, err = c.Write([]byte("PING\r\n"))
@@ -220,21 +223,23 @@ func (c *Cluster) Stop() {
 	}
 }
 
-func startCluster() (*Cluster, error) {
+// startCluster starts a Cluster of three masters; with t, one that speaks only TLS, on the
+// bus too.
+func startCluster(t *TLS) (*Cluster, error) {
 	cli, err := CLIBin()
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{}
 	for range 3 {
-		s, err := startServer(true)
+		s, err := launch(true, t)
 		if err != nil {
 			c.Stop()
 			return nil, err
 		}
 		c.Nodes = append(c.Nodes, s)
 	}
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args := append(t.cliArgs(), append([]string{"--cluster", "create"}, c.Addrs()...)...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -254,7 +259,7 @@ func startCluster() (*Cluster, error) {
 func (c *Cluster) waitOK(limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for _, n := range c.Nodes {
-		cl, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{n.Addr()}, ForceSingleClient: true, DisableCache: true})
+		cl, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{n.Addr()}, ForceSingleClient: true, DisableCache: true, TLSConfig: clientTLS(n.Addr())})
 		if err != nil {
 			return err
 		}
@@ -271,7 +276,7 @@ func (c *Cluster) waitOK(limit time.Duration) error {
 		}
 		cl.Close()
 	}
-	cl, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs(), DisableCache: true})
+	cl, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs(), DisableCache: true, TLSConfig: clientTLS(c.Addrs()[0])})
 	if err != nil {
 		return err
 	}

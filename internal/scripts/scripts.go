@@ -75,6 +75,7 @@ type Script struct {
 	src  string
 	sha  string
 	lua  *rueidis.Lua
+	linesOf
 }
 
 func load(name string) *Script {
@@ -116,9 +117,11 @@ func (s *Script) SHA() string { return s.sha }
 func (s *Script) Source() string { return s.src }
 
 // Exec runs the script once (EVALSHA, then EVAL if the server does not know it yet).
-// rueidis does not retry it: a script that changes state must not run twice.
+// rueidis does not retry it: a script that changes state must not run twice. An ACL's
+// refusal comes back with what the script ran before Redis's error (the command, or the
+// script's line and what it calls there), which it wraps.
 func (s *Script) Exec(ctx context.Context, c rueidis.Client, keys, args []string) rueidis.RedisResult {
-	return s.lua.Exec(ctx, c, keys, args)
+	return s.explain(s.lua.Exec(ctx, c, keys, args), keys)
 }
 
 // Call is one script invocation, for a batch ([DoMulti]) or to send later. Make it with the
@@ -131,7 +134,7 @@ type Call struct {
 
 // Exec runs k once, as [Script.Exec] does.
 func (k Call) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	return k.Script.lua.Exec(ctx, c, k.Keys, k.Args)
+	return k.Script.explain(k.Script.lua.Exec(ctx, c, k.Keys, k.Args), k.Keys)
 }
 
 // DoMulti runs calls in one pipeline per Redis node (rueidis groups them by slot). Calls that
@@ -162,6 +165,9 @@ func DoMulti(ctx context.Context, c rueidis.Client, calls []Call) []rueidis.Redi
 		for j, r := range c.DoMulti(ctx, cmds...) {
 			res[again[j]] = r
 		}
+	}
+	for i, k := range calls {
+		res[i] = k.Script.explain(res[i], k.Keys)
 	}
 	return res
 }

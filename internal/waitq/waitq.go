@@ -19,10 +19,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/pubsub"
+	"github.com/distsync/distsync/internal/rediserr"
 )
 
 // Result is the outcome of one attempt.
@@ -568,7 +567,7 @@ const (
 const cleanupTimeout = 10 * time.Second
 
 func isRedisErr(err error) bool {
-	_, ok := rueidis.IsRedisErr(err)
+	_, ok := rediserr.As(err)
 	return ok
 }
 
