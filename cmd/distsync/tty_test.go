@@ -263,9 +263,13 @@ func TestCtrlZStopsTheJobAndFgResumesIt(t *testing.T) {
 // the shell says so; fg gives it the terminal.
 func TestBackgroundReadStopsTheJobUntilFg(t *testing.T) {
 	sh, lock, _ := ttySetup(t)
+	// set -b: bash reports a background job's change of state at once, not only before its
+	// next prompt (an Enter typed before distsync stopped would let the report wait for the
+	// next one).
+	sh.send("set -b\n")
+	sh.expect(`\$ `)
 	sh.send(lock + " --ttl 30s tty -- " + prompter + " &\n")
 	sh.expect(`Proceed\? `)
-	sh.send("\n") // bash reports a job's change of state before its next prompt
 	sh.expect(`Stopped`)
 	sh.send("fg\n")
 	sh.expect(`fg\r?\n`)
