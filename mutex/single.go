@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distsync/distsync"
@@ -33,6 +34,8 @@ type single struct {
 	// Script arguments that never change, built once.
 	keys                                  scripts.MutexKeys
 	rel                                   string // the record of releases (mutex_release.lua)
+	with                                  string // the record of the All a hold is part of (mutex_acquire_all.lua)
+	withKeep                              []string
 	ttlArg, fenceArg, slackArg, windowArg string
 
 	mu           sync.Mutex
@@ -42,6 +45,10 @@ type single struct {
 
 	lease *core.Lease   // the current hold, nil when this Mutex is not held
 	free  chan struct{} // closed while lease is nil: the Room's gate
+
+	// inAll is set while the current hold is part of an All's: its renewals keep the record
+	// of the set (with) alive too.
+	inAll atomic.Bool
 }
 
 // newSingle returns the lock called name on c's Redis, with settings set and keys in ks; its
@@ -51,6 +58,8 @@ func newSingle(c, ids *core.Handle, name string, set core.Settings, ks keys.Spac
 	m.lockKey, m.fence, m.q, m.qx, m.chanPrefix = ks.Key(), ks.Part("fence"), ks.Part("q"), ks.Part("qx"), ks.Channel()
 	m.keys = scripts.MutexKeys{Lock: m.lockKey, Fence: m.fence, Q: m.q, QX: m.qx}
 	m.rel = ks.Part("rel")
+	m.with = ks.Part("with")
+	m.withKeep = []string{m.with}
 	// A queue entry outlives the lease it waits behind by two renewal periods: one for the
 	// backstop slack, one for a late timer.
 	m.ttlArg, m.fenceArg, m.slackArg = core.Ms(m.ttl), core.Ms(c.Config.FenceTTL), core.Ms(2*m.ttl/core.RenewDivisor)
@@ -64,8 +73,12 @@ func newSingle(c, ids *core.Handle, name string, set core.Settings, ks keys.Spac
 	}
 	// A renewal also tells the head waiter when the lease now ends (mutex_renew.lua).
 	m.renewWith = func(owner string) scripts.Call {
-		return scripts.MutexRenewArgs{Lock: m.lockKey, Q: m.q, QX: m.qx,
-			Owner: owner, TTL: m.ttlArg, Prefix: m.chanPrefix, Pub: m.c.Pub}.Call()
+		a := scripts.MutexRenewArgs{Lock: m.lockKey, Q: m.q, QX: m.qx,
+			Owner: owner, TTL: m.ttlArg, Prefix: m.chanPrefix, Pub: m.c.Pub}
+		if m.inAll.Load() {
+			a.Keep = m.withKeep
+		}
+		return a.Call()
 	}
 	m.free = make(chan struct{})
 	close(m.free)
@@ -137,6 +150,7 @@ func (m *single) unlock(ctx context.Context) error {
 	if l != nil {
 		m.lease = nil
 		close(m.free)
+		m.inAll.Store(false)
 	}
 	m.mu.Unlock()
 	if l == nil {
@@ -188,7 +202,7 @@ func (m *single) attempt(ctx context.Context, t waitq.Try) (waitq.Result, string
 			confirm := scripts.MutexConfirmArgs{Keys: m.keys, Owner: g.Owner, TTL: m.ttlArg, Waiter: m.waiter,
 				Requeue: flag(t.More), Slack: m.slackArg, Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: g.Backup,
 				Window: m.windowArg, FenceTTL: m.fenceArg}.Call()
-			if err := m.hold(ctx, g.Owner, g.Token, time.Now(), deadline, &confirm); err != nil {
+			if _, err := m.hold(ctx, g.Owner, g.Token, time.Now(), deadline, &confirm); err != nil {
 				return waitq.Result{}, "", err
 			}
 			return waitq.Result{Acquired: true, Token: g.Token, Queued: t.More, Floor: g.Token, Wait: m.ttl + m.ttl/core.RenewDivisor}, "", nil
@@ -218,7 +232,7 @@ func (m *single) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Res
 		return waitq.Result{}, "", core.Unexpected(scripts.MutexAcquire, vals)
 	}
 	if vals[0] == 1 {
-		if err := m.hold(ctx, owner, vals[1], sent, time.Time{}, nil); err != nil {
+		if _, err := m.hold(ctx, owner, vals[1], sent, time.Time{}, nil); err != nil {
 			return waitq.Result{}, "", err
 		}
 		return waitq.Result{Acquired: true, Token: vals[1], Queued: waiter != "" && t.More, Floor: vals[1], Wait: m.ttl + slack}, owner, nil
@@ -246,20 +260,20 @@ func (m *single) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Res
 // hold makes the acquisition under owner m's current hold, with its lease on the renewal loop,
 // and delivers the lease to ctx's sink. An acquisition the Handle refuses (closed, or its
 // reply came too late to use) is given back.
-func (m *single) hold(ctx context.Context, owner string, token int64, sent, deadline time.Time, first *scripts.Call) error {
+func (m *single) hold(ctx context.Context, owner string, token int64, sent, deadline time.Time, first *scripts.Call) (*core.Lease, error) {
 	l, err := m.c.Hold(core.LeaseSpec{
 		Key: m.lockKey, Owner: owner, Kind: "s", TTL: m.ttl, Renew: m.renew, Token: token, Sent: sent,
 		Deadline: deadline, First: first, Release: m.releaseLease, RenewWith: m.renewWith,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m.mu.Lock()
 	m.lease = l
 	m.free = make(chan struct{})
 	m.mu.Unlock()
 	core.Deliver(ctx, l)
-	return nil
+	return l, nil
 }
 
 // abandon is the waitq.Abandon of Lock (and the cleanup of a TryLock whose reply was lost).

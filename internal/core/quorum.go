@@ -14,6 +14,8 @@ import (
 type quorum struct {
 	members []*Lease
 	need    int
+	// short says how many members are held when fewer than need are: why the lease is lost.
+	short func(held, of, need int) string
 }
 
 // Quorum returns a lease that is held while at least need of members are, with the fencing
@@ -26,7 +28,24 @@ type quorum struct {
 //
 // It ends with ErrClosed when h closes (its members on other Handles are not h's to release).
 func (h *Handle) Quorum(members []*Lease, need int, token int64, ttl time.Duration, renew bool) *Lease {
-	l := &Lease{h: h, spec: LeaseSpec{TTL: ttl, Token: token, Renew: renew}, quorum: &quorum{members: members, need: need}}
+	return h.over(&quorum{members: members, need: need, short: func(n, of, need int) string {
+		return fmt.Sprintf("held on %d of %d primaries, fewer than the quorum of %d", n, of, need)
+	}}, token, ttl, renew)
+}
+
+// Together returns a lease that is held while every one of members is, with the fencing token
+// token: the lease of several claims taken together (mutex.All). It ends, as lost, as soon as
+// one member is lost; the rest is as for Quorum, with need the number of members.
+func (h *Handle) Together(members []*Lease, token int64, ttl time.Duration, renew bool) *Lease {
+	return h.over(&quorum{members: members, need: len(members), short: func(n, of, _ int) string {
+		return fmt.Sprintf("held %d of its %d names", n, of)
+	}}, token, ttl, renew)
+}
+
+// over returns the lease over q's members.
+func (h *Handle) over(q *quorum, token int64, ttl time.Duration, renew bool) *Lease {
+	members := q.members
+	l := &Lease{h: h, spec: LeaseSpec{TTL: ttl, Token: token, Renew: renew}, quorum: q}
 	l.ctx, l.end = context.WithCancelCause(context.Background())
 	l.wrap()
 	stop := context.AfterFunc(h.ctx, func() { l.End(ErrClosed) })
@@ -62,7 +81,7 @@ func (q *quorum) check(l *Lease) {
 				return
 			}
 		}
-		l.End(lost(fmt.Sprintf("held on %d of %d primaries, fewer than the quorum of %d", n, len(q.members), q.need)))
+		l.End(lost(q.short(n, len(q.members), q.need)))
 	}
 }
 

@@ -5,32 +5,10 @@ import (
 	"testing"
 )
 
-// slot is Redis Cluster's key slot: CRC16 (XMODEM) of the hash tag, or of the whole key when
-// it has no non-empty {...} section.
-func slot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc % 16384)
-}
-
 func TestSlotMatchesRedis(t *testing.T) {
 	// Values from CLUSTER KEYSLOT on Redis 7.0.
 	for key, want := range map[string]int{"foo": 12182, "bar": 5061, "{user1000}.following": 3443, "{}foo": 9500} {
-		if got := slot(key); got != want {
+		if got := Slot(key); got != want {
 			t.Errorf("slot(%q) = %d, want %d", key, got, want)
 		}
 	}
@@ -57,9 +35,9 @@ func FuzzKeysShareOneSlot(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := slot(s.Key())
+		want := Slot(s.Key())
 		for _, k := range []string{s.Part("fence"), s.Part("q"), s.Part("qx"), s.Channel() + ":waiter{1}"} {
-			if got := slot(k); got != want {
+			if got := Slot(k); got != want {
 				t.Fatalf("name %q: %q in slot %d, %q in slot %d", name, s.Key(), want, k, got)
 			}
 		}

@@ -25,12 +25,13 @@ var files embed.FS
 
 // The scripts. Their contracts are in the headers of the .lua files.
 var (
-	Extend       = load("extend.lua")
-	MutexAcquire = load("mutex_acquire.lua")
-	MutexRelease = load("mutex_release.lua")
-	MutexLeave   = load("mutex_leave.lua")
-	MutexConfirm = load("mutex_confirm.lua")
-	MutexRenew   = load("mutex_renew.lua")
+	Extend          = load("extend.lua")
+	MutexAcquire    = load("mutex_acquire.lua")
+	MutexRelease    = load("mutex_release.lua")
+	MutexLeave      = load("mutex_leave.lua")
+	MutexConfirm    = load("mutex_confirm.lua")
+	MutexRenew      = load("mutex_renew.lua")
+	MutexAcquireAll = load("mutex_acquire_all.lua")
 
 	ReentrantLock    = load("reentrant_lock.lua")
 	ReentrantUnlock  = load("reentrant_unlock.lua")

@@ -50,6 +50,25 @@ func (a MutexAcquireArgs) fill(v []string) Call {
 	return split(MutexAcquire, v, 4)
 }
 
+// MutexAcquireAllArgs are mutex_acquire_all.lua's KEYS and ARGV, in its header's order: Keys
+// holds four keys per mutex (lock, fence, qx, with) and TTLs a lease per mutex.
+type MutexAcquireAllArgs struct {
+	Keys     []string `key:"KEYS"`
+	Owner    string   `arg:"owner"`
+	FenceTTL string   `arg:"fence_ttl"`
+	With     string   `arg:"with"`
+	TTLs     []string `arg:"ttl"`
+}
+
+// Call returns a as a call of mutex_acquire_all.lua.
+func (a MutexAcquireAllArgs) Call() Call {
+	v := make([]string, 0, len(a.Keys)+3+len(a.TTLs))
+	v = append(v, a.Keys...)
+	v = append(v, a.Owner, a.FenceTTL, a.With)
+	v = append(v, a.TTLs...)
+	return split(MutexAcquireAll, v, len(a.Keys))
+}
+
 // MutexConfirmArgs are mutex_confirm.lua's KEYS and ARGV, in its header's order. Its optional
 // KEYS[5] is sent if Values is set.
 type MutexConfirmArgs struct {

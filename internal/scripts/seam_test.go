@@ -255,6 +255,7 @@ type seam struct {
 var seams = []seam{
 	{ExtendArgs{}, []*Script{Extend}},
 	{MutexAcquireArgs{}, []*Script{MutexAcquire}},
+	{MutexAcquireAllArgs{}, []*Script{MutexAcquireAll}},
 	{MutexReleaseArgs{}, []*Script{MutexRelease}},
 	{MutexLeaveArgs{}, []*Script{MutexLeave}},
 	{MutexConfirmArgs{}, []*Script{MutexConfirm}},

@@ -1,4 +1,0 @@
-package keys
-
-// Slot is slot, for the external tests of the package.
-var Slot = slot

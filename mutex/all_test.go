@@ -1,0 +1,303 @@
+package mutex_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/internal/keys"
+	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/mutex"
+)
+
+func (p *pod) all(t *testing.T, names ...string) (*mutex.All, []*mutex.Mutex) {
+	t.Helper()
+	ms := make([]*mutex.Mutex, len(names))
+	for i, n := range names {
+		ms[i] = p.mutex(t, n)
+	}
+	a, err := mutex.NewAll(ms...)
+	if err != nil {
+		t.Fatalf("NewAll(%v): %v", names, err)
+	}
+	return a, ms
+}
+
+// sameSlot returns n names whose keys under prefix share one Redis Cluster hash slot.
+func sameSlot(prefix string, n int) []string {
+	bySlot := map[int][]string{}
+	for i := 0; ; i++ {
+		name := "s" + strconv.Itoa(i)
+		s := keys.Slot(keyOf(prefix, name, ""))
+		bySlot[s] = append(bySlot[s], name)
+		if len(bySlot[s]) == n {
+			return bySlot[s]
+		}
+	}
+}
+
+// Bad input to NewAll: an error matching ErrInvalid, and nothing sent.
+func TestAllBadInput(t *testing.T) {
+	b := redistest.Open(t, redistest.Mini)
+	prefix := b.Prefix(t)
+	p, q := newPod(t, b, prefix), newPod(t, b, prefix)
+	a, b2 := p.mutex(t, "a"), p.mutex(t, "b")
+	fixed := p.mutex(t, "c", distsync.WithFixedLease(time.Second))
+	other := newPod(t, b, prefix)
+	quorum := p.mutex(t, "d", mutex.WithQuorum(q.h, other.h))
+	for _, c := range []struct {
+		what string
+		ms   []*mutex.Mutex
+	}{
+		{"no mutexes", nil},
+		{"a nil", []*mutex.Mutex{a, nil}},
+		{"a name twice", []*mutex.Mutex{a, b2, p.mutex(t, "a")}},
+		{"one Mutex twice", []*mutex.Mutex{a, a}},
+		{"two Handles", []*mutex.Mutex{a, q.mutex(t, "b")}},
+		{"renewed and fixed", []*mutex.Mutex{a, fixed}},
+		{"a quorum", []*mutex.Mutex{a, quorum}},
+	} {
+		if all, err := mutex.NewAll(c.ms...); !errors.Is(err, distsync.ErrInvalid) || all != nil {
+			t.Errorf("NewAll with %s = %v, %v; want ErrInvalid", c.what, all, err)
+		} else if strings.Count(err.Error(), "\n") != 0 {
+			t.Errorf("NewAll with %s: error of several lines: %q", c.what, err)
+		}
+	}
+	all, _ := p.all(t, "a", "b")
+	if err := all.Unlock(context.Background()); !errors.Is(err, distsync.ErrNotHeld) {
+		t.Errorf("Unlock without Lock = %v, want ErrNotHeld", err)
+	}
+	if all.Tokens() != nil {
+		t.Errorf("Tokens without Lock = %v, want nil", all.Tokens())
+	}
+	for _, pd := range []*pod{p, q, other} {
+		if n := pd.client.Total(); n != 0 {
+			t.Errorf("bad input sent %d commands to Redis", n)
+		}
+	}
+	if ks := b.Keys(t, prefix); len(ks) != 0 {
+		t.Errorf("bad input wrote keys %v", ks)
+	}
+}
+
+// A held All excludes the single-name mutexes of its names, and a held single-name mutex
+// excludes an All that names it; a TryLock that fails holds nothing.
+func TestAllInteroperatesWithMutex(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		p, q := newPod(t, b, prefix), newPod(t, b, prefix)
+		ctx := context.Background()
+		for _, names := range [][]string{{"x", "y", "z"}, sameSlot(prefix, 2)} {
+			all, _ := p.all(t, names...)
+			singles := make([]*mutex.Mutex, len(names))
+			for i, n := range names {
+				singles[i] = q.mutex(t, n)
+			}
+			l, err := all.LockLease(ctx)
+			if err != nil {
+				t.Fatalf("LockLease(%v): %v", names, err)
+			}
+			tokens := all.Tokens()
+			if len(tokens) != len(names) || tokens[0] != l.Token() {
+				t.Fatalf("Tokens = %v, lease token %d", tokens, l.Token())
+			}
+			for i, s := range singles {
+				if ok, err := s.TryLock(ctx); ok || err != nil {
+					t.Fatalf("TryLock(%s) while the All holds it = %v, %v", names[i], ok, err)
+				}
+				if tok := fenceOf(t, b, prefix, names[i]); tok != tokens[i] {
+					t.Errorf("%s: token %d, fence %d", names[i], tokens[i], tok)
+				}
+			}
+			if err := all.Unlock(ctx); err != nil {
+				t.Fatalf("Unlock: %v", err)
+			}
+			if err := l.Err(); !errors.Is(err, distsync.ErrReleased) {
+				t.Errorf("lease after Unlock: %v, want ErrReleased", err)
+			}
+
+			// The last name held alone: TryLock fails and gives back the rest.
+			last := singles[len(singles)-1]
+			lockWithin(t, last, 5*time.Second)
+			if ok, err := all.TryLock(ctx); ok || err != nil {
+				t.Fatalf("All.TryLock with %s held = %v, %v", names[len(names)-1], ok, err)
+			}
+			for i, s := range singles[:len(singles)-1] {
+				if ok, err := s.TryLock(ctx); !ok || err != nil {
+					t.Fatalf("TryLock(%s) after the All's failed TryLock = %v, %v: it kept it", names[i], ok, err)
+				}
+				unlock(t, s)
+			}
+			// Lock waits for it, woken by its Unlock.
+			ch := redistest.Async(ctx, all.Lock)
+			waitQueued(t, b, prefix, names[len(names)-1], 1)
+			unlock(t, last)
+			if r := wait(t, ch, 10*time.Second); r.Err != nil {
+				t.Fatalf("All.Lock after the single Unlock: %v", r.Err)
+			}
+			for i, s := range singles {
+				if ok, _ := s.TryLock(ctx); ok {
+					t.Fatalf("TryLock(%s) succeeded while the All holds it", names[i])
+				}
+			}
+			if err := all.Unlock(ctx); err != nil {
+				t.Fatalf("Unlock: %v", err)
+			}
+		}
+	})
+}
+
+func fenceOf(t *testing.T, b *redistest.Backend, prefix, name string) int64 {
+	t.Helper()
+	n, err := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+		return c.B().Get().Key(keyOf(prefix, name, "fence")).Build()
+	}).AsInt64()
+	if err != nil {
+		t.Fatalf("fence of %s: %v", name, err)
+	}
+	return n
+}
+
+// Two sets locked in opposite orders, with single-name lockers among them, all finish, and no
+// name ever has two holders.
+func TestAllOppositeOrdersDoNotDeadlock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		names := []string{"n0", "n1", "n2", "n3"}
+		inside := make([]atomic.Int32, len(names))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make(chan error, 64)
+		enter := func(idx []int) {
+			for _, i := range idx {
+				if n := inside[i].Add(1); n != 1 {
+					errs <- fmt.Errorf("%d holders of %s", n, names[i])
+				}
+			}
+			time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+			for _, i := range idx {
+				inside[i].Add(-1)
+			}
+		}
+		const rounds = 12
+		for w := range 6 {
+			p := newPod(t, b, prefix)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for r := range rounds {
+					idx := rand.Perm(len(names))[:2+rand.IntN(3)%3]
+					if w%3 == 2 {
+						idx = idx[:1] // a single-name locker
+						m := p.mutex(t, names[idx[0]])
+						if err := m.Lock(ctx); err != nil {
+							errs <- fmt.Errorf("worker %d round %d: Lock: %w", w, r, err)
+							return
+						}
+						enter(idx)
+						if err := m.Unlock(ctx); err != nil {
+							errs <- err
+						}
+						continue
+					}
+					sel := make([]string, len(idx))
+					for k, i := range idx {
+						sel[k] = names[i]
+					}
+					all, _ := p.all(t, sel...)
+					if err := all.Lock(ctx); err != nil {
+						errs <- fmt.Errorf("worker %d round %d: Lock(%v): %w", w, r, sel, err)
+						return
+					}
+					enter(idx)
+					if err := all.Unlock(ctx); err != nil {
+						errs <- fmt.Errorf("worker %d: Unlock(%v): %w", w, sel, err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	})
+}
+
+// A Lock cancelled while it waits for one name holds none of the others when it returns, and
+// has left that name's queue.
+func TestAllCancelledLockHoldsNothing(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		p, q := newPod(t, b, prefix), newPod(t, b, prefix)
+		all, _ := p.all(t, "c0", "c1", "c2")
+		blocker := q.mutex(t, "c2") // last in the order: c0 and c1 are held while waiting for it
+		lockWithin(t, blocker, 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		err := all.Lock(ctx)
+		if !isBoth(err, distsync.ErrNotAcquired, context.DeadlineExceeded) {
+			t.Fatalf("Lock = %v, want ErrNotAcquired and DeadlineExceeded", err)
+		}
+		// Checked at once: nothing may be left for the background.
+		for _, n := range []string{"c0", "c1"} {
+			if ex, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+				return c.B().Exists().Key(keyOf(prefix, n, "")).Build()
+			}).AsInt64(); ex != 0 {
+				t.Errorf("%s is still held after the cancelled Lock returned", n)
+			}
+		}
+		if ex, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Exists().Key(keyOf(prefix, "c2", "q")).Build()
+		}).AsInt64(); ex != 0 {
+			t.Error("the cancelled Lock is still queued for c2")
+		}
+		if all.Tokens() != nil {
+			t.Error("a cancelled Lock left tokens")
+		}
+		unlock(t, blocker)
+		lockWithin(t, p.mutex(t, "c2"), 5*time.Second)
+	})
+}
+
+// A set whose member is lost is lost: Done closes with ErrLost, naming it, and Unlock reports
+// the loss and releases the others.
+func TestAllLossOfOneMemberIsTheSetsLoss(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		p := newPod(t, b, prefix, distsync.WithLeaseTTL(300*time.Millisecond))
+		all, _ := p.all(t, "l0", "l1")
+		l, err := all.LockLease(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Del().Key(keyOf(prefix, "l1", "")).Build() })
+		select {
+		case <-l.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the set's lease did not end after a member's key was deleted")
+		}
+		if err := l.Err(); !errors.Is(err, distsync.ErrLost) || !strings.Contains(err.Error(), "1 of its 2") {
+			t.Fatalf("lease error %v, want ErrLost saying 1 of 2 held", err)
+		}
+		if err := all.Unlock(context.Background()); !isBoth(err, distsync.ErrNotHeld, distsync.ErrLost) {
+			t.Fatalf("Unlock after the loss = %v, want ErrNotHeld and ErrLost", err)
+		}
+		if ex, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Exists().Key(keyOf(prefix, "l0", "")).Build()
+		}).AsInt64(); ex != 0 {
+			t.Error("Unlock after the loss left the other member held")
+		}
+	})
+}
