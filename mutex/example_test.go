@@ -252,3 +252,80 @@ func ExampleWithQuorum() {
 	// held: true holders: 1
 	// released: true
 }
+
+// A transfer between two accounts locks both, all or nothing. Another transfer that names
+// them in the opposite order cannot deadlock with it: every All takes its mutexes in one
+// order, whatever the order they were given in.
+func ExampleAll() {
+	hs, stop := pods(2)
+	defer stop()
+	ctx := context.Background()
+
+	transfer := func(h *distsync.Handle, from, to string) {
+		a, err := mutex.New(h, "account:"+from)
+		if err != nil {
+			panic(err)
+		}
+		b, err := mutex.New(h, "account:"+to)
+		if err != nil {
+			panic(err)
+		}
+		both, err := mutex.NewAll(a, b)
+		if err != nil {
+			panic(err)
+		}
+		if err := both.Lock(ctx); err != nil {
+			panic(err)
+		}
+		defer func() {
+			if err := both.Unlock(ctx); err != nil {
+				panic(err)
+			}
+		}()
+		// Move the money here, fencing each account's write with its own token:
+		// both.Tokens()[0] for from, both.Tokens()[1] for to.
+	}
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(2)
+		go func() { defer wg.Done(); transfer(hs[0], "alice", "bob") }()
+		go func() { defer wg.Done(); transfer(hs[1], "bob", "alice") }()
+	}
+	wg.Wait()
+	fmt.Println("20 transfers, no deadlock")
+	// Output:
+	// 20 transfers, no deadlock
+}
+
+// TryLock takes every mutex of the set or none: with one of them held elsewhere, it returns
+// false and holds nothing.
+func ExampleAll_TryLock() {
+	hs, stop := pods(2)
+	defer stop()
+	ctx := context.Background()
+
+	x, _ := mutex.New(hs[0], "x")
+	y, _ := mutex.New(hs[0], "y")
+	both, err := mutex.NewAll(x, y)
+	if err != nil {
+		panic(err)
+	}
+	other, _ := mutex.New(hs[1], "y")
+	if err := other.Lock(ctx); err != nil {
+		panic(err)
+	}
+	ok, err := both.TryLock(ctx)
+	fmt.Println("with y held elsewhere:", ok, err)
+	free, _ := mutex.New(hs[1], "x")
+	ok, _ = free.TryLock(ctx)
+	fmt.Println("x left free:", ok)
+	_ = free.Unlock(ctx)
+	_ = other.Unlock(ctx)
+	ok, err = both.TryLock(ctx)
+	fmt.Println("with both free:", ok, err, len(both.Tokens()), "tokens")
+	_ = both.Unlock(ctx)
+	// Output:
+	// with y held elsewhere: false <nil>
+	// x left free: true
+	// with both free: true <nil> 2 tokens
+}
