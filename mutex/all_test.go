@@ -301,3 +301,100 @@ func TestAllLossOfOneMemberIsTheSetsLoss(t *testing.T) {
 		}
 	})
 }
+
+// Uncontended, Lock is one round trip: one script per run of one slot, all in one pipeline
+// (one run on a Redis that is not a Cluster).
+func TestAllUncontendedIsOneRoundTrip(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		p := newPod(t, b, prefix)
+		names := []string{"u0", "u1", "u2", "u3"}
+		runs := 1
+		if b.Name == redistest.ClusterB {
+			slots := map[int]bool{}
+			for _, n := range names {
+				slots[keys.Slot(keyOf(prefix, n, ""))] = true
+			}
+			runs = len(slots)
+		}
+		all, _ := p.all(t, names...)
+		for range 2 { // the first loads the script (NOSCRIPT, then EVAL)
+			p.client.Reset()
+			if err := all.Lock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := all.Unlock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p.client.Reset()
+		if err := all.Lock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		counts, pipes := p.client.Counts(), p.client.Pipelines()
+		if counts["EVALSHA"] != runs || p.client.Total() != runs || len(pipes) != 1 || pipes[0] != runs {
+			t.Errorf("uncontended Lock of %d names in %d slot runs sent %v in pipelines %v; want %d EVALSHA in one pipeline",
+				len(names), runs, counts, pipes, runs)
+		}
+		if err := all.Unlock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A set waits for a busy member in that member's queue, in its order: a single-name waiter
+// that came first is served first, one that came after is served after.
+func TestAllWaitsInTheMembersQueue(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		holder := newPod(t, b, prefix).mutex(t, "q1")
+		lockWithin(t, holder, 5*time.Second)
+		var order []string
+		var mu sync.Mutex
+		served := func(who string) {
+			mu.Lock()
+			order = append(order, who)
+			mu.Unlock()
+		}
+		before := newPod(t, b, prefix).mutex(t, "q1")
+		ch1 := redistest.Async(ctx, func(ctx context.Context) error {
+			if err := before.Lock(ctx); err != nil {
+				return err
+			}
+			served("before")
+			time.Sleep(20 * time.Millisecond)
+			return before.Unlock(ctx)
+		})
+		waitQueued(t, b, prefix, "q1", 1)
+		all, _ := newPod(t, b, prefix).all(t, "q1", "q0")
+		ch2 := redistest.Async(ctx, func(ctx context.Context) error {
+			if err := all.Lock(ctx); err != nil {
+				return err
+			}
+			served("all")
+			time.Sleep(20 * time.Millisecond)
+			return all.Unlock(ctx)
+		})
+		waitQueued(t, b, prefix, "q1", 2)
+		after := newPod(t, b, prefix).mutex(t, "q1")
+		ch3 := redistest.Async(ctx, func(ctx context.Context) error {
+			if err := after.Lock(ctx); err != nil {
+				return err
+			}
+			served("after")
+			return after.Unlock(ctx)
+		})
+		waitQueued(t, b, prefix, "q1", 3)
+		unlock(t, holder)
+		for _, ch := range []<-chan redistest.Returned{ch1, ch2, ch3} {
+			if r := wait(t, ch, 20*time.Second); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+		if got := strings.Join(order, " "); got != "before all after" {
+			t.Errorf("served in the order %q, want \"before all after\"", got)
+		}
+	})
+}
