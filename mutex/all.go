@@ -441,6 +441,9 @@ func (a *All) fail(ctx context.Context, err error) error {
 	case errors.Is(err, distsync.ErrNotAcquired):
 		return fmt.Errorf("%s: %w", a.what, err)
 	case ctx.Err() != nil:
+		if errors.Is(err, ctx.Err()) {
+			return a.notAcquired(err) // it says which member it waited for
+		}
 		return a.notAcquired(ctx.Err())
 	case errors.Is(err, core.ErrLate):
 		return a.notAcquired(err)

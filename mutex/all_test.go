@@ -250,6 +250,9 @@ func TestAllCancelledLockHoldsNothing(t *testing.T) {
 		if !isBoth(err, distsync.ErrNotAcquired, context.DeadlineExceeded) {
 			t.Fatalf("Lock = %v, want ErrNotAcquired and DeadlineExceeded", err)
 		}
+		if !strings.Contains(err.Error(), `waiting for "c2"`) {
+			t.Errorf("Lock = %v: the error does not say which mutex it waited for", err)
+		}
 		// Checked at once: nothing may be left for the background.
 		for _, n := range []string{"c0", "c1"} {
 			if ex, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed {
