@@ -364,20 +364,20 @@ func primitives(ctx context.Context, addr string, quick bool) error {
 		return ctx.Err()
 	}
 	rows = append(rows, wakeFloor(1000, 5))
-	printPrimRows(addr, rows)
+	printPrimRows(addr, "distsync primitives", rows)
 	pts := scale(ctx, addr, dur/2)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	printScale(pts)
 	plotScale(pts)
-	return nil
+	return lockAll(ctx, addr, quick)
 }
 
 // printPrimRows prints the table of the primitives' scenarios.
-func printPrimRows(addr string, rows []primRow) {
+func printPrimRows(addr, title string, rows []primRow) {
 	rtt := pingP50(addr, 500)
-	fmt.Printf("\n### distsync primitives\n\nRound trip (PING p50) after the runs: %v.\n\n", rtt.Round(time.Microsecond))
+	fmt.Printf("\n### %s\n\nRound trip (PING p50) after the runs: %v.\n\n", title, rtt.Round(time.Microsecond))
 	fmt.Printf("| scenario | result | in RTT | client cmds / op | Redis cmds / op | Redis CPU / op |\n|---|---|---|---|---|---|\n")
 	num := func(f float64) string {
 		if f < 0 {
@@ -409,7 +409,7 @@ func identityOnly(ctx context.Context, addr string, quick bool) error {
 	if err != nil {
 		return err
 	}
-	printPrimRows(addr, rows)
+	printPrimRows(addr, "distsync primitives", rows)
 	return nil
 }
 

@@ -378,10 +378,11 @@ func (l redisLoad) per(before redisLoad, n float64) (cmds float64, cpu time.Dura
 	return float64(l.cmds-before.cmds) / n, time.Duration(float64(l.cpu-before.cpu) / n)
 }
 
-// commandstats reads the Redis at addr's load so far.
+// commandstats reads the Redis at addr's load so far (that node's alone, if it is a node of a
+// Cluster).
 func commandstats(addr string) (redisLoad, error) {
 	var out redisLoad
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true})
 	if err != nil {
 		return out, err
 	}
