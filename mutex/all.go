@@ -309,17 +309,22 @@ func (a *All) take(ctx context.Context, obs []*core.Acquire, held []*core.Lease,
 		}
 	}
 	// The record of the set, for inspect, on the members taken one by one: written with
-	// their leases and renewed with them (mutex_renew.lua's keep keys).
+	// their leases and renewed with them (mutex_renew.lua's keep keys). It decides nothing,
+	// so Lock does not wait for it: a record that lands after the hold ended names an owner
+	// value that is no longer the lock's, and is read as stale.
 	cmds := make(rueidis.Commands, 0, len(a.order)-first)
 	for _, i := range a.order[first:] {
 		m := a.ms[i]
 		cmds = append(cmds, a.h.Client.B().Set().Key(m.with).Value(held[i].Owner()+"\n"+a.with).Px(m.ttl).Build())
 	}
-	for _, r := range a.h.Client.DoMulti(ctx, cmds...) {
-		if err := r.Error(); err != nil && ctx.Err() == nil {
-			a.h.Log().Debug("distsync: writing the record of a set of mutexes failed", "mutexes", a.with, "err", err)
+	a.h.Background("writing the record of a set of mutexes", a.ttl, func(ctx context.Context) error {
+		for _, r := range a.h.Client.DoMulti(ctx, cmds...) {
+			if err := r.Error(); err != nil {
+				return err
+			}
 		}
-	}
+		return nil
+	})
 	return true, nil
 }
 
