@@ -282,6 +282,10 @@ func runFlags(command string, cfg *config) *flagSet {
 	fs.boolean(&cfg.quiet, "quiet", 0, "print no message of distsync's own, except errors that end\nit")
 	switch command {
 	case "lock":
+		fs.add("also", 0, "NAME", "lock the mutex NAME too, with NAME and every other --also:\nall of them or none (package mutex's All); repeatable",
+			func(v string) error { cfg.also = append(cfg.also, v); return nil })
+		fs.boolean(&cfg.all, "all", 0, "every argument before \"--\" is a NAME, and CMD follows \"--\":\nlock the mutexes of them all, all or none (give --all before the\nsecond NAME)")
+		fs.moreNames = func() bool { return cfg.all }
 		fs.boolean(&cfg.fair, "fair", 0, "take the FIFO lock NAME (package fair): strict arrival order")
 		fs.boolean(&cfg.shared, "shared", 's', "take the read-write lock NAME for reading (as flock -s): any\nnumber of -s at once, or one -x")
 		fs.boolean(&cfg.exclusive, "exclusive", 'x', "take the read-write lock NAME for writing (as flock -x)")
