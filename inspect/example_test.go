@@ -119,4 +119,5 @@ func ExampleKeys() {
 	// distsync:{orders}:mutex:q
 	// distsync:{orders}:mutex:qx
 	// distsync:{orders}:mutex:rel
+	// distsync:{orders}:mutex:with
 }

@@ -78,6 +78,12 @@ type Report struct {
 	// holds or waits), and the permits its live holders hold.
 	Size, InUse int64
 
+	// With is a mutex's: while its holder holds it as one of a set of mutexes locked
+	// together (a mutex.All of package mutex), the set's other names, in the order given to
+	// mutex.NewAll; nil otherwise (nobody holds, an ordinary hold, a set of one). It is read
+	// in the same step as Holders, from the record each member of a set keeps with its hold.
+	With []string
+
 	// Leader is an election's leader, nil if nobody leads.
 	Leader *Leader
 

@@ -351,6 +351,64 @@ func TestMutex(t *testing.T) {
 	})
 }
 
+// A mutex held as one of a set (mutex.All) is reported with the set's other names, in
+// NewAll's order, read in the same step as its holder; an ordinary hold, and a hold taken
+// after a set's (whose record lingers until its lease would have ended), have none.
+func TestMutexHeldWithOthers(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := newEnv(t, b)
+		ctx := context.Background()
+		a, other := e.pod(), e.pod()
+		names := []string{"set:a", "set:{b}", "set:c"} // on a Cluster, most likely in other slots
+		var ms []*mutex.Mutex
+		for _, n := range names {
+			m, _ := mutex.New(a, n)
+			ms = append(ms, m)
+		}
+		all, err := mutex.NewAll(ms...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := all.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		tokens := all.Tokens()
+		for i, n := range names {
+			var r inspect.Report
+			e.unchanged(func() { r = e.inspect(inspect.Mutex, n) })
+			if len(r.Holders) != 1 {
+				t.Fatalf("%q: holders %+v, want 1", n, r.Holders)
+			}
+			checkHolder(t, n, r.Holders[0], a.ID(), tokens[i], 1, false)
+			want := slices.Delete(slices.Clone(names), i, i+1)
+			if !slices.Equal(r.With, want) {
+				t.Errorf("%q: With = %q, want %q", n, r.With, want)
+			}
+		}
+		plain, _ := mutex.New(a, "set:plain")
+		if err := plain.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r := e.inspect(inspect.Mutex, "set:plain"); len(r.Holders) != 1 || r.With != nil {
+			t.Errorf("an ordinary hold: holders %+v, With %q; want 1 holder and no set", r.Holders, r.With)
+		}
+		// The set's records outlive its Unlock; a hold of another process is not the set's.
+		if err := all.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := mutex.New(other, names[1])
+		if err := m.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r := e.inspect(inspect.Mutex, names[1]); len(r.Holders) != 1 || r.Holders[0].Handle != other.ID() || r.With != nil {
+			t.Errorf("a hold after the set's: holders %+v, With %q; want the other process's and no set", r.Holders, r.With)
+		}
+		if r := e.inspect(inspect.Mutex, names[0]); !r.Idle() || r.With != nil {
+			t.Errorf("a member released: %+v; want idle and no set", r)
+		}
+	})
+}
+
 func TestReentrant(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := newEnv(t, b)

@@ -3,6 +3,7 @@ package inspect
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -21,7 +22,7 @@ import (
 // layout lists the key parts of each kind, in the order inspect.lua takes them ("" is the
 // main key). A primitive that has none of them is absent from Redis.
 var layout = map[string][]string{
-	Mutex:     {"", "fence", "q", "qx", "rel"},
+	Mutex:     {"", "fence", "q", "qx", "rel", "with"},
 	Reentrant: {"", "fence", "ops", "q", "qx"},
 	RWMutex:   {"", "r", "ww", "rq", "ra", "fence", "ops", "wo", "rel"},
 	Fair:      {"", "fence", "q", "qx", "rel"},
@@ -105,6 +106,16 @@ func (r *Report) fill(rw row) error {
 	r.Holders, r.Queue, r.Fence = rw.holders, rw.queue, rw.fence
 	bad := func() error { return core.Unexpected(scripts.Inspect, rw.extra) }
 	switch r.Kind {
+	case Mutex:
+		if len(rw.extra) == 0 {
+			return nil // an ordinary hold, or none
+		}
+		var set []string
+		s, err := rw.extra[0].ToString()
+		if err != nil || len(rw.extra) != 1 || json.Unmarshal([]byte(s), &set) != nil {
+			return bad()
+		}
+		r.With = others(set, r.Name)
 	case Semaphore:
 		if len(rw.extra) != 2 {
 			return bad()
@@ -140,6 +151,18 @@ func (r *Report) fill(rw row) error {
 		r.Counter = ct
 	}
 	return nil
+}
+
+// others returns the names of set but the first that is name, nil if none is left.
+func others(set []string, name string) []string {
+	var out []string
+	for i, n := range set {
+		if n == name {
+			return append(out, set[i+1:]...)
+		}
+		out = append(out, n)
+	}
+	return out // not reached: a record names its own mutex
 }
 
 // counter reads a wait group's extra: {units, round, open, lost, err, r1, o1, ...}.

@@ -31,6 +31,9 @@ type flagDef struct {
 type flagSet struct {
 	command string
 	defs    []*flagDef
+	// moreNames, if not nil, says whether positional arguments are still names past the
+	// count parse was given (lock --all): then only "--" ends them.
+	moreNames func() bool
 }
 
 // usageError is a usage error: its text is one line, and distsync exits 64.
@@ -149,7 +152,7 @@ func (fs *flagSet) parse(args []string, names int) (pos, rest []string, dashdash
 		case a == "--":
 			return pos, args[i+1:], true, nil
 		case a == "-" || !strings.HasPrefix(a, "-"):
-			if names >= 0 && len(pos) >= names {
+			if names >= 0 && len(pos) >= names && (fs.moreNames == nil || !fs.moreNames()) {
 				return pos, args[i:], false, nil
 			}
 			pos = append(pos, a)

@@ -53,6 +53,8 @@ Exit status:
 var commandHelp = map[string][2]string{
 	"lock": {`Usage: distsync lock [flags] NAME [--] CMD [ARGS...]
        distsync lock [flags] NAME -c 'COMMAND LINE'
+       distsync lock [flags] NAME --also NAME2 [--also NAME3...] [--] CMD [ARGS...]
+       distsync lock [flags] --all NAME NAME2... -- CMD [ARGS...]
 
 Runs CMD while holding the lock NAME, across every machine that uses the same Redis and
 --prefix, as flock(1) does on one machine. The lock is the mutex NAME of package mutex (a
@@ -60,8 +62,16 @@ Go program's mutex.New(h, NAME) excludes it and is excluded by it); --fair takes
 lock NAME (package fair), -s and -x the read-write lock NAME (package rwmutex). These are
 three different locks: use one kind for a name.
 
+With --also (or --all), it holds the mutexes of several names together while CMD runs, all
+of them or none (package mutex's All): in any order on any machine without deadlock; the
+claim is lost, and CMD killed, as soon as one of them is lost. CMD gets DISTSYNC_NAMES,
+every name one a line (NAME, then --all's, then --also's), and DISTSYNC_TOKEN_1,
+DISTSYNC_TOKEN_2, ..., their tokens in that order (DISTSYNC_NAME and DISTSYNC_TOKEN are
+the first's); under one mutex, DISTSYNC_NAMES is NAME. Several names are for the mutex
+only, not --fair, -s or -x; a name given twice, or one with a newline, is refused.
+
 Flags (anywhere before CMD; CMD starts after "--", or at the first argument after NAME
-that is not a flag):
+that is not a flag; with --all, only after "--"):
 `, runNotes},
 	"sem": {`Usage: distsync sem [flags] NAME --size N [--weight W] [--] CMD [ARGS...]
 
@@ -103,8 +113,9 @@ With --json it prints one JSON array, an object per NAME:
   {"name": NAME, "primitives": [{"kind", "name", "idle", "fence", "holders": [{"owner",
   "identity", "handle", "token", "remaining_ms", "count", "shared"}], "queue": [{"id",
   "identity", "handle", "remaining_ms", "waited_ms", "weight", "shared", "admitted",
-  "value"}], semaphore: "size", "in_use"; election: "leader": {"value", "term", "rev"};
-  once: "keys": [{"key", "leader": {holder}, "kept", "kept_ms"}]; waitgroup: "counter":
+  "value"}], mutex: "with" (a set's other names, while held as one of a set);
+  semaphore: "size", "in_use"; election: "leader": {"value", "term", "rev"}; once:
+  "keys": [{"key", "leader": {holder}, "kept", "kept_ms"}]; waitgroup: "counter":
   {"pending", "units", "round", "open", "lost", "err", "ended": [{"round", "lost",
   "err"}]}}]}
 (with --watch, one such array per line, at every change). Durations are in ms; -1 means
@@ -120,10 +131,12 @@ arguments, or no Redis given; 69 Redis could not be reached or answered with an 
 Lists every primitive that has keys under the prefix and whose name matches PATTERN, a
 glob as Redis's SCAN takes it ('*', '?', '[a-z]', '[^a]', '\' quotes; default: every
 name), sorted by name: its kind, its name, who holds it (the identity of each holder's
-process, host:PID unless it named itself; a once group's leaders) and how many wait, as
+process, host:PID unless it named itself; a once group's leaders; "(with b, c)" after a
+mutex held as one of a set, with the set's other names) and how many wait, as
 lslocks(8) lists the locks of one machine. It SCANs every node (every master of a Redis
 Cluster), reads each primitive in one round trip, and writes nothing. With --json it
-prints [{"kind": KIND, "name": NAME, "held_by": [IDENTITY...], "waiting": N}, ...].
+prints [{"kind": KIND, "name": NAME, "held_by": [IDENTITY...], "waiting": N}, ...], and
+"with": [NAME...] for a mutex held as one of a set.
 
 Flags:
 `, `
@@ -282,6 +295,10 @@ func runFlags(command string, cfg *config) *flagSet {
 	fs.boolean(&cfg.quiet, "quiet", 0, "print no message of distsync's own, except errors that end\nit")
 	switch command {
 	case "lock":
+		fs.add("also", 0, "NAME", "lock the mutex NAME too, with NAME and every other --also:\nall of them or none (package mutex's All); repeatable",
+			func(v string) error { cfg.also = append(cfg.also, v); return nil })
+		fs.boolean(&cfg.all, "all", 0, "every argument before \"--\" is a NAME, and CMD follows \"--\":\nlock the mutexes of them all, all or none (give --all before the\nsecond NAME)")
+		fs.moreNames = func() bool { return cfg.all }
 		fs.boolean(&cfg.fair, "fair", 0, "take the FIFO lock NAME (package fair): strict arrival order")
 		fs.boolean(&cfg.shared, "shared", 's', "take the read-write lock NAME for reading (as flock -s): any\nnumber of -s at once, or one -x")
 		fs.boolean(&cfg.exclusive, "exclusive", 'x', "take the read-write lock NAME for writing (as flock -x)")

@@ -194,6 +194,9 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if by == "" {
 			by = "-"
 		}
+		if len(e.With) > 0 {
+			by += " (with " + withList(e.With) + ")"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", e.Kind, shown(e.Name), by, e.Waiting)
 	}
 	if err := tw.Flush(); err != nil {
@@ -222,6 +225,7 @@ func lsHolders(ctx context.Context, h *distsync.Handle, es []inspect.Entry) ([]e
 			for _, hd := range r.Holders {
 				out[i].HeldBy = append(out[i].HeldBy, holderName(hd))
 			}
+			out[i].With = r.With
 			for _, k := range r.Keys {
 				if k.Leader != nil {
 					out[i].HeldBy = append(out[i].HeldBy, holderName(*k.Leader))
@@ -243,6 +247,15 @@ func holderName(hd distsync.Holder) string {
 		return "owner " + shown(hd.Owner)
 	}
 	return "?"
+}
+
+// withList prints the other names of a set of mutexes held together: "b, c".
+func withList(names []string) string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = shown(n)
+	}
+	return strings.Join(out, ", ")
 }
 
 // shown returns name as it is if it prints plainly, else quoted (Go syntax).
@@ -327,6 +340,9 @@ func summary(r inspect.Report) string {
 	}
 	if l := r.Leader; l != nil {
 		s = append(s, fmt.Sprintf("leader %q, term %d, rev %d", l.Value, l.Term, l.Rev))
+	}
+	if len(r.With) > 0 {
+		s = append(s, "held with "+withList(r.With)+", all or none (mutex.All)")
 	}
 	if r.Fence != 0 {
 		s = append(s, fmt.Sprintf("last token %d", r.Fence))
@@ -462,6 +478,7 @@ type reportJSON struct {
 	Leader  *leaderJSON   `json:"leader,omitempty"` // election, while one leads
 	Keys    []onceKeyJSON `json:"keys,omitempty"`   // once
 	Counter *counterJSON  `json:"counter,omitempty"`
+	With    []string      `json:"with,omitempty"` // mutex, while held as one of a set: the others
 }
 
 type holderJSON struct {
@@ -520,6 +537,7 @@ type entryJSON struct {
 	Name    string   `json:"name"`
 	HeldBy  []string `json:"held_by"` // holders' identities (a reentrant's: "owner OWNER")
 	Waiting int      `json:"waiting"`
+	With    []string `json:"with,omitempty"` // a mutex held as one of a set: the set's other names
 }
 
 func ms(d time.Duration) int64 {
@@ -536,7 +554,7 @@ func holderToJSON(h distsync.Holder) holderJSON {
 func toJSON(name string, rs []inspect.Report) nameJSON {
 	out := nameJSON{Name: name, Primitives: []reportJSON{}}
 	for _, r := range rs {
-		j := reportJSON{Kind: r.Kind, Name: r.Name, Idle: r.Idle(), Fence: r.Fence, Holders: []holderJSON{}, Queue: []waiterJSON{}}
+		j := reportJSON{Kind: r.Kind, Name: r.Name, Idle: r.Idle(), Fence: r.Fence, Holders: []holderJSON{}, Queue: []waiterJSON{}, With: r.With}
 		for _, h := range r.Holders {
 			j.Holders = append(j.Holders, holderToJSON(h))
 		}

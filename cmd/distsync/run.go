@@ -83,6 +83,7 @@ const (
 type config struct {
 	command string   // lock, sem or once
 	name    string   // NAME, or KEY for once
+	names   []string // lock: every NAME, name first (several with --also or --all)
 	argv    []string // CMD and its arguments (sh -c CMDLINE for -c)
 
 	redisURL     string
@@ -96,8 +97,10 @@ type config struct {
 	quiet        bool
 	identity     string // "": the library's default, host:PID
 
-	fair, shared, exclusive bool  // lock
-	size, weight            int64 // sem
+	fair, shared, exclusive bool     // lock
+	also                    []string // lock --also, in order
+	all                     bool     // lock --all: every argument before "--" is a NAME
+	size, weight            int64    // sem
 	keep                    time.Duration
 	forget                  bool
 }
@@ -121,6 +124,8 @@ func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg con
 	case errors.Is(err, errHelp):
 		fmt.Fprint(stdout, helpOf(command))
 		return cfg, exitOK, false
+	case err != nil && command != "lock" && (err.Error() == "unknown flag --also" || err.Error() == "unknown flag --all"):
+		return bad("%v: several names are for the mutex lock only (distsync lock)", err)
 	case err != nil:
 		return cfg, badUsage(stderr, command, err), false
 	}
@@ -138,6 +143,8 @@ func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg con
 	case cfg.forget:
 	case cfg.shellCmd != "" && len(argv) > 0:
 		return bad("both -c and CMD: -c %s runs instead of %s", shownValue(cfg.shellCmd), shownValue(argv[0]))
+	case cfg.shellCmd == "" && len(argv) == 0 && cfg.all:
+		return bad("missing CMD: with --all, every argument before -- is a NAME: distsync lock --all %s -- CMD [ARGS...]", strings.Join(shownAll(names), " "))
 	case cfg.shellCmd == "" && len(argv) == 0:
 		return bad("missing CMD: distsync %s [flags] %s [--] CMD [ARGS...], or -c 'COMMAND LINE'", command, names[0])
 	case cfg.redisURL == "":
@@ -157,11 +164,53 @@ func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg con
 	case command == "sem" && cfg.weight > cfg.size:
 		return bad("--weight %d: must be 1 to --size (%d)", cfg.weight, cfg.size)
 	}
+	if command == "lock" {
+		cfg.names = append(names, cfg.also...)
+		if err := checkNames(cfg); err != nil {
+			return bad("%v", err)
+		}
+	}
 	cfg.name, cfg.argv = names[0], argv
 	if cfg.shellCmd != "" {
 		cfg.argv = []string{shellPath, "-c", cfg.shellCmd}
 	}
 	return cfg, exitOK, true
+}
+
+// checkNames checks lock's names: several (--also, --all) only for the mutex lock, none given
+// twice, none empty, and none with a newline, which DISTSYNC_NAMES separates them with.
+func checkNames(cfg config) error {
+	if len(cfg.names) < 2 {
+		return nil
+	}
+	switch {
+	case cfg.fair:
+		return errors.New("--fair takes one NAME: several names (--also, --all) are for the mutex lock only")
+	case cfg.shared || cfg.exclusive:
+		return errors.New("--shared and --exclusive take one NAME: several names (--also, --all) are for the mutex lock only")
+	}
+	seen := make(map[string]bool, len(cfg.names))
+	for _, n := range cfg.names {
+		switch {
+		case n == "":
+			return errors.New("empty NAME")
+		case seen[n]:
+			return fmt.Errorf("NAME %s given twice", shownValue(n))
+		case strings.Contains(n, "\n"):
+			return fmt.Errorf("NAME %s: a name locked with others has no newline (DISTSYNC_NAMES is one name a line)", shownValue(n))
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+// shownAll returns names as shownValue shows each.
+func shownAll(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = shownValue(n)
+	}
+	return out
 }
 
 func btoi(b bool) int {
@@ -354,6 +403,9 @@ type claim struct {
 	acquire func(ctx context.Context) (*distsync.Lease, error)
 	try     func(ctx context.Context) (*distsync.Lease, bool, error)
 	release func(ctx context.Context) error
+	// tokens, if not nil, returns the token of each of several names held (lock --also),
+	// in the order of config.names; else the lease's token is the one name's.
+	tokens func() []int64
 }
 
 func (r *runner) newClaim(h *distsync.Handle) (claim, error) {
@@ -378,11 +430,41 @@ func (r *runner) newClaim(h *distsync.Handle) (claim, error) {
 		m, err := rwmutex.New(h, name)
 		return claim{what: fmt.Sprintf("read-write lock %q (exclusive)", name),
 			acquire: m.LockLease, try: m.TryLockLease, release: m.Unlock}, err
+	case len(r.cfg.names) > 1:
+		return r.newAll(h)
 	default:
 		m, err := mutex.New(h, name)
 		return claim{what: fmt.Sprintf("mutex %q", name),
 			acquire: m.LockLease, try: m.TryLockLease, release: m.Unlock}, err
 	}
+}
+
+// newAll returns the claim of lock's several names: the mutexes of them all, locked together
+// (mutex.All), all or none.
+func (r *runner) newAll(h *distsync.Handle) (claim, error) {
+	ms := make([]*mutex.Mutex, len(r.cfg.names))
+	for i, n := range r.cfg.names {
+		m, err := mutex.New(h, n)
+		if err != nil {
+			return claim{}, err
+		}
+		ms[i] = m
+	}
+	a, err := mutex.NewAll(ms...)
+	if err != nil {
+		return claim{}, err
+	}
+	return claim{what: "mutexes " + strings.Join(quotedAll(r.cfg.names), ", "),
+		acquire: a.LockLease, try: a.TryLockLease, release: a.Unlock, tokens: a.Tokens}, nil
+}
+
+// quotedAll returns names, each quoted (Go syntax).
+func quotedAll(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = strconv.Quote(n)
+	}
+	return out
 }
 
 // runClaim acquires c, runs CMD while holding it, and releases it.
@@ -404,7 +486,11 @@ func (r *runner) runClaim(c claim) int {
 	if err != nil {
 		return r.notAcquired(c.what, err)
 	}
-	ch, err := r.sigs.begin(func() (*child, error) { return startChild(r.spec(lease.Token(), r.stdout)) }, false)
+	tokens := []int64{lease.Token()}
+	if c.tokens != nil {
+		tokens = c.tokens()
+	}
+	ch, err := r.sigs.begin(func() (*child, error) { return startChild(r.spec(tokens, r.stdout)) }, false)
 	if err != nil {
 		_ = r.release(c) // at once: nothing ran
 		var aborted abortError
@@ -448,10 +534,22 @@ func (r *runner) release(c claim) error {
 	return c.release(ctx)
 }
 
-// spec is how to start CMD under a claim whose fencing token is token.
-func (r *runner) spec(token int64, stdout io.Writer) childSpec {
-	return childSpec{path: r.path, argv: r.cfg.argv, stdout: stdout, stderr: r.stderr, foreground: r.cfg.foreground, tty: r.tty,
-		env: []string{"DISTSYNC_NAME=" + r.cfg.name, "DISTSYNC_TOKEN=" + strconv.FormatInt(token, 10)}}
+// spec is how to start CMD under a claim whose fencing tokens are tokens: one, or, for lock's
+// mutexes, one per name, in the order of config.names.
+//
+// CMD's environment has DISTSYNC_NAME and DISTSYNC_TOKEN, the (first) name and its token;
+// and, under lock's mutexes (one name or several), DISTSYNC_NAMES, every name, one a line
+// (no name of several has a newline: checkNames), and DISTSYNC_TOKEN_1, DISTSYNC_TOKEN_2,
+// ..., their tokens in that order.
+func (r *runner) spec(tokens []int64, stdout io.Writer) childSpec {
+	env := []string{"DISTSYNC_NAME=" + r.cfg.name, "DISTSYNC_TOKEN=" + strconv.FormatInt(tokens[0], 10)}
+	if r.cfg.command == "lock" && !r.cfg.fair && !r.cfg.shared && !r.cfg.exclusive && len(tokens) == len(r.cfg.names) {
+		env = append(env, "DISTSYNC_NAMES="+strings.Join(r.cfg.names, "\n"))
+		for i, t := range tokens {
+			env = append(env, fmt.Sprintf("DISTSYNC_TOKEN_%d=%d", i+1, t))
+		}
+	}
+	return childSpec{path: r.path, argv: r.cfg.argv, stdout: stdout, stderr: r.stderr, foreground: r.cfg.foreground, tty: r.tty, env: env}
 }
 
 // supervise waits for ch, which runs under lease, to exit, and kills it if the lease is lost
@@ -532,7 +630,7 @@ func (r *runner) runOnce(h *distsync.Handle) int {
 			return onceResult{}, errors.New("distsync: the lead came without a lease")
 		}
 		out := &capture{out: r.stdout, limit: onceOutputLimit}
-		ch, err := r.sigs.begin(func() (*child, error) { return startChild(r.spec(lease.Token(), out)) }, true)
+		ch, err := r.sigs.begin(func() (*child, error) { return startChild(r.spec([]int64{lease.Token()}, out)) }, true)
 		var aborted abortError
 		switch {
 		case errors.As(err, &aborted):

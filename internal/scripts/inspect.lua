@@ -8,7 +8,9 @@
 --       'rwmutex', 'semaphore', 'waitgroup', 'once'.
 -- KEYS: each kind's keys, in the order of ARGV, all in one slot (the kinds of one name, or
 --       one key of a once group):
---   mutex, fair (5)   lock, fence, q, qx, rel                (lib/queue.lua)
+--   mutex (6)         lock, fence, q, qx, rel                (lib/queue.lua), and with, the
+--                     record of the set of mutexes the hold is part of (mutex_acquire_all.lua)
+--   fair (5)          lock, fence, q, qx, rel                (lib/queue.lua)
 --   election (6)      lock, fence, q, qx, rel, v             (lib/queue.lua; v: the record)
 --   reentrant (5)     lock (a hash), fence, ops, q, qx       (lib/queue.lua)
 --   rwmutex (9)       w, r, ww, rq, ra, fence, ops, wo, rel  (lib/rw.lua)
@@ -37,6 +39,8 @@
 --              first error, then each kept outcome: round, '<lost>\n<err>'
 --            once: {status, kept_ms}: the kept result's status byte ('' if none is kept) and
 --              its PTTL (-1: kept until deleted)
+--            mutex: {names} while the holder holds it as one of a set (mutex.All): the JSON
+--              array of the set's names that its record keeps; {} otherwise
 --            others: {}
 -- Holders and waiters whose lease lapsed, which the primitive's next script drops, are left
 -- out. O(holders + waiters).
@@ -44,7 +48,7 @@
 -- #include lib/clock.lua
 -- #include lib/holders.lua
 
-local nkeys = {mutex = 5, fair = 5, election = 6, reentrant = 5, rwmutex = 9, semaphore = 7, waitgroup = 3, once = 3}
+local nkeys = {mutex = 6, fair = 5, election = 6, reentrant = 5, rwmutex = 9, semaphore = 7, waitgroup = 3, once = 3}
 local now_ms, now_us = now()
 
 -- fence_of() returns the token a fence key holds, 0 if none (or not a string).
@@ -128,9 +132,18 @@ local function lock(k, values)
 end
 
 read.mutex = function(k)
+  local r = lock(k, nil)
+  -- The record of a set is '<owner>\n<names>'. It is the current hold's only if it names the
+  -- lock's owner value: one left by an earlier hold lingers until its lease would have ended.
+  local rec, cur = redis.call('GET', k[6]), redis.call('GET', k[1])
+  if rec and cur and string.sub(rec, 1, #cur + 1) == cur .. '\n' then
+    r[4] = {string.sub(rec, #cur + 2)}
+  end
+  return r
+end
+read.fair = function(k)
   return lock(k, nil)
 end
-read.fair = read.mutex
 read.election = function(k)
   return lock(k, k[6])
 end
