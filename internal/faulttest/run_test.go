@@ -45,9 +45,9 @@ const (
 
 // workerRole is one worker of a scenario.
 type workerRole struct {
-	role    string // rwmutex: "r" or "w"; waitgroup: "m" or "w"; election: "" or "o"; once: "", "func" or "reset"
-	n       int64  // semaphore weight
-	trigger bool   // starts its calls only when the test triggers it (during a fault)
+	role    string   // rwmutex: "r" or "w"; waitgroup: "m" or "w"; election: "" or "o"; once: "", "func" or "reset"
+	n       int64    // semaphore weight
+	trigger bool     // starts its calls only when the test triggers it (during a fault)
 	names   []string // all: the names this worker draws its sets from (config.names if nil)
 }
 
@@ -125,9 +125,9 @@ type run struct {
 	drvTail *tailer
 	t0      int64
 	checks  []func(h *history) []violation
-	lapse   int64             // what the killed workers left in Redis has lapsed by then
-	others  []*redistest.Proc // quorum: the other primaries (lock is the first)
-	trig    string            // the trigger file of the workers that wait for one
+	lapse   int64              // what the killed workers left in Redis has lapsed by then
+	others  []*redistest.Proc  // quorum: the other primaries (lock is the first)
+	trig    string             // the trigger file of the workers that wait for one
 	backend *redistest.Backend // the lock's Redis when it is not lock (miniredis, the Cluster)
 }
 
