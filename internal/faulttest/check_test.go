@@ -42,11 +42,13 @@ type hold struct {
 	exit     int64 // left the critical section (or died, or the history ended): forever if unknown
 	released int64 // the release returned (0 if not)
 	relErr   string
-	lostAt   int64 // first time the holder was told of a loss: 0 if never
-	asked    int64 // the acquire call (for once, the Do call) began
-	dead     bool  // the lease had ended when the acquire returned
-	killed   bool  // the worker was SIGKILLed while holding
-	claimEnd int64 // when the claim was free in Redis at the latest (forever if unknown)
+	lostAt   int64    // first time the holder was told of a loss: 0 if never
+	asked    int64    // the acquire call (for once, the Do call) began
+	dead     bool     // the lease had ended when the acquire returned
+	killed   bool     // the worker was SIGKILLed while holding
+	claimEnd int64    // when the claim was free in Redis at the latest (forever if unknown)
+	names    []string // all: the names of the set (tok is the first one's), in NewAll's order
+	toks     []int64  // all: their tokens
 }
 
 func (h *hold) told() bool { return h.lostAt != 0 }
@@ -86,7 +88,8 @@ func (h *hold) String() string {
 type wait struct {
 	w, id      string // id: the hold (or once call) it is for
 	start, end int64
-	queued     int64 // when the worker's observer saw it queued in Redis (0: not seen)
+	queued     int64            // when the worker's observer saw it queued in Redis (0: not seen)
+	queuedAt   map[string]int64 // all: name -> when the call was first seen queued for it
 	n          int64
 	role       string
 	killed     bool // ended by the worker's death
@@ -269,15 +272,24 @@ func digest(m model, evs []Event) *history {
 			}
 		case evAcquired:
 			asked := endWait(e.W, e.T)
-			x := &hold{id: e.Hold, w: e.W, role: e.Role, tok: e.Tok, n: e.N, start: e.T, asked: asked, exit: forever, claimEnd: forever, dead: e.Dead}
+			x := &hold{id: e.Hold, w: e.W, role: e.Role, tok: e.Tok, n: e.N, start: e.T, asked: asked, exit: forever, claimEnd: forever, dead: e.Dead,
+				names: e.Names, toks: e.Toks}
 			if e.Dead {
 				x.tell(e.T)
 			}
 			h.holds = append(h.holds, x)
 			h.byID[x.id] = x
 		case evQueued:
-			if x, ok := waiting[e.W]; ok && x.id == e.Hold && x.queued == 0 {
-				x.queued = e.T
+			if x, ok := waiting[e.W]; ok && x.id == e.Hold {
+				if x.queued == 0 {
+					x.queued = e.T
+				}
+				if _, seen := x.queuedAt[e.Val]; !seen && e.Val != "" {
+					if x.queuedAt == nil {
+						x.queuedAt = map[string]int64{}
+					}
+					x.queuedAt[e.Val] = e.T
+				}
 				waiting[e.W] = x
 			}
 		case evFailed:
@@ -393,6 +405,54 @@ func digest(m model, evs []Event) *history {
 
 func overlap(a, b *hold) bool { return a.start < b.exit && b.start < a.exit }
 
+// perName returns h, or, for all, its projection on each name.
+func perName(prim string, h *history) []*history {
+	if prim != pAll {
+		return []*history{h}
+	}
+	var out []*history
+	for _, n := range h.names() {
+		out = append(out, h.project(n))
+	}
+	return out
+}
+
+// names returns every name the holds of an all history hold, sorted.
+func (h *history) names() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, x := range h.holds {
+		for _, n := range x.names {
+			if !seen[n] {
+				seen[n] = true
+				out = append(out, n)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// project returns the history of one name of an all history: the holds whose set has it,
+// each with that name's token (and its id suffixed with the name, for the messages); the rest
+// is shared with h.
+func (h *history) project(name string) *history {
+	p := *h
+	p.holds = nil
+	for _, x := range h.holds {
+		for i, n := range x.names {
+			if n != name {
+				continue
+			}
+			y := *x
+			y.tok = x.toks[i]
+			y.id = x.id + "[" + name + "]"
+			p.holds = append(p.holds, &y)
+		}
+	}
+	return &p
+}
+
 // union merges spans into disjoint ones, in order.
 func union(ss []span) []span {
 	sort.Slice(ss, func(i, j int) bool { return ss[i].from < ss[j].from })
@@ -463,7 +523,11 @@ func checkExclusion(m model, h *history) []violation {
 func checkTokens(m model, h *history) []violation {
 	var ws []*hold
 	for _, x := range h.holds {
-		if x.writer(m.prim) {
+		// A set (all) whose lease was lost when its Lock returned may hold a member's token
+		// from before the loss (taken before Redis restarted, while it waited for the rest):
+		// its place in that name's order is when the member was taken, which the history does
+		// not have. It was told at once, so checkExclusion still judges its overlaps.
+		if x.writer(m.prim) && !(m.prim == pAll && x.dead) {
 			ws = append(ws, x)
 		}
 	}
@@ -830,6 +894,12 @@ func check(m model, h *history) []violation {
 		out = append(out, checkCapacity(m, h)...)
 	case m.prim == pWaitGroup:
 		out = append(out, checkWaitGroup(m, h)...)
+	case m.prim == pAll:
+		for _, name := range h.names() {
+			p := h.project(name)
+			out = append(out, checkExclusion(m, p)...)
+			out = append(out, checkTokens(m, p)...)
+		}
 	default:
 		out = append(out, checkExclusion(m, h)...)
 		out = append(out, checkTokens(m, h)...)

@@ -90,27 +90,29 @@ const driver = "test"
 
 // Event is one line of a history.
 type Event struct {
-	T       int64  `json:"t"` // CLOCK_MONOTONIC, ns
-	W       string `json:"w"`
-	Ev      string `json:"ev"`
-	Hold    string `json:"hold,omitempty"`
-	Call    string `json:"call,omitempty"`
-	Val     string `json:"val,omitempty"`
-	Tok     int64  `json:"tok,omitempty"`
-	N       int64  `json:"n,omitempty"`
-	Role    string `json:"role,omitempty"`
-	Phase   string `json:"phase,omitempty"`
-	OK      bool   `json:"ok,omitempty"`
-	Lost    bool   `json:"lost,omitempty"`
-	NotHeld bool   `json:"notheld,omitempty"`
-	Ctx     bool   `json:"ctx,omitempty"`   // the error matches context.Canceled or DeadlineExceeded
-	Alive   bool   `json:"alive,omitempty"` // ...while the call's own ctx had not ended
-	Dead    bool   `json:"dead,omitempty"`
-	Shared  bool   `json:"shared,omitempty"`
-	Expired bool   `json:"expired,omitempty"`
-	Target  string `json:"target,omitempty"`
-	PID     int    `json:"pid,omitempty"`
-	Err     string `json:"err,omitempty"`
+	T       int64    `json:"t"` // CLOCK_MONOTONIC, ns
+	W       string   `json:"w"`
+	Ev      string   `json:"ev"`
+	Hold    string   `json:"hold,omitempty"`
+	Call    string   `json:"call,omitempty"`
+	Val     string   `json:"val,omitempty"`
+	Tok     int64    `json:"tok,omitempty"`
+	N       int64    `json:"n,omitempty"`
+	Role    string   `json:"role,omitempty"`
+	Phase   string   `json:"phase,omitempty"`
+	OK      bool     `json:"ok,omitempty"`
+	Lost    bool     `json:"lost,omitempty"`
+	NotHeld bool     `json:"notheld,omitempty"`
+	Ctx     bool     `json:"ctx,omitempty"`   // the error matches context.Canceled or DeadlineExceeded
+	Alive   bool     `json:"alive,omitempty"` // ...while the call's own ctx had not ended
+	Dead    bool     `json:"dead,omitempty"`
+	Shared  bool     `json:"shared,omitempty"`
+	Expired bool     `json:"expired,omitempty"`
+	Target  string   `json:"target,omitempty"`
+	PID     int      `json:"pid,omitempty"`
+	Err     string   `json:"err,omitempty"`
+	Names   []string `json:"names,omitempty"` // all: the names of the set acquired, in NewAll's order
+	Toks    []int64  `json:"toks,omitempty"`  // all: each name's token
 }
 
 func (e Event) String() string {
@@ -128,6 +130,10 @@ func (e Event) String() string {
 	}
 	if e.Tok != 0 {
 		add("tok", e.Tok)
+	}
+	if len(e.Names) > 0 {
+		add("names", e.Names)
+		add("toks", e.Toks)
 	}
 	if e.N != 0 {
 		add("n", e.N)
@@ -190,13 +196,14 @@ func (r *recorder) rec(e Event) {
 }
 
 // queued records evQueued for the acquire call in progress (an observer's EventQueued: one
-// acquire at a time per worker loop).
-func (r *recorder) queued() {
+// acquire at a time per worker loop), naming the primitive it queued for (Val; for all, the
+// member).
+func (r *recorder) queued(name string) {
 	r.mu.Lock()
 	hold := r.waiting
 	r.mu.Unlock()
 	if hold != "" {
-		r.rec(Event{Ev: evQueued, Hold: hold})
+		r.rec(Event{Ev: evQueued, Hold: hold, Val: name})
 	}
 }
 

@@ -39,5 +39,8 @@ func TestMain(m *testing.M) {
 	if storeProc != nil {
 		storeProc.Stop()
 	}
+	if clusterB != nil {
+		clusterB.Cluster.Stop()
+	}
 	os.Exit(code)
 }

@@ -45,9 +45,10 @@ const (
 
 // workerRole is one worker of a scenario.
 type workerRole struct {
-	role    string // rwmutex: "r" or "w"; waitgroup: "m" or "w"; election: "" or "o"; once: "", "func" or "reset"
-	n       int64  // semaphore weight
-	trigger bool   // starts its calls only when the test triggers it (during a fault)
+	role    string   // rwmutex: "r" or "w"; waitgroup: "m" or "w"; election: "" or "o"; once: "", "func" or "reset"
+	n       int64    // semaphore weight
+	trigger bool     // starts its calls only when the test triggers it (during a fault)
+	names   []string // all: the names this worker draws its sets from (config.names if nil)
 }
 
 // config is one scenario.
@@ -67,6 +68,14 @@ type config struct {
 	// resetEvery: once primitives that keep a success: how often the resetter resets
 	resetEvery time.Duration
 	burst      int // election burst: rounds (see TestElectionBurst)
+	// all: the names sets are drawn from, and the sets' sizes (2..3 of a, b, c if unset: any
+	// two sets then share a name, so the checks of one lock apply to the whole); one in
+	// singleEvery acquisitions is a Mutex.Lock of one name
+	names          []string
+	setMin, setMax int
+	singleEvery    int
+	jitter         bool   // hold and gap uniform in [0, hold] and [0, gap]
+	backend        string // "" (a redis-server of the scenario's own), redistest.Mini or redistest.ClusterB
 }
 
 func (c config) settings() string {
@@ -116,9 +125,10 @@ type run struct {
 	drvTail *tailer
 	t0      int64
 	checks  []func(h *history) []violation
-	lapse   int64             // what the killed workers left in Redis has lapsed by then
-	others  []*redistest.Proc // quorum: the other primaries (lock is the first)
-	trig    string            // the trigger file of the workers that wait for one
+	lapse   int64              // what the killed workers left in Redis has lapsed by then
+	others  []*redistest.Proc  // quorum: the other primaries (lock is the first)
+	trig    string             // the trigger file of the workers that wait for one
+	backend *redistest.Backend // the lock's Redis when it is not lock (miniredis, the Cluster)
 }
 
 // start starts the lock's redis-server and the workers, and waits until every worker is ready.
@@ -128,10 +138,25 @@ func start(t *testing.T, cfg config) *run {
 		cfg.bound = happyBound
 	}
 	store := sharedStore(t)
-	lock := redistest.StartRedis(t)
+	var lock *redistest.Proc
+	var backend *redistest.Backend
+	var addrs []string
+	switch cfg.backend {
+	case "":
+		lock = redistest.StartRedis(t)
+	case redistest.ClusterB:
+		backend = sharedCluster(t)
+		addrs = backend.Addrs()
+	default:
+		backend = redistest.Open(t, cfg.backend)
+		addrs = backend.Addrs()
+	}
+	if cfg.prim == pAll && cfg.names == nil {
+		cfg.names, cfg.setMin, cfg.setMax = []string{"a", "b", "c"}, 2, 3
+	}
 	dir := t.TempDir()
 	tag := strings.NewReplacer("/", ".", " ", "_").Replace(t.Name())
-	r := &run{t: t, cfg: cfg, dir: dir, lock: lock, store: store,
+	r := &run{t: t, cfg: cfg, dir: dir, lock: lock, store: store, backend: backend,
 		ns: fmt.Sprintf("fence:%s:%d", tag, time.Now().UnixNano()), prefix: "ft." + tag + ":", name: "res",
 		trig: filepath.Join(dir, "trigger")}
 	var quorum []string
@@ -172,11 +197,18 @@ func start(t *testing.T, cfg config) *run {
 	for i, wr := range cfg.workers {
 		id := fmt.Sprintf("w%d", i+1)
 		sp := spec{ID: id, Prim: cfg.prim, Role: wr.role, N: wr.n, Size: cfg.size,
-			Addr: lock.Addr(), Quorum: quorum, Prefix: r.prefix, Name: r.name, Slot: cfg.slot,
+			Addrs: addrs, Mini: cfg.backend == redistest.Mini, Quorum: quorum,
+			Names: cfg.names, SetMin: cfg.setMin, SetMax: cfg.setMax, SingleEvery: cfg.singleEvery, Jitter: cfg.jitter, Prefix: r.prefix, Name: r.name, Slot: cfg.slot,
 			LeaseTTL: cfg.ttl, Window: cfg.window, WaiterLease: cfg.wlease, FenceRetention: fenceRetain,
 			Hold: cfg.hold, Gap: cfg.gap, Random: cfg.random, Seed: uint64(time.Now().UnixNano()) + uint64(i),
 			MaxIter: 1_000_000, MaxRun: workerMaxRun, Out: filepath.Join(dir, id+".jsonl"),
 			Stderr: filepath.Join(dir, id+".stderr"), Verbose: verbose}
+		if lock != nil {
+			sp.Addr = lock.Addr()
+		}
+		if wr.names != nil {
+			sp.Names = wr.names
+		}
 		if wr.trigger {
 			sp.Trigger = r.trig
 		}
@@ -289,7 +321,7 @@ func (r *run) waitFor(what string, limit time.Duration, cond func(evs []Event) b
 		}
 		if time.Now().After(deadline) {
 			now := mono()
-			r.t.Fatalf("gave up after %v waiting for %s; %s; history of the last 3s:\n%s", limit, what, r.lock.Diagnose(),
+			r.t.Fatalf("gave up after %v waiting for %s; %s; history of the last 3s:\n%s", limit, what, r.diagnose(),
 				excerpt(evs, r.t0, now, now-int64(3*time.Second), now, nil, 80))
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -612,7 +644,7 @@ func (r *run) model() model {
 // semaphore).
 func (c config) grant() time.Duration {
 	switch c.prim {
-	case pMutex, pReentrant, pRWMutex, pQuorum:
+	case pMutex, pReentrant, pRWMutex, pQuorum, pAll:
 		return c.window
 	case pFair, pSemaphore, pElection:
 		return c.wlease
@@ -738,12 +770,49 @@ func (r *run) finish() *history {
 	return h
 }
 
+// storeNSs returns the fenced store's namespaces of the scenario: one, or one per name (all).
+func (r *run) storeNSs() []string {
+	if r.cfg.prim != pAll {
+		return []string{r.ns}
+	}
+	var out []string
+	for _, n := range r.allNames() {
+		out = append(out, storeNS(r.ns, n))
+	}
+	return out
+}
+
+// allNames returns every name the workers of an all scenario draw from.
+func (r *run) allNames() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range r.procs {
+		for _, n := range p.sp.Names {
+			if !seen[n] {
+				seen[n] = true
+				out = append(out, n)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// readStores reads every namespace of the scenario's store.
+func (r *run) readStores() (acc, rej []fencedWriteRec) {
+	for _, ns := range r.storeNSs() {
+		a, b := readStore(r.t, r.store, ns)
+		for _, bad := range checkFencedLog(a) {
+			r.t.Errorf("fenced store %s: %s", ns, bad)
+		}
+		acc, rej = append(acc, a...), append(rej, b...)
+	}
+	return acc, rej
+}
+
 // checkStore checks the fenced store's log and counts the rejected late writes.
 func (r *run) checkStore(h *history) (rejectedLate int) {
-	acc, rej := readStore(r.t, r.store, r.ns)
-	for _, bad := range checkFencedLog(acc) {
-		r.t.Errorf("fenced store: %s", bad)
-	}
+	acc, rej := r.readStores()
 	for _, w := range rej {
 		if w.Phase == "late" {
 			rejectedLate++
@@ -755,7 +824,7 @@ func (r *run) checkStore(h *history) (rejectedLate int) {
 
 // rejectedLate returns the late writes of holds of worker w that the store rejected.
 func (r *run) rejectedLate(w string) int {
-	_, rej := readStore(r.t, r.store, r.ns)
+	_, rej := r.readStores()
 	n := 0
 	for _, x := range rej {
 		if x.Phase == "late" && strings.HasPrefix(x.Hold, w+"#") {
@@ -782,10 +851,38 @@ func tailFile(path string) string {
 // a TTL no larger than the documented maximum for its kind (on every primary of a quorum).
 // The done-marker of once.Once and the Once functions has none, on purpose.
 func (r *run) checkKeys() {
+	if r.backend != nil {
+		r.checkKeysIn(r.backend)
+		return
+	}
 	r.checkKeysOf(r.lock)
 	for _, p := range r.others {
 		r.checkKeysOf(p)
 	}
+}
+
+// checkKeysIn is checkKeys on a backend of the harness (miniredis, the Cluster).
+func (r *run) checkKeysIn(b *redistest.Backend) {
+	keys := b.Keys(r.t, r.prefix)
+	sort.Strings(keys)
+	other := max(keyTTLLimit, 2*r.cfg.ttl+r.cfg.wlease+r.cfg.window) + time.Second
+	for _, k := range keys {
+		pttl, err := b.Do(r.t, func(c rueidis.Client) rueidis.Completed { return c.B().Pttl().Key(k).Build() }).AsInt64()
+		if err != nil {
+			r.t.Fatalf("PTTL %s: %v", k, err)
+		}
+		limit := other
+		if strings.HasSuffix(k, ":fence") {
+			limit = fenceRetain + time.Second
+		}
+		switch {
+		case pttl == -1:
+			r.t.Errorf("key %s has no TTL after every worker stopped", k)
+		case pttl >= 0 && time.Duration(pttl)*time.Millisecond > limit:
+			r.t.Errorf("key %s lives %v more, above its limit %v", k, time.Duration(pttl)*time.Millisecond, limit)
+		}
+	}
+	r.figure("keys left (all with a TTL)", len(keys))
 }
 
 func (r *run) checkKeysOf(p *redistest.Proc) {
@@ -828,7 +925,24 @@ func (r *run) checkKeysOf(p *redistest.Proc) {
 	r.figure("keys left (all with a TTL)", len(keys))
 }
 
-func (r *run) client() rueidis.Client { return r.clientOf(r.lock.Addr()) }
+func (r *run) client() rueidis.Client {
+	if r.backend != nil {
+		c, err := rueidis.NewClient(r.backend.ClientOption())
+		if err != nil {
+			r.t.Fatalf("rueidis.NewClient: %v", err)
+		}
+		return c
+	}
+	return r.clientOf(r.lock.Addr())
+}
+
+// diagnose describes the lock's redis-server, if the scenario has its own.
+func (r *run) diagnose() string {
+	if r.lock == nil {
+		return r.backend.Name
+	}
+	return r.lock.Diagnose()
+}
 
 func (r *run) clientOf(addr string) rueidis.Client {
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true})
@@ -904,6 +1018,18 @@ func (r *run) checkFree() {
 		m, _ := mutex.New(h, r.name)
 		took, err = m.TryLock(ctx)
 		release = func() error { return m.Unlock(ctx) }
+	case pAll:
+		var ms []*mutex.Mutex
+		for _, n := range r.allNames() {
+			m, _ := mutex.New(h, n)
+			ms = append(ms, m)
+		}
+		a, aerr := mutex.NewAll(ms...)
+		if aerr != nil {
+			t.Fatal(aerr)
+		}
+		took, err = a.TryLock(ctx)
+		release = func() error { return a.Unlock(ctx) }
 	case pQuorum:
 		var hs []*distsync.Handle
 		for _, p := range r.others {

@@ -40,6 +40,20 @@ func (s fencedStore) write(ctx context.Context, tok int64, hold, phase string) (
 }
 
 var (
+	clusterOnce sync.Once
+	clusterB    *redistest.Backend
+)
+
+// sharedCluster returns the harness's 3-master Cluster, started on first use (TestMain stops
+// it).
+func sharedCluster(t *testing.T) *redistest.Backend {
+	t.Helper()
+	b := redistest.Open(t, redistest.ClusterB)
+	clusterOnce.Do(func() { clusterB = b })
+	return b
+}
+
+var (
 	storeOnce sync.Once
 	storeProc *redistest.Proc
 	storeErr  error
@@ -126,3 +140,7 @@ func checkFencedLog(accepted []fencedWriteRec) []string {
 	}
 	return bad
 }
+
+// storeNS is the namespace of one name's store in a scenario of several names (all): each
+// name is its own storage, fenced by that name's tokens.
+func storeNS(ns, name string) string { return ns + ":" + name }

@@ -48,12 +48,15 @@ const (
 	pElection  = "election"
 	pWaitGroup = "waitgroup" // Role "m": a member (Join, or Add(1)+Claim), Done; Role "w": Wait
 	pQuorum    = "quorum"    // a mutex WithQuorum over three independent redis-servers
+	// pAll: mutex.NewAll over a set of the worker's Names, chosen per acquisition (see
+	// allClaim); one in SingleEvery acquisitions is a plain Mutex.Lock of one name.
+	pAll = "all"
 )
 
 // exclusive reports whether a primitive has one holder at a time and fencing tokens.
 func exclusive(prim string) bool {
 	switch prim {
-	case pMutex, pReentrant, pFair, pElection, pQuorum:
+	case pMutex, pReentrant, pFair, pElection, pQuorum, pAll:
 		return true
 	}
 	return false
@@ -80,11 +83,20 @@ type spec struct {
 	Size int64  `json:"size,omitempty"` // semaphore: its size
 
 	Addr    string   `json:"addr"`               // the lock's Redis
+	Addrs   []string `json:"addrs,omitempty"`    // ...or these (a Cluster's nodes)
+	Mini    bool     `json:"mini,omitempty"`     // the lock's Redis is miniredis (RESP2, no cache)
 	Quorum  []string `json:"quorum,omitempty"`   // quorum: the other primaries
 	Store   string   `json:"store,omitempty"`    // the fenced store ("" for no fenced writes)
 	StoreNS string   `json:"store_ns,omitempty"` // its key namespace
 	Prefix  string   `json:"prefix"`
 	Name    string   `json:"name"`
+	// all: the names sets are drawn from, SetMin..SetMax of them per acquisition, in a random
+	// order; one acquisition in SingleEvery (0: none) is a Mutex.Lock of one of them.
+	Names       []string `json:"names,omitempty"`
+	SetMin      int      `json:"set_min,omitempty"`
+	SetMax      int      `json:"set_max,omitempty"`
+	SingleEvery int      `json:"single_every,omitempty"`
+	Jitter      bool     `json:"jitter,omitempty"` // hold and gap uniform in [0, Hold] and [0, Gap]
 
 	LeaseTTL       time.Duration `json:"lease_ttl"`
 	Window         time.Duration `json:"window,omitempty"`
@@ -213,6 +225,8 @@ func newClaim(h *distsync.Handle, others []*distsync.Handle, sp spec) (claim, er
 	case pReentrant:
 		m, err := reentrant.New(h, sp.Name)
 		return reentrantClaim{m, reentrant.NewOwner()}, err
+	case pAll:
+		return newAllClaim(h, sp)
 	}
 	return nil, fmt.Errorf("no claim for primitive %q", sp.Prim)
 }
@@ -269,8 +283,15 @@ func (w *worker) run() int {
 	// On a machine loaded by other work the first dial can time out: try for a while.
 	var client rueidis.Client
 	var err error
+	copt := rueidis.ClientOption{InitAddress: []string{sp.Addr}}
+	if len(sp.Addrs) > 0 {
+		copt.InitAddress = sp.Addrs
+	}
+	if sp.Mini {
+		copt.DisableCache, copt.AlwaysRESP2, copt.ForceSingleClient = true, true, true
+	}
 	for i := 0; i < 4; i++ {
-		if client, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{sp.Addr}}); err == nil {
+		if client, err = rueidis.NewClient(copt); err == nil {
 			break
 		}
 	}
@@ -303,7 +324,7 @@ func (w *worker) run() int {
 	var mu sync.Mutex
 	opts = append(opts, distsync.WithObserver(func(e distsync.Event) {
 		if e.Kind == distsync.EventQueued {
-			w.r.queued()
+			w.r.queued(e.Name)
 		}
 		if sp.Verbose {
 			mu.Lock()
@@ -465,12 +486,18 @@ func (w *worker) holdTime() time.Duration {
 	if w.sp.Random {
 		return time.Duration(w.rnd.Int64N(int64(3 * time.Millisecond)))
 	}
+	if w.sp.Jitter && w.sp.Hold > 0 {
+		return time.Duration(w.rnd.Int64N(int64(w.sp.Hold) + 1))
+	}
 	return w.sp.Hold
 }
 
 func (w *worker) gapTime() time.Duration {
 	if w.sp.Random {
 		return time.Duration(w.rnd.Int64N(int64(3 * time.Millisecond)))
+	}
+	if w.sp.Jitter && w.sp.Gap > 0 {
+		return time.Duration(w.rnd.Int64N(int64(w.sp.Gap) + 1))
 	}
 	return w.sp.Gap
 }
@@ -484,6 +511,21 @@ func (w *worker) fenced(hold string, tok int64, phase string) {
 	ok, err := w.store.write(ctx, tok, hold, phase)
 	cancel()
 	w.r.rec(Event{Ev: evWrite, Hold: hold, Tok: tok, Phase: phase, OK: ok, Err: errText(err)})
+}
+
+// fencedSet writes to the store of each name of a set (its own namespace, storeNS) with that
+// name's token, and records each result (Val: the name).
+func (w *worker) fencedSet(hold string, names []string, toks []int64, phase string) {
+	if w.store == nil {
+		return
+	}
+	for i, name := range names {
+		s := fencedStore{c: w.store.c, ns: storeNS(w.store.ns, name)}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ok, err := s.write(ctx, toks[i], hold, phase)
+		cancel()
+		w.r.rec(Event{Ev: evWrite, Hold: hold, Tok: toks[i], Val: name, Phase: phase, OK: ok, Err: errText(err)})
+	}
 }
 
 // lockLoop is the life of a lock worker: acquire, critical section, release, over and over.
@@ -514,7 +556,13 @@ func (w *worker) lockLoop(c claim) {
 		if sp.Prim == pSemaphore || sp.Prim == pWaitGroup {
 			tok = 0 // permits and members carry no fencing token
 		}
-		w.r.rec(Event{Ev: evAcquired, Hold: hold, Tok: tok, N: sp.N, Role: role, Dead: lease.Err() != nil, Err: errText(lease.Err())})
+		var names []string
+		var toks []int64
+		if ac, ok := c.(*allClaim); ok {
+			names, toks = ac.held()
+		}
+		w.r.rec(Event{Ev: evAcquired, Hold: hold, Tok: tok, N: sp.N, Role: role, Dead: lease.Err() != nil, Err: errText(lease.Err()),
+			Names: names, Toks: toks})
 		quit := make(chan struct{})
 		watched := make(chan struct{})
 		go func() {
@@ -539,9 +587,16 @@ func (w *worker) lockLoop(c claim) {
 				Ctx: isCtxErr(err), Alive: alive && err != nil})
 		}
 		fencedWrites := exclusive(sp.Prim) || (sp.Prim == pRWMutex && role == "w")
-		if fencedWrites {
-			w.fenced(hold, tok, "entry")
+		write := func(phase string) {
+			switch {
+			case !fencedWrites:
+			case names != nil:
+				w.fencedSet(hold, names, toks, phase)
+			default:
+				w.fenced(hold, tok, phase)
+			}
 		}
+		write("entry")
 		t := time.NewTimer(w.holdTime())
 		select {
 		case <-t.C:
@@ -549,11 +604,9 @@ func (w *worker) lockLoop(c claim) {
 		case <-w.stop.Done():
 		}
 		t.Stop()
-		if fencedWrites {
-			// The late write: a naive holder writes whether or not it still holds the lock;
-			// the store must refuse it if a newer token wrote meanwhile.
-			w.fenced(hold, tok, "late")
-		}
+		// The late write: a naive holder writes whether or not it still holds the lock;
+		// the store must refuse it if a newer token wrote meanwhile.
+		write("late")
 		lerr := lease.Err()
 		w.r.rec(Event{Ev: evExit, Hold: hold, Lost: errors.Is(lerr, distsync.ErrLost), Err: errText(lerr)})
 		ctx, cancel = w.callCtx(true)
