@@ -241,6 +241,18 @@ func (a *All) acquire(ctx context.Context, try bool) (*core.Lease, bool, error) 
 	}
 	held := make([]*core.Lease, len(a.ms))
 	ok, err := a.take(ctx, obs, held, try)
+	for errors.Is(err, errStale) || err == nil && ok && anyLost(held) {
+		// A member taken early was lost while a later one was waited for (its Redis
+		// restarted empty, say, and someone else may have held it since): the set was never
+		// held whole, and that member's token may be below another holder's. Give everything
+		// back and take the set again (TryLock: report it not taken).
+		a.giveBack(held)
+		if try {
+			ok, err = false, nil
+			break
+		}
+		ok, err = a.take(ctx, obs, held, try)
+	}
 	if err != nil || !ok {
 		// Give back what was taken before returning (its release retried in the
 		// background if Redis cannot be reached now).
@@ -307,6 +319,12 @@ func (a *All) take(ctx context.Context, obs []*core.Acquire, held []*core.Lease,
 		if held[i] == nil {
 			held[i] = m.current()
 		}
+	}
+	// The members taken before the last wait may have been lost meanwhile without a renewal
+	// having told yet (Redis restarted empty, and someone else held one since, with a larger
+	// token): the set is held only if each of them is still its holder's in Redis now.
+	if err := a.stillHeld(ctx, held, a.order[:len(a.order)-1]); err != nil {
+		return false, err
 	}
 	// The record of the set, for inspect, on the members taken one by one: written with
 	// their leases and renewed with them (mutex_renew.lua's keep keys). It decides nothing,
@@ -408,6 +426,46 @@ func (a *All) grab(ctx context.Context, held []*core.Lease, try bool) (int, erro
 		}
 	}
 	return len(a.order), nil
+}
+
+// errStale is take's error for a set whose early members were lost while it waited.
+var errStale = errors.New("a member taken earlier was lost meanwhile")
+
+// stillHeld reads, in one round trip, the lock of each member idx, and returns errStale
+// unless every one still holds its owner value (the lease's: owner values are never made
+// twice, so the member was held throughout), or the error of a read (ctx's included).
+func (a *All) stillHeld(ctx context.Context, held []*core.Lease, idx []int) error {
+	if len(idx) == 0 {
+		return nil
+	}
+	cmds := make(rueidis.Commands, len(idx))
+	for k, i := range idx {
+		cmds[k] = a.h.Client.B().Get().Key(a.ms[i].lockKey).Build()
+	}
+	for k, r := range a.h.Client.DoMulti(ctx, cmds...) {
+		v, err := r.ToString()
+		switch {
+		case rueidis.IsRedisNil(err):
+			return errStale
+		case err != nil && (ctx.Err() != nil || isRedisErr(err)):
+			return err
+		case err != nil:
+			return errStale // take it again: its waits retry what is transient
+		case v != held[idx[k]].Owner():
+			return errStale
+		}
+	}
+	return nil
+}
+
+// anyLost reports whether a lease of held has ended.
+func anyLost(held []*core.Lease) bool {
+	for _, l := range held {
+		if l != nil && l.Err() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // giveBack releases every member held (in the background if Redis cannot be reached in a

@@ -401,3 +401,44 @@ func TestAllWaitsInTheMembersQueue(t *testing.T) {
 		}
 	})
 }
+
+// A member taken early and lost while the set waited for a later one (its key gone, and
+// someone else held the name since, with a larger token) is taken again before Lock returns:
+// the set's token for it is above every earlier token of the name.
+func TestAllRetakesAMemberLostWhileWaiting(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		early, late := "w0", "w1"
+		if b.Name == redistest.ClusterB && keys.Slot(keyOf(prefix, late, "")) < keys.Slot(keyOf(prefix, early, "")) {
+			early, late = late, early // the set takes early first, and waits for late holding it
+		}
+		p, q := newPod(t, b, prefix), newPod(t, b, prefix)
+		blocker := q.mutex(t, late)
+		lockWithin(t, blocker, 5*time.Second)
+		all, _ := p.all(t, early, late)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		ch := redistest.Async(ctx, all.Lock)
+		waitQueued(t, b, prefix, late, 1)
+		// The set holds early now. Its key goes (as in a Redis restarted empty), and another
+		// process holds the name in between.
+		b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Del().Key(keyOf(prefix, early, "")).Build() })
+		other := q.mutex(t, early)
+		lockWithin(t, other, 5*time.Second)
+		between := other.Lease().Token()
+		unlock(t, other)
+		unlock(t, blocker)
+		if r := wait(t, ch, 15*time.Second); r.Err != nil {
+			t.Fatalf("Lock: %v", r.Err)
+		}
+		defer func() { _ = all.Unlock(context.Background()) }()
+		if tok := all.Tokens()[0]; tok <= between {
+			t.Errorf("the set's token for %s is %d, not above %d, taken by another process while the set waited", early, tok, between)
+		}
+		if ex, _ := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Exists().Key(keyOf(prefix, early, "")).Build()
+		}).AsInt64(); ex != 1 {
+			t.Errorf("Lock returned with %s not held in Redis", early)
+		}
+	})
+}
