@@ -34,12 +34,13 @@ local function limit_of(s)
   return tonumber(s)
 end
 
--- flt() formats a float so that tonumber gives it back exactly.
+-- flt() formats a float so that tonumber gives it back within 1e-17, as a plain decimal:
+-- miniredis's Lua reads no negative exponent.
 local function flt(x)
   if x == math.huge then
     return 'inf'
   end
-  return string.format('%.17g', x)
+  return string.format('%.17f', x)
 end
 
 -- load() returns the bucket: tokens, last and event (nil when there is no bucket), the limit
