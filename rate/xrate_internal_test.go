@@ -43,7 +43,7 @@ func per(x float64) Limit { return Limit(x / 10 / d.Seconds()) }
 type clock struct {
 	t     *testing.T
 	lim   *Limiter
-	slack float64 // steps a time to act may be late by: see TestReserveSetLimit
+	slack float64   // steps a time to act may be late by: see TestReserveSetLimit
 	last  time.Time // when the last call's reply came
 	lastK int       // the step of the last at
 	t0    int64
