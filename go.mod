@@ -9,4 +9,7 @@ require (
 	golang.org/x/sys v0.47.0
 )
 
-require github.com/yuin/gopher-lua v1.1.1 // indirect
+require (
+	github.com/yuin/gopher-lua v1.1.1 // indirect
+	golang.org/x/time v0.16.0 // indirect
+)

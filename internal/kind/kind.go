@@ -16,10 +16,11 @@ const (
 	Election  = "election"
 	WaitGroup = "waitgroup"
 	Fenced    = "fenced"
+	Rate      = "rate"
 )
 
 // All is every kind, in the order the package docs list them.
-var All = []string{Mutex, Reentrant, RWMutex, Fair, Semaphore, Group, Once, OnceValue, Election, WaitGroup, Fenced}
+var All = []string{Mutex, Reentrant, RWMutex, Fair, Semaphore, Group, Once, OnceValue, Election, WaitGroup, Fenced, Rate}
 
 // OncePrefix starts the kind of every primitive of package once.
 const OncePrefix = "once."

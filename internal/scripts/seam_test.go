@@ -281,6 +281,7 @@ var seams = []seam{
 	{ElectionRenewArgs{}, []*Script{ElectionRenew}},
 	{InspectArgs{}, []*Script{Inspect}},
 	{WaitGroupArgs{}, waitGroupScripts},
+	{RateArgs{}, rateScripts},
 }
 
 func readHeader(t *testing.T, s *Script) vectors {

@@ -1,0 +1,90 @@
+-- lib/rate.lua: the state of a rate limiter, shared by its scripts: a token bucket in one
+-- hash, with golang.org/x/time/rate's arithmetic (tokens refill at limit per second up to
+-- burst; a reservation takes its tokens at once, below zero if need be, and waits until the
+-- bucket would have had them). Time is the server's (lib/clock.lua), in microseconds.
+--
+-- KEYS, the same for every rate script:
+--   [1] bucket  hash: tokens (a float), last (µs: when tokens was right), event (µs: the
+--               latest time to act reserved), and, only once SetLimit or SetBurst stored them,
+--               limit and burst: the settings of every process, over their own
+-- ARGV, the same for every rate script:
+--   [1] limit (the caller's own: tokens per second, or 'inf')   [2] burst (the caller's own)
+--   [3] n tokens   [4] max_wait µs, or 'inf'   [5] retention ms
+--   [6] at µs (a reservation's time to act)   [7] rlimit (the limit it was made under)
+--   [8] new_limit ('' to keep)   [9] new_burst ('' to keep)
+-- Each script reads the ARGV it names and ignores the rest.
+--
+-- The bucket expires when it would be full again and no reservation is still ahead: a full
+-- bucket and a missing one mean the same, so nothing is lost. Once it holds settings, it lives
+-- for retention after the last script that touched it instead: settings are forgotten a
+-- retention after the limiter's last use, and the callers' own apply again. Nothing waits for
+-- anything in Redis: a reservation's waiting is its caller's timer.
+--
+-- Requires lib/clock.lua (now, int).
+
+local A = {limit = ARGV[1], burst = tonumber(ARGV[2]), n = tonumber(ARGV[3]), max_wait = ARGV[4],
+  retention = tonumber(ARGV[5]), at = tonumber(ARGV[6]), rlimit = ARGV[7], new_limit = ARGV[8],
+  new_burst = ARGV[9]}
+
+-- limit_of() returns a limit as a number: math.huge for 'inf'.
+local function limit_of(s)
+  if s == 'inf' then
+    return math.huge
+  end
+  return tonumber(s)
+end
+
+-- flt() formats a float so that tonumber gives it back within 1e-17, as a plain decimal:
+-- miniredis's Lua reads no negative exponent.
+local function flt(x)
+  if x == math.huge then
+    return 'inf'
+  end
+  return string.format('%.17f', x)
+end
+
+-- load() returns the bucket: tokens, last and event (nil when there is no bucket), the limit
+-- and burst in force (the stored settings, else the caller's) and whether settings are stored.
+local function load()
+  local v = redis.call('HMGET', KEYS[1], 'tokens', 'last', 'event', 'limit', 'burst')
+  local b = {tokens = tonumber(v[1]), last = tonumber(v[2]), event = tonumber(v[3]) or 0,
+    stored = (v[4] or v[5]) and true or false}
+  b.slimit, b.sburst = v[4] or A.limit, v[5] or ARGV[2]
+  b.limit, b.burst = limit_of(b.slimit), tonumber(b.sburst)
+  return b
+end
+
+-- advance() returns the tokens of bucket b at time now (x/time/rate's advance): a missing
+-- bucket is full; an infinite limit fills it in any time at all.
+local function advance(b, now)
+  if not b.tokens then
+    return b.burst
+  end
+  local elapsed = math.max(0, now - b.last)
+  local tokens = b.tokens
+  if elapsed > 0 and b.limit > 0 then
+    if b.limit == math.huge then
+      tokens = b.burst
+    else
+      tokens = tokens + elapsed * b.limit / 1e6
+    end
+  end
+  return math.min(tokens, b.burst)
+end
+
+-- save() writes bucket b's tokens at now, and its latest time to act, and sets its TTL: until
+-- it is full again and past event, or retention if it holds settings (or would never fill).
+local function save(b, tokens, now, event)
+  redis.call('HSET', KEYS[1], 'tokens', flt(tokens), 'last', int(now), 'event', int(event))
+  local ms = A.retention
+  if not b.stored and b.limit > 0 then
+    local full = math.max(0, b.burst - tokens) / b.limit * 1e6 -- µs until full
+    ms = math.min(ms, math.floor(math.max(full, event - now) / 1000) + 1)
+  end
+  redis.call('PEXPIRE', KEYS[1], ms)
+end
+
+-- settings() returns the limit and burst in force, as strings, for a reply.
+local function settings(b)
+  return b.slimit, b.sburst
+end

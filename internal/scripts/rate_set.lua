@@ -1,0 +1,25 @@
+-- rate_set.lua: SetLimit and SetBurst: store a new limit or burst for every process, after
+-- bringing the tokens up to now under the old ones (x/time/rate's SetLimitAt, SetBurstAt).
+-- Stored settings keep the bucket for retention after its last use (lib/rate.lua).
+--
+-- KEYS and ARGV: see lib/rate.lua (limit, burst, retention, new_limit, new_burst).
+-- Reply: {tokens, limit, burst}, strings: the tokens now, the limit and burst in force.
+
+-- #include lib/clock.lua
+-- #include lib/rate.lua
+
+local _, now = now()
+local b = load()
+local tokens = advance(b, now)
+if A.new_limit ~= '' then
+  redis.call('HSET', KEYS[1], 'limit', A.new_limit)
+  b.slimit, b.limit = A.new_limit, limit_of(A.new_limit)
+end
+if A.new_burst ~= '' then
+  redis.call('HSET', KEYS[1], 'burst', A.new_burst)
+  b.sburst, b.burst = A.new_burst, tonumber(A.new_burst)
+end
+b.stored = true
+save(b, tokens, now, b.event)
+local limit, burst = settings(b)
+return {flt(tokens), limit, burst}
