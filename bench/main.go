@@ -1,7 +1,7 @@
 // Command bench compares distsync's mutex with the Go peers on one local redis-server, in one
 // run, and prints a Markdown table (docs/benchmarks.md holds the latest one).
 //
-//	cd bench && go run . [-redis 127.0.0.1:6379] [-quick] [-primitives yes|no|only|identity|lockall] [-plots ../docs/img]
+//	cd bench && go run . [-redis 127.0.0.1:6379] [-quick] [-primitives yes|no|only|identity|lockall|rate] [-plots ../docs/img]
 //
 // Without -redis it starts a redis-server of its own (from PATH) on a free loopback port and
 // stops it at the end. Latencies are also given in Redis round trips: the median PING on an
@@ -46,7 +46,7 @@ func main() {
 		only       = flag.String("libs", "", "comma-separated libraries to run (default: all)")
 		processes  = flag.Int("processes", 4, "contention: worker processes")
 		goroutines = flag.Int("goroutines", 4, "contention: goroutines per process")
-		prims      = flag.String("primitives", "yes", "the distsync primitives table: yes, no, only (without the peers), identity (only the identity-cost rows) or lockall (only mutex.All against nested Locks)")
+		prims      = flag.String("primitives", "yes", "the distsync primitives table: yes, no, only (without the peers), identity (only the identity-cost rows), lockall (only mutex.All against nested Locks) or rate (only rate.Limiter against go-redis/redis_rate)")
 		worker     = flag.Bool("worker", false, "internal: run as a contention worker")
 		wLib       = flag.String("lib", "", "internal")
 		wKey       = flag.String("key", "", "internal")
@@ -121,6 +121,8 @@ func run(ctx context.Context, addr string, quick bool, only, prims string, proce
 		return identityOnly(ctx, addr, quick)
 	case "lockall":
 		return lockAll(ctx, addr, quick)
+	case "rate":
+		return rateBench(ctx, addr, quick)
 	}
 	// The idle window stays inside one lease (10 s, after a 1 s settle), so that the peers
 	// without renewal still hold their lock when it ends.

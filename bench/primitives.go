@@ -371,6 +371,9 @@ func primitives(ctx context.Context, addr string, quick bool) error {
 	}
 	printScale(pts)
 	plotScale(pts)
+	if err := rateBench(ctx, addr, quick); err != nil {
+		return err
+	}
 	return lockAll(ctx, addr, quick)
 }
 
