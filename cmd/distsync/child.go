@@ -34,7 +34,7 @@ import (
 type childSpec struct {
 	path       string   // the executable, resolved by lookCommand
 	argv       []string // as given: argv[0] is the name the user typed
-	env        []string // added to distsync's environment, replacing variables of the same name
+	env        []string // added to distsync's environment, replacing variables of the same name (childEnv)
 	stdout     io.Writer
 	stderr     io.Writer
 	foreground bool // stay in distsync's process group; signal the child only
@@ -156,7 +156,8 @@ func startStatus(err error) int {
 	return exitCannotExec
 }
 
-// childEnv returns base with the variables of add set, replacing any of the same name.
+// childEnv returns base with the variables of add set, replacing any of the same name; an
+// entry of add without "=" (a bare NAME) removes the variable NAME.
 func childEnv(base, add []string) []string {
 	env := make([]string, 0, len(base)+len(add))
 	for _, kv := range base {
@@ -172,7 +173,12 @@ func childEnv(base, add []string) []string {
 			env = append(env, kv)
 		}
 	}
-	return append(env, add...)
+	for _, a := range add {
+		if strings.Contains(a, "=") {
+			env = append(env, a)
+		}
+	}
+	return env
 }
 
 // signal sends sig to the child's process group (or, with --foreground, to the child only).

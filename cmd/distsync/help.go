@@ -18,14 +18,15 @@ import (
 // flags' part of each is made from the flags themselves (flagSet.help), so that the help
 // lists every flag a subcommand takes, and no other. docs/command.md is the whole manual.
 
-const overview = `distsync runs a command under a distributed lock, semaphore or once, on Redis,
-the way flock(1) does on one machine.
+const overview = `distsync runs a command under a distributed lock, semaphore, once or rate limit,
+on Redis, the way flock(1) does on one machine.
 
 Usage:
   distsync lock [flags] NAME [--] CMD [ARGS...]     hold the lock NAME while CMD runs
   distsync sem  [flags] NAME --size N [--] CMD ...  hold permits of the semaphore NAME
   distsync once [flags] KEY [--] CMD [ARGS...]      run CMD once among every caller of KEY
   distsync once --forget KEY                        drop the result kept for KEY
+  distsync rate [flags] NAME --limit R CMD ...      run CMD at its turn under the rate limit R
   distsync inspect [flags] NAME...                  who holds and who waits for NAME
   distsync ls [flags] [PATTERN]                     the names under the key prefix
   distsync demo [flags]                             simulated pods contend on one mutex
@@ -42,7 +43,8 @@ Exit status:
   1       the demo failed
   64      usage error: a bad flag, value or name; nothing was sent to Redis
   69      Redis unreachable, or an error of Redis, before CMD started
-  75      not acquired within --timeout, or held with -n (--conflict-exit-code)
+  75      not acquired within --timeout, or held with -n (--conflict-exit-code);
+          rate: the turn would come after --timeout, or no token now with -n
   76      the claim was lost while CMD ran (CMD was killed), or found lost at release
   126     CMD cannot be executed
   127     CMD not found
@@ -98,6 +100,23 @@ The once group is called KEY (its one key is ""): "distsync inspect KEY" shows i
 Flags (anywhere before CMD; CMD starts after "--", or at the first argument after KEY
 that is not a flag):
 `, runNotes},
+	"rate": {`Usage: distsync rate [flags] NAME --limit R [--burst N] [--] CMD [ARGS...]
+       distsync rate [flags] NAME --every D [--burst N] -c 'COMMAND LINE'
+
+Waits for CMD's turn under the rate limiter NAME (package rate: x/time/rate's Limiter
+across processes, a token bucket on Redis's clock), then runs CMD and exits with its
+status: across every machine that uses the same Redis and --prefix, at most R commands
+start per second, in bursts of at most --burst, so that in any interval of length T at
+most R*T + burst start. A rate limit admits a start and holds nothing while CMD runs:
+there is no lease, no fencing token, and CMDs may overlap (to bound how many run at once,
+use distsync sem). Each caller reserves its turn in Redis and sleeps until it, so that
+waiting callers start one by one at their moments, without polling. A Go program's
+rate.NewLimiter(h, NAME, ...) is the same limiter; a limit or burst it stored for NAME
+(SetLimit, SetBurst) overrides --limit and --burst.
+
+Flags (anywhere before CMD; CMD starts after "--", or at the first argument after NAME
+that is not a flag):
+`, rateNotes},
 	"inspect": {`Usage: distsync inspect [flags] NAME...
 
 Prints what Redis has of each NAME, for every kind of primitive that has keys under it
@@ -186,6 +205,27 @@ an error of Redis before CMD started; 75 not acquired within --timeout or held w
 found; 128+N distsync got signal N before CMD started.
 `
 
+// rateNotes ends the help of rate.
+const rateNotes = `
+--limit 10/s with the default --burst 1 starts one CMD every 100ms at most; --burst 10
+lets 10 start at once after a quiet second, then one every 100ms. With --timeout D, a
+turn that would come after D is not waited for: distsync exits at once, taking nothing.
+If distsync ends while it waits (--timeout, a signal), it gives its turn back.
+
+CMD runs with distsync's stdin, stdout, stderr and environment, plus DISTSYNC_NAME (NAME);
+there is no DISTSYNC_TOKEN (one from an outer distsync is removed). A single argument that
+holds a command line is not a command: give it with -c, which runs it with /bin/sh -c.
+CMD runs in a process group of its own and gets the terminal as under distsync lock;
+SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP and SIGCONT are forwarded to
+it. While distsync waits for the turn, SIGINT, SIGTERM, SIGHUP and SIGQUIT end the wait
+and it exits 128+N.
+
+Exit status: CMD's (128+N if it died of signal N); 64 usage error; 69 Redis unreachable or
+an error of Redis before CMD started; 75 CMD's turn would come after --timeout, or no
+token now with -n (--conflict-exit-code); 126 CMD cannot be executed; 127 CMD not found;
+128+N distsync got signal N before CMD started.
+`
+
 // helpOf returns the help of command, "" if there is no such command.
 func helpOf(command string) string {
 	parts, ok := commandHelp[command]
@@ -194,7 +234,7 @@ func helpOf(command string) string {
 	}
 	var fs *flagSet
 	switch command {
-	case "lock", "sem", "once":
+	case "lock", "sem", "once", "rate":
 		fs = runFlags(command, &config{})
 	case "inspect", "ls":
 		fs = inspectFlagSet(command, &inspectFlags{})
@@ -263,35 +303,52 @@ func runFlags(command string, cfg *config) *flagSet {
 	fs.str(&cfg.prefix, "prefix", 0, "P",
 		"key prefix, as the library's WithKeyPrefix; every user of a\n"+
 			"name must use the same (default \""+distsync.DefaultKeyPrefix+"\")")
-	fs.duration(&cfg.ttl, "ttl", 0, "D",
-		"the claim's lease, renewed every D/3 while CMD runs: a claim\n"+
-			"whose distsync died is free D after its last renewal\n(default "+distsync.DefaultLeaseTTL.String()+")")
-	if command == "once" {
+	if command != "rate" { // a rate limit holds nothing while CMD runs
+		fs.duration(&cfg.ttl, "ttl", 0, "D",
+			"the claim's lease, renewed every D/3 while CMD runs: a claim\n"+
+				"whose distsync died is free D after its last renewal\n(default "+distsync.DefaultLeaseTTL.String()+")")
+	}
+	switch command {
+	case "rate":
+		fs.duration(&cfg.timeout, "timeout", 'w', "D",
+			"wait at most D for CMD's turn, connecting to Redis included; if\n"+
+				"the turn would come later, exit at once, taking nothing (plain\n"+
+				"seconds, as flock -w, or 300ms, 1m30s; default: no limit)")
+		fs.add("nonblock", 'n', "", "do not wait: run CMD only if the limiter allows it now, else\nexit with --conflict-exit-code (the same as --timeout 0;\nconnecting to Redis waits at most 5s)",
+			func(string) error { cfg.timeout = 0; return nil })
+	case "once":
 		fs.duration(&cfg.timeout, "timeout", 'w', "D",
 			"wait at most D for the result, connecting to Redis included\n"+
 				"(plain seconds, as flock -w, or 300ms, 1m30s; default: no limit)")
-	} else {
+	default:
 		fs.duration(&cfg.timeout, "timeout", 'w', "D",
 			"wait at most D for the claim, connecting to Redis included\n"+
 				"(plain seconds, as flock -w, or 300ms, 1m30s; default: no limit)")
 		fs.add("nonblock", 'n', "", "do not wait: exit with --conflict-exit-code if the claim is\nheld (as flock -n; the same as --timeout 0; connecting to Redis\nwaits at most 5s)",
 			func(string) error { cfg.timeout = 0; return nil })
 	}
-	fs.integer(&cfg.conflictExit, "conflict-exit-code", 'E', "N",
-		fmt.Sprintf("exit status when --timeout runs out or -n finds the claim held\n(as flock -E; default %d)", defaultConflictExit), 0, 255)
+	conflict := "exit status when --timeout runs out or -n finds the claim held\n(as flock -E; default %d)"
+	if command == "rate" {
+		conflict = "exit status when CMD's turn would come after --timeout, or -n\nfinds no token now (as flock -E; default %d)"
+	}
+	fs.integer(&cfg.conflictExit, "conflict-exit-code", 'E', "N", fmt.Sprintf(conflict, defaultConflictExit), 0, 255)
 	fs.str(&cfg.shellCmd, "command", 'c', "CMDLINE", "run CMDLINE with /bin/sh -c, instead of CMD (as flock -c)")
-	fs.duration(&cfg.killGrace, "kill-grace", 0, "D",
-		"when the claim is lost, time between SIGTERM and SIGKILL to\nCMD (default "+defaultKillGrace.String()+")")
+	if command != "rate" {
+		fs.duration(&cfg.killGrace, "kill-grace", 0, "D",
+			"when the claim is lost, time between SIGTERM and SIGKILL to\nCMD (default "+defaultKillGrace.String()+")")
+	}
 	fs.boolean(&cfg.foreground, "foreground", 0,
 		"run CMD in distsync's process group, not one of its own (as\nGNU timeout --foreground): only CMD is signalled, not what it\nstarted, and the terminal is not given to it")
-	fs.add("identity", 0, "ID", "how inspect and ls name this process's hold: a pod or job name\n(default host:PID)",
-		func(v string) error {
-			if v == "" || len(v) > distsync.MaxIdentityLen {
-				return fmt.Errorf("must be 1 to %d bytes", distsync.MaxIdentityLen)
-			}
-			cfg.identity = v
-			return nil
-		})
+	if command != "rate" {
+		fs.add("identity", 0, "ID", "how inspect and ls name this process's hold: a pod or job name\n(default host:PID)",
+			func(v string) error {
+				if v == "" || len(v) > distsync.MaxIdentityLen {
+					return fmt.Errorf("must be 1 to %d bytes", distsync.MaxIdentityLen)
+				}
+				cfg.identity = v
+				return nil
+			})
+	}
 	fs.boolean(&cfg.quiet, "quiet", 0, "print no message of distsync's own, except errors that end\nit")
 	switch command {
 	case "lock":
@@ -308,6 +365,8 @@ func runFlags(command string, cfg *config) *flagSet {
 	case "once":
 		fs.duration(&cfg.keep, "keep", 0, "D", "keep the result for D after CMD ends: callers of KEY within D\nget it without running CMD (default: only the waiting callers get it)")
 		fs.boolean(&cfg.forget, "forget", 0, "drop the result kept for KEY and exit; give no CMD")
+	case "rate":
+		rateFlags(fs, cfg)
 	}
 	return fs
 }

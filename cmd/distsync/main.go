@@ -8,6 +8,7 @@
 //	distsync sem  [flags] NAME --size N [--weight W] [--] CMD [ARGS...]
 //	distsync once [flags] KEY [--keep D] [--] CMD [ARGS...]
 //	distsync once --forget KEY
+//	distsync rate [flags] NAME --limit R [--burst N] [--] CMD [ARGS...]
 //	distsync inspect [flags] NAME...
 //	distsync ls [flags] [PATTERN]
 //	distsync demo [flags]
@@ -17,10 +18,11 @@
 // lock holds the mutex NAME (package mutex; --fair: package fair; -s/-x: package rwmutex)
 // while CMD runs; sem holds permits of the semaphore NAME (package semaphore); once runs CMD
 // once among every caller of KEY while it runs, or within --keep (package once), and the
-// other callers print its stdout and exit with its status. The command is an ordinary user of
-// the public API: a Go program that uses mutex.New(h, "deploy") on the same Redis with the
-// same key prefix excludes, and is excluded by, "distsync lock deploy". docs/command.md is
-// the manual; "distsync help COMMAND" prints a command's flags (flags.go parses them, one
+// other callers print its stdout and exit with its status; rate waits for CMD's turn under
+// the rate limiter NAME (package rate; rate.go) and then runs CMD, holding nothing. The
+// command is an ordinary user of the public API: a Go program that uses mutex.New(h,
+// "deploy") on the same Redis with the same key prefix excludes, and is excluded by,
+// "distsync lock deploy". docs/command.md is the manual; "distsync help COMMAND" prints a command's flags (flags.go parses them, one
 // style for every command; help.go holds the texts and the flag sets). The exit statuses are
 // the exit* constants of run.go.
 //
@@ -72,7 +74,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stdout, version())
 		return exitOK
-	case "lock", "sem", "once":
+	case "lock", "sem", "once", "rate":
 		return runCommand(args[0], args[1:], stdout, stderr)
 	case "inspect", "ls":
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

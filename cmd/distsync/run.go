@@ -24,6 +24,7 @@ import (
 	"github.com/distsync/distsync/fair"
 	"github.com/distsync/distsync/mutex"
 	"github.com/distsync/distsync/once"
+	"github.com/distsync/distsync/rate"
 	"github.com/distsync/distsync/rwmutex"
 	"github.com/distsync/distsync/semaphore"
 )
@@ -79,9 +80,9 @@ const (
 	closeTimeout = 250 * time.Millisecond
 )
 
-// config is what the flags and arguments of lock, sem and once say.
+// config is what the flags and arguments of lock, sem, once and rate say.
 type config struct {
-	command string   // lock, sem or once
+	command string   // lock, sem, once or rate
 	name    string   // NAME, or KEY for once
 	names   []string // lock: every NAME, name first (several with --also or --all)
 	argv    []string // CMD and its arguments (sh -c CMDLINE for -c)
@@ -103,6 +104,13 @@ type config struct {
 	size, weight            int64    // sem
 	keep                    time.Duration
 	forget                  bool
+
+	// rate: the limit (--limit or --every), the burst and the tokens CMD takes.
+	limit      rate.Limit
+	limitFlag  string // the flag that gave the limit ("--limit" or "--every"), "" if none
+	limitTwice bool   // both --limit and --every were given
+	burst      int64
+	tokens     int64
 }
 
 // shellPath is the shell that runs -c's command line (flock -c runs $SHELL, or /bin/sh: a
@@ -114,7 +122,7 @@ const shellPath = "/bin/sh"
 // been sent to Redis then.
 func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg config, status int, ok bool) {
 	cfg = config{command: command, redisURL: envRedis(), prefix: distsync.DefaultKeyPrefix, ttl: distsync.DefaultLeaseTTL,
-		timeout: -1, conflictExit: defaultConflictExit, killGrace: defaultKillGrace, weight: 1}
+		timeout: -1, conflictExit: defaultConflictExit, killGrace: defaultKillGrace, weight: 1, burst: 1, tokens: 1}
 	fs := runFlags(command, &cfg)
 	bad := func(format string, a ...any) (config, int, bool) {
 		return cfg, badUsage(stderr, command, fmt.Errorf(format, a...)), false
@@ -163,6 +171,12 @@ func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg con
 		return bad("--size N is required")
 	case command == "sem" && cfg.weight > cfg.size:
 		return bad("--weight %d: must be 1 to --size (%d)", cfg.weight, cfg.size)
+	case command == "rate" && cfg.limitTwice:
+		return bad("--limit and --every exclude one another: give one rate")
+	case command == "rate" && cfg.limitFlag == "":
+		return bad("--limit R is required (10/s, 100/m, 5/h, 3/500ms, or inf), or --every D")
+	case command == "rate" && cfg.tokens > cfg.burst && cfg.limit != rate.Inf:
+		return bad("--tokens %d: more than --burst (%d), so CMD could never run", cfg.tokens, cfg.burst)
 	}
 	if command == "lock" {
 		cfg.names = append(names, cfg.also...)
@@ -220,7 +234,7 @@ func btoi(b bool) int {
 	return 0
 }
 
-// runCommand runs lock, sem or once with args and returns distsync's exit status.
+// runCommand runs lock, sem, once or rate with args and returns distsync's exit status.
 func runCommand(command string, args []string, stdout, stderr io.Writer) int {
 	cfg, status, ok := parseArgs(command, args, stdout, stderr)
 	if !ok {
@@ -237,6 +251,7 @@ type runner struct {
 	path           string // CMD, resolved
 	sigs           *router
 	tty            *terminal // distsync's controlling terminal, nil if none
+	deadline       time.Time // when --timeout runs out, if it is > 0
 }
 
 // errorf reports an error that ends distsync: printed even with --quiet.
@@ -268,6 +283,7 @@ func (r *runner) run() int {
 	}
 	// --timeout bounds the whole wait, connecting to Redis included.
 	if r.cfg.timeout > 0 {
+		r.deadline = time.Now().Add(r.cfg.timeout)
 		r.sigs.startTimer(r.cfg.timeout)
 	}
 	client, status := r.dial()
@@ -303,6 +319,8 @@ func (r *runner) run() int {
 		return r.forget(h)
 	case r.cfg.command == "once":
 		return r.runOnce(h)
+	case r.cfg.command == "rate":
+		return r.runRate(h)
 	}
 	c, err := r.newClaim(h)
 	if err != nil {
@@ -541,8 +559,16 @@ func (r *runner) release(c claim) error {
 // and, under lock's mutexes (one name or several), DISTSYNC_NAMES, every name, one a line
 // (no name of several has a newline: checkNames), and DISTSYNC_TOKEN_1, DISTSYNC_TOKEN_2,
 // ..., their tokens in that order.
+//
+// Under rate, which holds nothing, there is no token: CMD has DISTSYNC_NAME, and not the
+// DISTSYNC_TOKEN of an outer distsync, which is another name's.
 func (r *runner) spec(tokens []int64, stdout io.Writer) childSpec {
-	env := []string{"DISTSYNC_NAME=" + r.cfg.name, "DISTSYNC_TOKEN=" + strconv.FormatInt(tokens[0], 10)}
+	var env []string
+	if r.cfg.command == "rate" {
+		env = []string{"DISTSYNC_NAME=" + r.cfg.name, "DISTSYNC_TOKEN"}
+	} else {
+		env = []string{"DISTSYNC_NAME=" + r.cfg.name, "DISTSYNC_TOKEN=" + strconv.FormatInt(tokens[0], 10)}
+	}
 	if r.cfg.command == "lock" && !r.cfg.fair && !r.cfg.shared && !r.cfg.exclusive && len(tokens) == len(r.cfg.names) {
 		env = append(env, "DISTSYNC_NAMES="+strings.Join(r.cfg.names, "\n"))
 		for i, t := range tokens {
