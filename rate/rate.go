@@ -201,7 +201,8 @@ func (l *Limiter) Wait(ctx context.Context) error { return l.WaitN(ctx, 1) }
 // the burst (unless the limit is Inf); with one matching [ErrWouldExceedDeadline] (and
 // [distsync.ErrNotAcquired] and context.DeadlineExceeded) if the tokens would come after
 // ctx's deadline; with one matching [distsync.ErrInvalid], sending nothing, if n < 0. If ctx
-// ends while it sleeps, it gives the reservation back ([Reservation.Cancel]) and then returns
+// ends while it sleeps, or while its reservation is on its way (WaitN reads the reply first),
+// it gives the reservation back ([Reservation.Cancel]) and then returns
 // an error matching both [distsync.ErrNotAcquired] and ctx.Err(); if the Handle closes, the
 // same with [distsync.ErrClosed]. If the limit is zero and the tokens are not there, it waits
 // for ctx, as x/time/rate's does. Connection errors are retried (a lost reply may have taken
@@ -225,12 +226,16 @@ func (l *Limiter) WaitN(ctx context.Context, n int) error {
 			maxWait = strconv.FormatInt(max(0, time.Until(dl).Microseconds()), 10)
 		}
 		var err error
-		if r, code, err = l.reserve(ctx, n, maxWait); err == nil {
+		if r, code, err = l.reserveFor(ctx, n, maxWait); err == nil {
 			break
 		}
-		if !core.RetryAfter(ctx, &backoff, err) {
+		if ctx.Err() != nil || !core.RetryAfter(ctx, &backoff, err) {
 			return l.p.Fail(ctx, "wait", err)
 		}
+	}
+	if err := ctx.Err(); err != nil && code == ok {
+		l.giveBack(r) // cancelled while the reservation was on its way
+		return l.p.NotAcquired(err)
 	}
 	switch code {
 	case ok:
@@ -262,6 +267,20 @@ func (l *Limiter) WaitN(ctx context.Context, n int) error {
 		l.giveBack(r)
 		return l.p.Wrap(distsync.ErrClosed)
 	}
+}
+
+// reserveFor is reserve for WaitN: under a context that only ctx's deadline (or the Handle's
+// closing, or 5 s) ends, so that a Wait cancelled while its script is in flight reads the
+// reply, and gives back what it took, before it returns.
+func (l *Limiter) reserveFor(ctx context.Context, n int, maxWait string) (*Reservation, byte, error) {
+	rctx, cancel := l.c.Detached(5 * time.Second)
+	defer cancel()
+	if dl, ok := ctx.Deadline(); ok {
+		var dcancel context.CancelFunc
+		rctx, dcancel = context.WithDeadline(rctx, dl)
+		defer dcancel()
+	}
+	return l.reserve(rctx, n, maxWait)
 }
 
 // giveBack cancels r for a Wait that ends before its time to act, whatever its ctx says.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/internal/scripts"
 	"github.com/distsync/distsync/rate"
 )
 
@@ -357,4 +358,53 @@ func TestClosedHandle(t *testing.T) {
 	if err != nil || tok < -0.5 {
 		t.Fatalf("tokens %v, %v: the closed Wait's token was not given back", tok, err)
 	}
+}
+
+// lateReply runs the commands that match for real, but, as rueidis does, returns ctx's
+// error if ctx ends before their reply (held back by delay) is read.
+type lateReply struct {
+	rueidis.Client
+	delay time.Duration
+	match func(cmd []string) bool
+}
+
+func (c lateReply) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if !c.match(cmd.Commands()) {
+		return c.Client.Do(ctx, cmd)
+	}
+	res := c.Client.Do(context.WithoutCancel(ctx), cmd)
+	select {
+	case <-time.After(c.delay):
+		return res
+	case <-ctx.Done():
+		return c.Client.Do(ctx, c.Client.B().Ping().Build()) // ctx's error, unsent
+	}
+}
+
+// A Wait cancelled while its reservation is on its way reads the reply and gives the
+// reservation back before it returns: the tokens are not lost.
+func TestWaitCancelledInFlightGivesTheTokensBack(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		slow := lateReply{Client: b.Client(t), delay: 300 * time.Millisecond,
+			match: redistest.ScriptCall(scripts.RateReserve)}
+		l := newLimiter(t, b.PodOn(t, slow, prefix), "inflight", rate.Every(10*time.Second), 1)
+		check := newLimiter(t, b.Pod(t, prefix), "inflight", rate.Every(10*time.Second), 1)
+		if !allow(t, check, 1) {
+			t.Fatal("the first Allow was refused")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(50*time.Millisecond, cancel)
+		err := l.Wait(ctx)
+		if !errors.Is(err, distsync.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait = %v, want ErrNotAcquired and Canceled", err)
+		}
+		tok, err := check.Tokens(ctxFor(t, 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok < -0.5 {
+			t.Errorf("tokens %.3f after the cancelled Wait returned: its reservation was not given back", tok)
+		}
+	})
 }
