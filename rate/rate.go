@@ -269,17 +269,27 @@ func (l *Limiter) WaitN(ctx context.Context, n int) error {
 	}
 }
 
-// reserveFor is reserve for WaitN: under a context that only ctx's deadline (or the Handle's
-// closing, or 5 s) ends, so that a Wait cancelled while its script is in flight reads the
-// reply, and gives back what it took, before it returns.
+// reserveFor is reserve for WaitN: under a context that ctx's deadline ends, and its
+// cancellation only a second later (or the Handle's closing), so that a Wait cancelled while
+// its script is in flight reads the reply, and gives back what it took, before it returns.
 func (l *Limiter) reserveFor(ctx context.Context, n int, maxWait string) (*Reservation, byte, error) {
-	rctx, cancel := l.c.Detached(5 * time.Second)
+	rctx, cancel := l.c.Detached(24 * time.Hour) // ends when the Handle closes
 	defer cancel()
 	if dl, ok := ctx.Deadline(); ok {
 		var dcancel context.CancelFunc
 		rctx, dcancel = context.WithDeadline(rctx, dl)
 		defer dcancel()
 	}
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-rctx.Done():
+		}
+	})
+	defer stop()
 	return l.reserve(rctx, n, maxWait)
 }
 
