@@ -15,13 +15,15 @@ func TestEventKindsAreTheCores(t *testing.T) {
 		EventRenewed: core.EventRenewed, EventRenewalFailed: core.EventRenewalFailed, EventQueued: core.EventQueued,
 		EventWoken: core.EventWoken, EventGranted: core.EventGranted, EventOnceLeader: core.EventOnceLeader,
 		EventOnceFollower: core.EventOnceFollower, EventOnceTakeover: core.EventOnceTakeover,
+		EventAllowed: core.EventAllowed, EventDelayed: core.EventDelayed, EventRefused: core.EventRefused,
+		EventCanceled: core.EventCanceled,
 	} {
 		if int(k) != c {
 			t.Errorf("%v = %d, the core's is %d", k, k, c)
 		}
 	}
-	if n := len(eventNames) - 1; n != core.EventOnceTakeover {
-		t.Errorf("%d event kinds named, the core has %d", n, core.EventOnceTakeover)
+	if n := len(eventNames) - 1; n != core.EventCanceled {
+		t.Errorf("%d event kinds named, the core has %d", n, core.EventCanceled)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/distsync/distsync/fair"
 	"github.com/distsync/distsync/inspect"
 	"github.com/distsync/distsync/mutex"
+	"github.com/distsync/distsync/rate"
 	"github.com/distsync/distsync/semaphore"
 )
 
@@ -120,4 +121,36 @@ func ExampleKeys() {
 	// distsync:{orders}:mutex:qx
 	// distsync:{orders}:mutex:rel
 	// distsync:{orders}:mutex:with
+}
+
+// A rate limiter's bucket, seen by an operator: the tokens left, and the settings stored.
+func ExampleBucket() {
+	srv, err := embedded.Start()
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	app, _ := srv.NewHandle()
+	operator, _ := srv.NewHandle()
+
+	l, _ := rate.NewLimiter(app, "partner-api", rate.Every(time.Minute), 10)
+	_ = l.SetLimit(ctx, rate.Every(time.Minute)) // stored: every process now uses them,
+	_ = l.SetBurst(ctx, 5)                       // and Redis can tell the tokens now
+	if ok, err := l.AllowN(ctx, 3); !ok || err != nil {
+		panic(err)
+	}
+
+	r, err := inspect.Inspect(ctx, operator, inspect.Rate, "partner-api")
+	if err != nil {
+		panic(err)
+	}
+	b := r.Bucket
+	fmt.Printf("tokens now: %.0f (exact: %v)\n", b.Tokens, b.Exact)
+	fmt.Printf("limit: one per %.0f s, burst %d\n", 1/b.Limit, b.Burst)
+	fmt.Println("a reservation ahead:", b.Next > 0)
+	// Output:
+	// tokens now: 2 (exact: true)
+	// limit: one per 60 s, burst 5
+	// a reservation ahead: false
 }

@@ -1,7 +1,8 @@
 // Package inspect reads what distsync's primitives keep in Redis, for operators, dashboards
 // and tests: who holds a name and for how long, who waits for it and in which order, a
 // semaphore's size and permits in use, a once group's calls in flight and kept results, an
-// election's leader and candidates, a wait group's counter and rounds.
+// election's leader and candidates, a wait group's counter and rounds, a rate limiter's
+// tokens and settings.
 //
 // What it returns is a snapshot, as Redis had it at one moment, and may be stale by the time
 // it is read: never decide from it whether to lock (TryLock does that atomically). It writes
@@ -36,11 +37,12 @@ const (
 	Once      = "once"      // package once: a Group, and Once, OnceFunc, OnceValue, OnceValues
 	Election  = "election"  // package election
 	WaitGroup = "waitgroup" // package waitgroup
+	Rate      = "rate"      // package rate: a Limiter
 )
 
 // Kinds returns every kind Inspect reads, in the order [Name] and [List] report them.
 func Kinds() []string {
-	return []string{Mutex, Reentrant, RWMutex, Fair, Semaphore, Once, Election, WaitGroup}
+	return []string{Mutex, Reentrant, RWMutex, Fair, Semaphore, Once, Election, WaitGroup, Rate}
 }
 
 // Report is one primitive's state, as Redis had it at one moment. Fields that do not apply to
@@ -92,14 +94,21 @@ type Report struct {
 
 	// Counter is a wait group's counter and rounds, nil if Redis has none.
 	Counter *Counter
+
+	// Bucket is a rate limiter's token bucket, nil if Redis has none (a limiter whose
+	// bucket would be full, and that has no settings stored, keeps nothing in Redis). A
+	// rate limiter has no holders and no queue: its callers wait on their own timers.
+	Bucket *Bucket
 }
 
 // Idle reports whether nobody holds or waits for the primitive: no holder, no waiter, no
-// once call in flight or result kept, no pending wait group work. A Report of a name that
-// Redis has nothing of is idle; so is one that keeps only a fencing token or past rounds.
+// once call in flight or result kept, no pending wait group work, no rate limiter
+// reservation whose time to act is still ahead. A Report of a name that Redis has nothing
+// of is idle; so is one that keeps only a fencing token or past rounds, or a rate limiter's
+// bucket that no reservation waits on.
 func (r Report) Idle() bool {
 	return len(r.Holders) == 0 && len(r.Queue) == 0 && len(r.Keys) == 0 && r.InUse == 0 &&
-		(r.Counter == nil || r.Counter.Pending == 0)
+		(r.Counter == nil || r.Counter.Pending == 0) && (r.Bucket == nil || r.Bucket.Next == 0)
 }
 
 // Waiter is one waiter in a queue that Redis keeps.
@@ -174,6 +183,32 @@ type Outcome struct {
 	Err   string // the round's first member error, "" if none
 }
 
+// Bucket is a rate limiter's token bucket (package rate), as Redis keeps it in one hash: its
+// tokens, the limit and burst stored in it, and the latest time to act reserved.
+type Bucket struct {
+	// Tokens are the tokens the bucket has now, by Redis's clock, as the limiter's next
+	// decision would find them, if Exact: below zero while reservations wait for theirs.
+	// Redis knows the rate at which tokens come back only if SetLimit and SetBurst stored
+	// both the limit and the burst (otherwise each process sends its own with each
+	// decision): without them, Exact is false and Tokens are what the bucket had at its last
+	// write, Updated ago; it has at least that now, since tokens only come back (up to the
+	// burst in force).
+	Tokens float64
+	Exact  bool
+	// Updated is how long ago, by Redis's clock, the bucket was last written: a decision
+	// that took tokens, a Cancel, a SetLimit or a SetBurst.
+	Updated time.Duration
+	// Limit is the limit that SetLimit stored, in events per second (+Inf for rate.Inf), and
+	// Burst the burst that SetBurst stored; LimitSet and BurstSet report whether they were.
+	// A setting not stored is each process's own: the one its NewLimiter was given.
+	Limit              float64
+	Burst              int64
+	LimitSet, BurstSet bool
+	// Next is how long, by Redis's clock, until the latest time to act reserved so far (a
+	// Reserve's, or that of a Wait that sleeps until it); 0 if it has passed.
+	Next time.Duration
+}
+
 // Entry names one primitive that has keys in Redis.
 type Entry struct {
 	Kind string // one of Kinds
@@ -237,7 +272,7 @@ func Name(ctx context.Context, h *distsync.Handle, name string) ([]Report, error
 	}
 	if found {
 		// Kinds order: once comes after semaphore.
-		i := slices.IndexFunc(rs, func(r Report) bool { return r.Kind == Election || r.Kind == WaitGroup })
+		i := slices.IndexFunc(rs, func(r Report) bool { return r.Kind == Election || r.Kind == WaitGroup || r.Kind == Rate })
 		if i < 0 {
 			i = len(rs)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 	"github.com/distsync/distsync/internal/scripts"
 	"github.com/distsync/distsync/mutex"
 	"github.com/distsync/distsync/once"
+	"github.com/distsync/distsync/rate"
 	"github.com/distsync/distsync/reentrant"
 	"github.com/distsync/distsync/rwmutex"
 	"github.com/distsync/distsync/semaphore"
@@ -717,6 +719,67 @@ func TestWaitGroup(t *testing.T) {
 	})
 }
 
+// A rate limiter's bucket: its tokens (exact once both settings are stored, else as its last
+// write left them), its stored settings, and its latest time to act while one is ahead.
+func TestRate(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := newEnv(t, b)
+		ctx := context.Background()
+		// One token per 100 s: nothing this test does takes long enough to refill a tenth.
+		l, err := rate.NewLimiter(e.pod(), "api", rate.Every(100*time.Second), 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := e.inspect(inspect.Rate, "api"); r.Bucket != nil || !r.Idle() {
+			t.Fatalf("before any decision: %+v, want no bucket", r)
+		}
+		if ok, err := l.AllowN(ctx, 2); !ok || err != nil {
+			t.Fatalf("AllowN(2): %v, %v", ok, err)
+		}
+		var r inspect.Report
+		e.unchanged(func() { r = e.inspect(inspect.Rate, "api") })
+		bk := r.Bucket
+		if bk == nil || bk.Exact || bk.Tokens != 1 || bk.LimitSet || bk.BurstSet || bk.Next != 0 ||
+			bk.Updated < 0 || bk.Updated > time.Minute || !r.Idle() || r.Holders != nil || r.Queue != nil {
+			t.Fatalf("after AllowN(2): %+v %+v; want 1 token at the last write, no settings, idle", r, bk)
+		}
+
+		res, err := l.ReserveN(ctx, 2) // 1 token short: its time to act is about 100 s away
+		if err != nil || !res.OK() {
+			t.Fatalf("ReserveN(2): %v, %v", res, err)
+		}
+		r = e.inspect(inspect.Rate, "api")
+		if bk = r.Bucket; bk == nil || bk.Tokens < -1 || bk.Tokens > -0.9 || bk.Next < 50*time.Second || bk.Next > 100*time.Second || r.Idle() {
+			t.Fatalf("after ReserveN(2): %+v; want about -1 token and a time to act about 100 s ahead, not idle", bk)
+		}
+
+		if err := l.SetLimit(ctx, rate.Every(50*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if r = e.inspect(inspect.Rate, "api"); !r.Bucket.LimitSet || r.Bucket.Limit != 0.02 || r.Bucket.BurstSet || r.Bucket.Exact {
+			t.Fatalf("after SetLimit: %+v; want the limit stored, the burst the callers' own", r.Bucket)
+		}
+		if err := l.SetBurst(ctx, 4); err != nil {
+			t.Fatal(err)
+		}
+		e.unchanged(func() { r = e.inspect(inspect.Rate, "api") })
+		if bk = r.Bucket; !bk.Exact || !bk.BurstSet || bk.Burst != 4 || bk.Tokens < -1 || bk.Tokens > -0.5 {
+			t.Fatalf("after SetBurst: %+v; want both stored and the tokens now, a little over -1", bk)
+		}
+		now, err := l.Tokens(ctx)
+		if err != nil || now < bk.Tokens || now > bk.Tokens+0.5 {
+			t.Errorf("Tokens() = %v, %v; inspect read %v just before", now, err, bk.Tokens)
+		}
+
+		if err := l.SetLimit(ctx, rate.Inf); err != nil {
+			t.Fatal(err)
+		}
+		if r = e.inspect(inspect.Rate, "api"); !math.IsInf(r.Bucket.Limit, 1) || !r.Bucket.LimitSet {
+			t.Errorf("after SetLimit(Inf): %+v, want +Inf stored", r.Bucket)
+		}
+	})
+}
+
 // Name finds every kind a name has keys of; List finds every primitive under the prefix, by
 // name, and filters by pattern; names with braces and percent signs come back as given.
 func TestNameAndList(t *testing.T) {
@@ -751,13 +814,17 @@ func TestNameAndList(t *testing.T) {
 			_, err, _ := g.Do(ctx, k, func(context.Context) (string, error) { return "v", nil })
 			must(err)
 		}
+		lim, _ := rate.NewLimiter(a, "orders:cache", rate.Every(time.Hour), 2) // a bucket for an hour
+		if ok, err := lim.Allow(ctx); !ok || err != nil {
+			t.Fatalf("Allow: %v, %v", ok, err)
+		}
 
 		all := []inspect.Entry{
 			{Kind: inspect.RWMutex, Name: "config"}, {Kind: inspect.Reentrant, Name: odd},
 			{Kind: inspect.Election, Name: "leader"},
 			{Kind: inspect.Mutex, Name: "orders"}, {Kind: inspect.Semaphore, Name: "orders"},
 			{Kind: inspect.WaitGroup, Name: "orders:batch"}, {Kind: inspect.Once, Name: "orders:cache"},
-			{Kind: inspect.Fair, Name: "printer"},
+			{Kind: inspect.Rate, Name: "orders:cache"}, {Kind: inspect.Fair, Name: "printer"},
 		}
 		slices.SortStableFunc(all, func(x, y inspect.Entry) int { return strings.Compare(x.Name, y.Name) })
 		var got []inspect.Entry
@@ -771,12 +838,12 @@ func TestNameAndList(t *testing.T) {
 			t.Errorf("List = %v\nwant   %v", got, all)
 		}
 		for pattern, want := range map[string][]inspect.Entry{
-			"orders*":    {all[3], all[4], all[5], all[6]},
+			"orders*":    {all[3], all[4], all[5], all[6], all[7]},
 			"orders":     {all[3], all[4]},
 			"orders:?*h": {all[5]},
 			"[a-c]*":     {all[0], all[1]},
 			"a\\{*":      {all[0]},
-			"[^o]*r":     {all[2], all[7]},
+			"[^o]*r":     {all[2], all[8]},
 			"nothing*":   nil,
 		} {
 			got, err := inspect.List(ctx, e.obs, pattern)
@@ -804,11 +871,12 @@ func TestNameAndList(t *testing.T) {
 		case !v.AtLeast(7, 0):
 			t.Logf("the inspect script's run with EVAL_RO is SKIPPED on Redis %v: EVAL_RO came with 7.0", v)
 		default:
-			readOnly(t, e, a, "orders", "config", "printer", "leader", "orders:batch", odd)
+			readOnly(t, e, a, "orders", "config", "printer", "leader", "orders:batch", odd, "orders:cache")
 		}
 		rs, err = inspect.Name(ctx, e.obs, "orders:cache")
-		if err != nil || len(rs) != 1 || rs[0].Kind != inspect.Once || len(rs[0].Keys) != 3 || rs[0].Keys[2].Key != "{3}" {
-			t.Errorf("Name(orders:cache) = %+v, %v; want the once group's 3 kept keys", rs, err)
+		if err != nil || len(rs) != 2 || rs[0].Kind != inspect.Once || len(rs[0].Keys) != 3 || rs[0].Keys[2].Key != "{3}" ||
+			rs[1].Kind != inspect.Rate || rs[1].Bucket == nil {
+			t.Errorf("Name(orders:cache) = %+v, %v; want the once group's 3 kept keys, then the rate limiter's bucket", rs, err)
 		}
 		rs, err = inspect.Name(ctx, e.obs, odd)
 		if err != nil || len(rs) != 1 || len(rs[0].Holders) != 1 || rs[0].Holders[0].Count != 1 {
@@ -827,7 +895,8 @@ func TestNothingAndBadInput(t *testing.T) {
 		for _, kind := range inspect.Kinds() {
 			r, err := inspect.Inspect(ctx, pod.H, kind, "nobody")
 			if err != nil || r.Kind != kind || r.Name != "nobody" || !r.Idle() ||
-				r.Holders != nil || r.Queue != nil || r.Keys != nil || r.Leader != nil || r.Counter != nil || r.Fence != 0 {
+				r.Holders != nil || r.Queue != nil || r.Keys != nil || r.Leader != nil || r.Counter != nil || r.Fence != 0 ||
+				r.Bucket != nil {
 				t.Errorf("Inspect(%s, nobody) = %+v, %v; want an empty report", kind, r, err)
 			}
 		}

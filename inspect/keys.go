@@ -13,6 +13,8 @@ import (
 // that reads them with client-side caching's tracking or subscribes to keyspace
 // notifications, to read the primitive again at every change instead of polling; the
 // distsync command's "inspect --watch" does the first. Writing to them breaks the primitive.
+// A rate limiter's tokens also come back with time, between writes: its key changes at each
+// decision, not as its tokens refill.
 //
 // A once group keeps the keys of each of its keys apart, and they cannot be known without a
 // SCAN: Keys returns those of the key "" (a Once's, OnceFunc's, OnceValue's or OnceValues's,

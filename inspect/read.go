@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -30,6 +31,7 @@ var layout = map[string][]string{
 	Once:      {"", "kept", "fence"}, // of one key of a group; its res:<leader> keys are not read
 	Election:  {"", "fence", "q", "qx", "rel", "v"},
 	WaitGroup: {"", "m", "ops"},
+	Rate:      {""},
 }
 
 // keysOf returns the keys of the primitive of kind whose key name is name (for once, one
@@ -142,6 +144,15 @@ func (r *Report) fill(rw row) error {
 			return bad()
 		}
 		r.Leader = l
+	case Rate:
+		if len(rw.extra) == 0 {
+			return nil // not a bucket package rate wrote
+		}
+		b, err := bucket(rw.extra)
+		if err != nil {
+			return bad()
+		}
+		r.Bucket = b
 	case WaitGroup:
 		ct, err := counter(rw.extra)
 		if err != nil {
@@ -163,6 +174,42 @@ func others(set []string, name string) []string {
 		out = append(out, n)
 	}
 	return out // not reached: a record names its own mutex
+}
+
+// bucket reads a rate limiter's extra: {tokens, since_us, limit, burst, now, next_us}, all
+// strings (” for a setting not stored, or tokens now that Redis cannot know).
+func bucket(x []rueidis.RedisMessage) (*Bucket, error) {
+	if len(x) != 6 {
+		return nil, fmt.Errorf("bad rate state")
+	}
+	var s [6]string
+	for i := range s {
+		var err error
+		if s[i], err = x[i].ToString(); err != nil {
+			return nil, err
+		}
+	}
+	b := &Bucket{LimitSet: s[2] != "", BurstSet: s[3] != "", Exact: s[4] != ""}
+	tokens := s[0]
+	if b.Exact {
+		tokens = s[4]
+	}
+	var errs [5]error
+	var since, next int64
+	b.Tokens, errs[0] = strconv.ParseFloat(tokens, 64)
+	since, errs[1] = strconv.ParseInt(s[1], 10, 64)
+	next, errs[2] = strconv.ParseInt(s[5], 10, 64)
+	if b.LimitSet {
+		b.Limit, errs[3] = strconv.ParseFloat(s[2], 64) // "inf" is +Inf
+	}
+	if b.BurstSet {
+		b.Burst, errs[4] = strconv.ParseInt(s[3], 10, 64)
+	}
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, err
+	}
+	b.Updated, b.Next = time.Duration(since)*time.Microsecond, time.Duration(next)*time.Microsecond
+	return b, nil
 }
 
 // counter reads a wait group's extra: {units, round, open, lost, err, r1, o1, ...}.

@@ -138,14 +138,15 @@ type attrSets struct {
 	extra [nExtras]atomic.Pointer[opts] // base with extras[i]
 }
 
-// The indexes of extras: every value of distsync.result, distsync.end, distsync.reason and
-// distsync.once.role.
+// The indexes of extras: every value of distsync.result, distsync.end, distsync.reason,
+// distsync.once.role and distsync.rate.decision.
 const (
-	resultExtras = 0
-	endExtras    = resultExtras + nResults
-	reasonExtras = endExtras + nEnds
-	roleExtras   = reasonExtras + nReasons
-	nExtras      = roleExtras + nRoles
+	resultExtras   = 0
+	endExtras      = resultExtras + nResults
+	reasonExtras   = endExtras + nEnds
+	roleExtras     = reasonExtras + nReasons
+	decisionExtras = roleExtras + nRoles
+	nExtras        = decisionExtras + nDecisions
 )
 
 var extras = func() (kv [nExtras]attribute.KeyValue) {
@@ -161,13 +162,17 @@ var extras = func() (kv [nExtras]attribute.KeyValue) {
 	for i, v := range roles {
 		kv[roleExtras+i] = keyRole.String(v)
 	}
+	for i, v := range decisions {
+		kv[decisionExtras+i] = keyDecision.String(v)
+	}
 	return kv
 }()
 
-func (s *attrSets) result(r int) opts { return s.with(resultExtras + r) }
-func (s *attrSets) end(e int) opts    { return s.with(endExtras + e) }
-func (s *attrSets) reason(r int) opts { return s.with(reasonExtras + r) }
-func (s *attrSets) role(r int) opts   { return s.with(roleExtras + r) }
+func (s *attrSets) result(r int) opts   { return s.with(resultExtras + r) }
+func (s *attrSets) end(e int) opts      { return s.with(endExtras + e) }
+func (s *attrSets) reason(r int) opts   { return s.with(reasonExtras + r) }
+func (s *attrSets) role(r int) opts     { return s.with(roleExtras + r) }
+func (s *attrSets) decision(d int) opts { return s.with(decisionExtras + d) }
 
 // with returns the attributes of s with extras[i]. Two events may both make them the first
 // time: the same set, so either is kept.

@@ -1,6 +1,6 @@
 // Package distsyncotel makes OpenTelemetry metrics and spans of what the primitives of a
 // [distsync.Handle] do: how long calls wait for a lock, how long holds last, how they end,
-// lost leases and failed renewals. It is a module of its own, so that package distsync never
+// lost leases and failed renewals, and what rate limiters decide. It is a module of its own, so that package distsync never
 // imports OpenTelemetry. Give its [Observer] to the Handle:
 //
 //	h, err := distsync.New(client, distsync.WithObserver(distsyncotel.Observer()))
@@ -13,7 +13,7 @@
 //
 // Every metric has the attributes distsync.primitive, the kind of primitive ("mutex",
 // "reentrant", "rwmutex", "fair", "semaphore", "election", "once.Group", "once.Once",
-// "once.OnceValue"), distsync.name, the primitive's name ([WithoutNames] leaves it out), and
+// "once.OnceValue", "rate"), distsync.name, the primitive's name ([WithoutNames] leaves it out), and
 // distsync.identity, the [distsync.Handle.Identity] of the Handle whose primitive it is, by
 // default "<host name>:<pid>" ([WithoutIdentity] leaves it out). Counts are of this
 // process's calls and holds.
@@ -27,6 +27,8 @@
 //	distsync.lease.losses           counter        {loss}         distsync.reason
 //	distsync.lease.renewal.failures counter        {failure}
 //	distsync.once.calls             counter        {call}         distsync.once.role
+//	distsync.rate.decisions         counter        {decision}     distsync.rate.decision
+//	distsync.rate.delay.duration    histogram      s              distsync.rate.decision
 //
 // distsync.acquire.wait.duration is how long each call that acquires (Lock, TryLock,
 // Acquire, Campaign, Do...) took, acquired or not, and distsync.acquisitions counts those
@@ -65,10 +67,26 @@
 // "leader" (it runs the function), "follower" (it waits for a leader elsewhere) or
 // "takeover" (it waited, the leader's lease was lost, and it runs the function itself).
 //
+// distsync.rate.decisions counts the decisions of rate limiters (package rate's Allow,
+// AllowN, Reserve, ReserveN, Wait and WaitN: one each) and the reservations given back;
+// distsync.rate.decision is what they decided:
+//
+//	allowed   the tokens were taken, to be used at once
+//	delayed   the tokens were taken, to be used after a delay (a Reservation's Delay, what
+//	          a Wait sleeps for)
+//	refused   no tokens were taken: an Allow that returned false, a Reservation not OK, a
+//	          Wait for more than the burst or whose tokens would come after its deadline
+//	canceled  a reservation was given back (Reservation.Cancel, or a Wait ended early)
+//	error     the call returned another error (its context's, a closed Handle's, Redis's)
+//
+// distsync.rate.delay.duration is the delay of each decision that took tokens (allowed ones
+// as 0): how long after it the caller may act.
+//
 // The histograms advise bucket boundaries: for distsync.acquire.wait.duration, those that
 // OpenTelemetry's semantic conventions advise for the durations of requests (5 ms to 10 s);
 // for distsync.hold.duration, the same carried on to an hour (30 s, 1 min, 5 min, 15 min,
-// 1 h). Without advice the SDK's default boundaries, made for milliseconds, would put
+// 1 h); for distsync.rate.delay.duration, a bucket for no delay (0) before those for waits,
+// carried on to a minute. Without advice the SDK's default boundaries, made for milliseconds, would put
 // almost every duration in seconds in their first bucket. A View overrides the advice: to
 // an exponential histogram, say, for finer waits than 5 ms.
 //
@@ -84,4 +102,10 @@
 // waited is span events: queued, woken, granted, once_leader, once_follower, once_takeover.
 // A hold has no span: it outlives the call, so its end is only in the metrics (and the
 // Handle's log).
+//
+// A rate limiter's decision is one script call, not a span of its own: it is an event of the
+// span in the call's context, if that span records, named "rate <decision>" ("rate delayed"),
+// with the attributes distsync.name, distsync.weight (the tokens asked for), and
+// distsync.rate.delay (seconds) for a delayed decision or error.type (canceled, timeout,
+// closed or error) for an error.
 package distsyncotel

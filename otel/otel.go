@@ -135,6 +135,8 @@ type observer struct {
 	acquisitions, losses   metric.Int64Counter
 	renewalFailures, onces metric.Int64Counter
 	waiters, holders       metric.Int64UpDownCounter
+	decisions              metric.Int64Counter
+	delay                  metric.Float64Histogram
 
 	attrs  sync.Map // attrKey → *attrSets
 	nattrs atomic.Int64
@@ -187,6 +189,10 @@ func (o *observer) instruments(m metric.Meter) {
 	o.renewalFailures = counter("distsync.lease.renewal.failures", "{failure}",
 		"Renewals of a lease that failed; they are retried until the lease's deadline.")
 	o.onces = counter("distsync.once.calls", "{call}", "Once calls, by the role they took.")
+	o.decisions = counter("distsync.rate.decisions", "{decision}",
+		"Decisions of rate limiters (Allow, Reserve, Wait), and reservations given back, by what they decided.")
+	o.delay = histogram("distsync.rate.delay.duration",
+		"How long after a rate limiter's decision that took tokens the caller may act (0: at once).", delayBounds)
 	if err := errors.Join(errs...); err != nil {
 		otel.Handle(err)
 	}
@@ -240,5 +246,7 @@ func (o *observer) observe(e distsync.Event) {
 		o.note(e)
 	case distsync.EventQueued, distsync.EventWoken, distsync.EventGranted:
 		o.note(e)
+	case eventAllowed, eventDelayed, eventRefused, eventCanceled:
+		o.decide(ctx, e)
 	}
 }

@@ -169,9 +169,16 @@ func (l *Limiter) AllowN(ctx context.Context, n int) (bool, error) {
 	}
 	r, code, err := l.call(ctx, n, "0")
 	if err != nil {
+		l.report(ctx, core.EventRefused, n, 0, err)
 		return false, err
 	}
-	return code == ok && r.ok, nil
+	allowed := code == ok && r.ok
+	if allowed {
+		l.report(ctx, core.EventAllowed, n, 0, nil)
+	} else {
+		l.report(ctx, core.EventRefused, n, 0, nil)
+	}
+	return allowed, nil
 }
 
 // Reserve is ReserveN(ctx, 1).
@@ -188,6 +195,14 @@ func (l *Limiter) ReserveN(ctx context.Context, n int) (*Reservation, error) {
 		return nil, l.p.Wrap(err)
 	}
 	r, _, err := l.call(ctx, n, "inf")
+	switch {
+	case err != nil:
+		l.report(ctx, core.EventRefused, n, 0, err)
+	case !r.ok:
+		l.report(ctx, core.EventRefused, n, 0, nil)
+	default:
+		r.decided(ctx)
+	}
 	return r, err
 }
 
@@ -207,9 +222,19 @@ func (l *Limiter) Wait(ctx context.Context) error { return l.WaitN(ctx, 1) }
 // same with [distsync.ErrClosed]. If the limit is zero and the tokens are not there, it waits
 // for ctx, as x/time/rate's does. Connection errors are retried (a lost reply may have taken
 // tokens that nobody uses); other Redis errors are returned.
-func (l *Limiter) WaitN(ctx context.Context, n int) error {
+func (l *Limiter) WaitN(ctx context.Context, n int) (err error) {
 	if err := checkN(n); err != nil {
 		return l.p.Wrap(err)
+	}
+	var r *Reservation
+	if l.c.Observed() {
+		// Every return but a granted one is a refusal (the grant reported itself, and a
+		// reservation given back reports that).
+		defer func() {
+			if r == nil || !r.ok {
+				l.report(ctx, core.EventRefused, n, 0, err)
+			}
+		}()
 	}
 	if err := ctx.Err(); err != nil {
 		return l.p.NotAcquired(err)
@@ -218,7 +243,6 @@ func (l *Limiter) WaitN(ctx context.Context, n int) error {
 		return l.p.Wrap(err)
 	}
 	defer l.c.Exit()
-	var r *Reservation
 	var code byte
 	for backoff := 10 * time.Millisecond; ; {
 		maxWait := "inf"
@@ -234,11 +258,14 @@ func (l *Limiter) WaitN(ctx context.Context, n int) error {
 		}
 	}
 	if err := ctx.Err(); err != nil && code == ok {
-		l.giveBack(r) // cancelled while the reservation was on its way
+		// Cancelled while the reservation was on its way: reported as made, then given back.
+		r.decided(ctx)
+		l.giveBack(ctx, r, err)
 		return l.p.NotAcquired(err)
 	}
 	switch code {
 	case ok:
+		r.decided(ctx)
 	case exceedsBurst:
 		return l.p.Errorf("%w: WaitN(%d) with a burst of %d", ErrExceedsBurst, n, l.Burst())
 	case tooLate:
@@ -261,10 +288,10 @@ func (l *Limiter) WaitN(ctx context.Context, n int) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		l.giveBack(r)
+		l.giveBack(ctx, r, ctx.Err())
 		return l.p.NotAcquired(ctx.Err())
 	case <-l.c.Done():
-		l.giveBack(r)
+		l.giveBack(ctx, r, distsync.ErrClosed)
 		return l.p.Wrap(distsync.ErrClosed)
 	}
 }
@@ -293,11 +320,12 @@ func (l *Limiter) reserveFor(ctx context.Context, n int, maxWait string) (*Reser
 	return l.reserve(rctx, n, maxWait)
 }
 
-// giveBack cancels r for a Wait that ends before its time to act, whatever its ctx says.
-func (l *Limiter) giveBack(r *Reservation) {
+// giveBack cancels r for a Wait that ends before its time to act, whatever its ctx (wctx,
+// the Wait's, which the observer is given with why, the reason it ended) says.
+func (l *Limiter) giveBack(wctx context.Context, r *Reservation, why error) {
 	ctx, cancel := l.c.Detached(5 * time.Second)
 	defer cancel()
-	if err := r.cancel(ctx); err != nil {
+	if err := r.cancel(ctx, wctx, why); err != nil {
 		if lg := l.c.Log(); lg != nil {
 			lg.Warn("distsync: rate: giving back a cancelled Wait's tokens failed", "name", l.p.Name, "err", err)
 		}
@@ -398,7 +426,8 @@ func (l *Limiter) reserve(ctx context.Context, n int, maxWait string) (*Reservat
 	r := &Reservation{lim: l}
 	if v[0][0] == ok {
 		// The time to act as a local time: from the reply's arrival, so never early.
-		r.ok, r.n, r.act, r.at, r.limit = true, n, got.Add(time.Duration(wait)*time.Microsecond), at, v[4]
+		r.wait = time.Duration(wait) * time.Microsecond
+		r.ok, r.n, r.act, r.at, r.limit = true, n, got.Add(r.wait), at, v[4]
 	}
 	return r, v[0][0], nil
 }
@@ -442,9 +471,11 @@ type Reservation struct {
 	lim   *Limiter
 	ok    bool
 	n     int
-	act   time.Time // its time to act, local clock
-	at    int64     // the same, Redis's clock, µs
-	limit string    // the limit in force when it was made
+	act   time.Time     // its time to act, local clock
+	at    int64         // the same, Redis's clock, µs
+	limit string        // the limit in force when it was made
+	wait  time.Duration // the delay the reply set
+	call  uint64        // the decision's Event.Call, 0 if unobserved
 
 	cancelled atomic.Bool
 }
@@ -479,10 +510,11 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		return r.lim.p.Wrap(err)
 	}
 	defer r.lim.c.Exit()
-	return r.cancel(ctx)
+	return r.cancel(ctx, ctx, nil)
 }
 
-func (r *Reservation) cancel(ctx context.Context) error {
+// cancel gives r back on ctx; the observer is told with octx and why.
+func (r *Reservation) cancel(ctx, octx context.Context, why error) error {
 	if r.limit == "inf" || r.n == 0 || !time.Now().Before(r.act) || r.cancelled.Swap(true) {
 		return nil // nothing to give back; or given back already
 	}
@@ -496,5 +528,30 @@ func (r *Reservation) cancel(ctx context.Context) error {
 		return l.p.Wrap(fmt.Errorf("cancel: %w", err))
 	}
 	l.learn(v[2], v[3])
+	if l.c.Observed() {
+		l.c.Decision(core.Event{Kind: core.EventCanceled, Primitive: kind.Rate, Name: l.p.Name, ID: r.call,
+			Context: octx, Weight: int64(r.n), Err: why})
+	}
 	return nil
+}
+
+// report tells the observer, if the Handle has one, of a decision on n tokens that set no
+// reservation (what, e.g. core.EventRefused, with err) or one with delay wait, and returns
+// its call number (0 without an observer).
+func (l *Limiter) report(ctx context.Context, what uint8, n int, wait time.Duration, err error) uint64 {
+	if !l.c.Observed() {
+		return 0
+	}
+	return l.c.Decision(core.Event{Kind: what, Primitive: kind.Rate, Name: l.p.Name, Context: ctx,
+		Weight: int64(n), Wait: wait, Err: err})
+}
+
+// decided reports r, an OK reservation just made, to the observer: allowed if its time to act
+// was now, delayed otherwise, with the delay the reply set.
+func (r *Reservation) decided(ctx context.Context) {
+	what := uint8(core.EventAllowed)
+	if r.wait > 0 {
+		what = core.EventDelayed
+	}
+	r.call = r.lim.report(ctx, what, r.n, r.wait, nil)
 }

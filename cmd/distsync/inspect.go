@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -148,7 +149,7 @@ func inspectName(ctx context.Context, h *distsync.Handle, name, kind string) ([]
 // empty reports whether r has nothing at all: the Report of a primitive Redis has no key of
 // (or one with no more than keys of no interest here, such as a lingering once result).
 func empty(r inspect.Report) bool {
-	return r.Idle() && r.Fence == 0 && r.Size == 0 && r.Counter == nil
+	return r.Idle() && r.Fence == 0 && r.Size == 0 && r.Counter == nil && r.Bucket == nil
 }
 
 // runLs runs "distsync ls [flags] [PATTERN]": see "distsync help ls". It returns the exit
@@ -328,6 +329,8 @@ func summary(r inspect.Report) string {
 		if ct.Err != "" {
 			s = append(s, "first error "+strconv.Quote(ct.Err))
 		}
+	case r.Kind == inspect.Rate && r.Bucket != nil:
+		s = append(s, bucketSummary(r.Bucket)...)
 	case r.Idle():
 		s = append(s, "free")
 	case r.Kind == inspect.Reentrant:
@@ -351,6 +354,41 @@ func summary(r inspect.Report) string {
 		s = append(s, "waiters wait on pub/sub, not in a queue in Redis")
 	}
 	return strings.Join(s, "; ")
+}
+
+// bucketSummary says what a rate limiter's bucket holds: its tokens (now, or at its last
+// write when Redis cannot know the rate they come back at), its settings, and the latest
+// reservation's time to act if it is ahead.
+func bucketSummary(b *inspect.Bucket) []string {
+	var s []string
+	if b.Exact {
+		s = append(s, fmt.Sprintf("%.2f tokens now", b.Tokens))
+	} else {
+		s = append(s, fmt.Sprintf("%.2f tokens at its last decision, %s ago (more now: they come back at the callers' own limit)",
+			b.Tokens, duration(b.Updated)))
+	}
+	if b.LimitSet {
+		s = append(s, "limit "+limitText(b.Limit)+" (stored)")
+	} else {
+		s = append(s, "limit: the callers' own")
+	}
+	if b.BurstSet {
+		s = append(s, fmt.Sprintf("burst %d (stored)", b.Burst))
+	} else {
+		s = append(s, "burst: the callers' own")
+	}
+	if b.Next > 0 {
+		s = append(s, "latest reservation acts in "+duration(b.Next))
+	}
+	return s
+}
+
+// limitText prints a rate limit in events per second: "10/s", "inf".
+func limitText(l float64) string {
+	if math.IsInf(l, 1) {
+		return "inf"
+	}
+	return strconv.FormatFloat(l, 'g', 4, 64) + "/s"
 }
 
 func outcome(o inspect.Outcome) string {
@@ -478,7 +516,19 @@ type reportJSON struct {
 	Leader  *leaderJSON   `json:"leader,omitempty"` // election, while one leads
 	Keys    []onceKeyJSON `json:"keys,omitempty"`   // once
 	Counter *counterJSON  `json:"counter,omitempty"`
-	With    []string      `json:"with,omitempty"` // mutex, while held as one of a set: the others
+	With    []string      `json:"with,omitempty"`   // mutex, while held as one of a set: the others
+	Bucket  *bucketJSON   `json:"bucket,omitempty"` // rate, while Redis keeps its bucket
+}
+
+// bucketJSON is a rate limiter's bucket. A setting not stored (each caller's own applies) is
+// null; an infinite limit is "inf".
+type bucketJSON struct {
+	Tokens    float64 `json:"tokens"`
+	Exact     bool    `json:"exact"` // tokens are now's, not the last write's
+	UpdatedMs int64   `json:"updated_ms"`
+	Limit     any     `json:"limit"`
+	Burst     *int64  `json:"burst"`
+	NextMs    int64   `json:"next_ms"`
 }
 
 type holderJSON struct {
@@ -581,6 +631,19 @@ func toJSON(name string, rs []inspect.Report) nameJSON {
 				kj.KeptMs = 0
 			}
 			j.Keys = append(j.Keys, kj)
+		}
+		if bk := r.Bucket; bk != nil {
+			bj := &bucketJSON{Tokens: bk.Tokens, Exact: bk.Exact, UpdatedMs: ms(bk.Updated), NextMs: ms(bk.Next)}
+			switch {
+			case bk.LimitSet && math.IsInf(bk.Limit, 1):
+				bj.Limit = "inf"
+			case bk.LimitSet:
+				bj.Limit = bk.Limit
+			}
+			if bk.BurstSet {
+				bj.Burst = &bk.Burst
+			}
+			j.Bucket = bj
 		}
 		if ct := r.Counter; ct != nil {
 			c := &counterJSON{Pending: ct.Pending, Units: ct.Units, Round: ct.Round, Open: ct.Open, Lost: ct.Lost, Err: ct.Err,

@@ -19,6 +19,7 @@ import (
 	"github.com/distsync/distsync/internal/redistest"
 	"github.com/distsync/distsync/mutex"
 	"github.com/distsync/distsync/once"
+	"github.com/distsync/distsync/rate"
 	"github.com/distsync/distsync/reentrant"
 	"github.com/distsync/distsync/rwmutex"
 	"github.com/distsync/distsync/semaphore"
@@ -138,6 +139,16 @@ func makeInspectState(t *testing.T, b *redistest.Backend, prefix string) inspect
 	wgw, _ := waitgroup.New(st.waiter, "waitgroup")
 	_, err = wgw.Join(ctx)
 	must(err)
+
+	// A rate limiter whose burst was spent, with a reservation an hour ahead, and its
+	// limit stored (its burst is the callers' own).
+	lim, _ := rate.NewLimiter(st.holder, "rate", rate.Every(time.Hour), 2)
+	if ok, err := lim.AllowN(ctx, 2); !ok || err != nil {
+		t.Fatalf("AllowN(2): %v, %v", ok, err)
+	}
+	_, err = lim.Reserve(ctx)
+	must(err)
+	must(lim.SetLimit(ctx, rate.Every(time.Hour)))
 	return st
 }
 
@@ -160,7 +171,8 @@ func TestInspectCommand(t *testing.T) {
 	if status != exitOK {
 		t.Fatalf("inspect --json: status %d, stderr %s", status, errOut)
 	}
-	for _, field := range []string{`"remaining_ms"`, `"handle"`, `"token"`, `"waited_ms"`, `"in_use"`, `"kept_ms"`, `"pending"`} {
+	for _, field := range []string{`"remaining_ms"`, `"handle"`, `"token"`, `"waited_ms"`, `"in_use"`, `"kept_ms"`, `"pending"`,
+		`"bucket"`, `"next_ms"`, `"burst": null`} {
 		if !strings.Contains(out, field) {
 			t.Errorf("inspect --json: no field %s in\n%s", field, out)
 		}
@@ -193,6 +205,15 @@ func TestInspectCommand(t *testing.T) {
 			if len(p.Keys) != 2 || p.Keys[0].Key != "in-flight" || p.Keys[1].Key != "kept" || p.Keys[1].Kept != "value" || p.Keys[1].KeptMs <= 0 {
 				t.Errorf("once keys %+v, want in-flight, then kept", p.Keys)
 			}
+		}
+		if kind == inspect.Rate {
+			bk := p.Bucket
+			if len(p.Holders) != 0 || len(p.Queue) != 0 || p.Idle || bk == nil || bk.Exact || bk.Tokens > -0.99 ||
+				bk.Tokens < -1 || bk.Limit != 1/3600.0 || bk.Burst != nil || bk.NextMs < 3500_000 || bk.NextMs > 3600_000 {
+				t.Errorf("rate: %+v %+v, want its bucket: -1 token at its last write, the limit stored, the burst not, "+
+					"a reservation an hour ahead", p, bk)
+			}
+			continue
 		}
 		wantHandle := st.holder.ID()
 		switch kind {
@@ -243,6 +264,11 @@ func TestInspectCommand(t *testing.T) {
 			t.Errorf("inspect table: no %q in\n%s", want, out)
 		}
 	}
+	status, out, errOut = runInspectCmd(runInspect, "--redis", url, "--prefix", prefix, "rate")
+	if want := "rate rate: -1.00 tokens at its last decision, "; status != exitOK || !strings.HasPrefix(out, want) ||
+		!strings.Contains(out, "limit 0.0002778/s (stored); burst: the callers' own; latest reservation acts in ") {
+		t.Errorf("inspect rate: status %d\n%s%s\nwant it to start %q, and name the stored limit, the burst and the reservation", status, out, errOut, want)
+	}
 	status, out, _ = runInspectCmd(runInspect, "--redis", url, "--prefix", prefix, "--kind", "fair", "mutex")
 	if status != exitOK || !strings.Contains(out, "mutex: nothing held or queued") {
 		t.Errorf("inspect --kind fair of a mutex's name: status %d,\n%s", status, out)
@@ -283,7 +309,8 @@ func TestLsCommand(t *testing.T) {
 			for _, k := range inspect.Kinds() {
 				want = append(want, entryJSON{Kind: k, Name: k})
 			}
-			// Sorted by name: election, fair, mutex, once, reentrant, rwmutex, semaphore, waitgroup.
+			// Sorted by name: election, fair, mutex, once, rate, reentrant, rwmutex, semaphore,
+			// waitgroup.
 			if len(got) != len(want) {
 				t.Fatalf("ls = %+v, want every kind", got)
 			}
@@ -302,7 +329,7 @@ func TestLsCommand(t *testing.T) {
 				}
 			}
 			status, out, _ = runInspectCmd(runLs, "--redis", url, "--prefix", prefix, "r*")
-			if want := "KIND NAME HELD BY WAITING|reentrant reentrant owner owner-1 0|rwmutex rwmutex " + self + " 1|"; status != exitOK || fieldLines(out) != want {
+			if want := "KIND NAME HELD BY WAITING|rate rate - 0|reentrant reentrant owner owner-1 0|rwmutex rwmutex " + self + " 1|"; status != exitOK || fieldLines(out) != want {
 				t.Errorf("ls r*: status %d\n%s\nwant (fields) %s", status, out, want)
 			}
 			status, out, _ = runInspectCmd(runLs, "--prefix", prefix, "--kind", "once", "--redis", url)

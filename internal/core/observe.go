@@ -22,6 +22,10 @@ const (
 	EventOnceLeader
 	EventOnceFollower
 	EventOnceTakeover
+	EventAllowed
+	EventDelayed
+	EventRefused
+	EventCanceled
 )
 
 // Event is one thing that happened to a primitive made from a handle, for the handle's
@@ -51,6 +55,23 @@ func (h *Handle) Emit(e Event) {
 	if o := h.Config.Observer; o != nil {
 		o(e)
 	}
+}
+
+// Decision reports e, an event of a call that is one decision (a rate limiter's
+// EventAllowed, EventDelayed, EventRefused, EventCanceled), with the handle's identity, and
+// returns its call number: e.ID, or a new one if e.ID is 0 (a Cancel passes its decision's).
+// Without an observer it does nothing and returns 0: callers check Observed first, so that
+// they build no Event for nobody.
+func (h *Handle) Decision(e Event) uint64 {
+	if h.Config.Observer == nil {
+		return 0
+	}
+	if e.ID == 0 {
+		e.ID = callSeq.Add(1)
+	}
+	e.Identity = h.Config.Identity
+	h.Emit(e)
+	return e.ID
 }
 
 // Acquire follows one call that acquires (a Lock, an Acquire, a Campaign, a once Do) for the

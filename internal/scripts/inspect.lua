@@ -5,7 +5,7 @@
 -- state.
 --
 -- ARGV: the kinds to read, one each, any of 'mutex', 'fair', 'election', 'reentrant',
---       'rwmutex', 'semaphore', 'waitgroup', 'once'.
+--       'rwmutex', 'semaphore', 'waitgroup', 'once', 'rate'.
 -- KEYS: each kind's keys, in the order of ARGV, all in one slot (the kinds of one name, or
 --       one key of a once group):
 --   mutex (6)         lock, fence, q, qx, rel                (lib/queue.lua), and with, the
@@ -17,6 +17,7 @@
 --   semaphore (7)     h, n, q, qx, qn, size, ops             (lib/sem.lua)
 --   waitgroup (3)     s, m, ops                              (lib/waitgroup.lua)
 --   once (3)          lead, kept, fence                      (once_begin.lua)
+--   rate (1)          bucket, a hash                         (lib/rate.lua)
 -- Reply: one {exists, holders, queue, fence, extra} per kind, in the order of ARGV:
 --   exists   how many of the kind's keys exist: 0 if Redis has nothing of it
 --   holders  {owner, remaining_ms, token, count, shared} per live hold (lib/holders.lua); for
@@ -41,14 +42,22 @@
 --              its PTTL (-1: kept until deleted)
 --            mutex: {names} while the holder holds it as one of a set (mutex.All): the JSON
 --              array of the set's names that its record keeps; {} otherwise
+--            rate: {tokens, since_us, limit, burst, now, next_us}: the tokens at the bucket's
+--              last write and the µs since it; the limit and burst stored by SetLimit and
+--              SetBurst ('' for none: each caller's own applies); the tokens now, as the
+--              next decision would find them, if both are stored (else '': Redis does not
+--              know the rate they refill at); the µs until the latest time to act reserved
+--              (0 if it has passed). Floats as strings (lib/rate.lua's flt).
 --            others: {}
 -- Holders and waiters whose lease lapsed, which the primitive's next script drops, are left
 -- out. O(holders + waiters).
 
 -- #include lib/clock.lua
 -- #include lib/holders.lua
+-- #include lib/rate.lua
 
-local nkeys = {mutex = 6, fair = 5, election = 6, reentrant = 5, rwmutex = 9, semaphore = 7, waitgroup = 3, once = 3}
+local nkeys = {mutex = 6, fair = 5, election = 6, reentrant = 5, rwmutex = 9, semaphore = 7, waitgroup = 3, once = 3,
+  rate = 1}
 local now_ms, now_us = now()
 
 -- fence_of() returns the token a fence key holds, 0 if none (or not a string).
@@ -263,6 +272,23 @@ read.once = function(k)
     kept = redis.call('PTTL', k[2])
   end
   return {holders, {}, fence_of(k[3]), {status, kept}}
+end
+
+-- rate: lib/rate.lua's bucket, read as rate_tokens.lua reads it, but with no caller's
+-- settings: only the stored ones. (lib/rate.lua's ARGV table reads this script's kinds as
+-- its arguments; nothing here uses it.)
+read.rate = function(k)
+  local v = redis.call('HMGET', k[1], 'tokens', 'last', 'event', 'limit', 'burst')
+  local tokens, last, event = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]) or 0
+  if not tokens or not last then
+    return {{}, {}, 0, {}} -- not a bucket this version wrote
+  end
+  local now_tokens = ''
+  if v[4] and v[5] then
+    now_tokens = flt(advance({tokens = tokens, last = last, limit = limit_of(v[4]), burst = tonumber(v[5])}, now_us))
+  end
+  return {{}, {}, 0, {flt(tokens), int(math.max(0, now_us - last)), v[4] or '', v[5] or '', now_tokens,
+    int(math.max(0, event - now_us))}}
 end
 
 local reply = {}
