@@ -136,7 +136,8 @@ With --json it prints one JSON array, an object per NAME:
   semaphore: "size", "in_use"; election: "leader": {"value", "term", "rev"}; once:
   "keys": [{"key", "leader": {holder}, "kept", "kept_ms"}]; waitgroup: "counter":
   {"pending", "units", "round", "open", "lost", "err", "ended": [{"round", "lost",
-  "err"}]}}]}
+  "err"}]}; rate: "bucket": {"tokens", "exact", "updated_ms", "limit", "burst",
+  "next_ms"} (limit and burst null unless stored)}]}
 (with --watch, one such array per line, at every change). Durations are in ms; -1 means
 no expiry. Field names are lower snake case and stable.
 
