@@ -1,0 +1,390 @@
+package faulttest
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync"
+	"github.com/distsync/distsync/rate"
+)
+
+// Issue 26's "never over the rate", across processes: rateProcs processes × rateGoroutines
+// goroutines call rate.Limiter.Wait over and over, at a limit of rateOld/s and a burst of
+// rateBurst, on miniredis (served on TCP by the test process), a redis-server and a 3-master
+// Cluster. Halfway through, the test process (another process again) calls SetLimit(rateNew).
+//
+// Every admission (a Wait that returned nil) is recorded by its worker with CLOCK_MONOTONIC
+// (one clock for every process of the machine) when Wait returned, and with what Redis
+// decided for it: its time to act and when it was made (server clock, µs), tapped from the
+// script's reply, and the limit in force then. Asserted, on the recorded history:
+//
+//   - On the monotonic clock (the issue's check): in every window [t1, t2] between two
+//     admissions, count ≤ limit × (t2 − t1) + burst + margin. The error of the recorded
+//     times is one-sided: a Wait returns at or after its time to act, late by the reply's
+//     one-way latency, the timer's and the scheduler's lateness, never early (the package's
+//     contract, and checked below). A correct limiter can look over the rate only where an
+//     admission was recorded later than one after it, bunching them: the admissions recorded
+//     in [t1, t2] acted in [t1 − late, t2], where late is the largest lateness, so the margin
+//     is limit × late + 1 (rounding), with late at least rateJitter. The lateness is measured
+//     (below), not assumed, and reported.
+//     The limit is rateOld for every window (the limit only goes down); rateNew for the
+//     windows that start after the old reservations have all acted (a reservation made under
+//     the old limit keeps its time, x/time/rate's SetLimit: at most one per goroutine is
+//     outstanding, the last acting within goroutines/rateOld of the change); and rateNew with
+//     those outstanding reservations (goroutines) allowed on top for the windows that start
+//     after the change was sent.
+//   - On Redis's clock, exactly (to float rounding): the reservations' times to act obey
+//     rateOld + burst in every window, and those made under the new limit obey rateNew +
+//     burst; every decision made after the first one under the new limit is under the new
+//     limit (every process sees the change from its next call).
+//   - Never early: every Wait returned at or after its time to act (CLOCK_REALTIME when Wait
+//     returned against Redis's time to act: redis-server's and miniredis's TIME are the same
+//     machine's realtime clock).
+//   - At least rateRatio of the limit: the demand (every goroutine always has a Wait in
+//     progress) far exceeds the limit, so over the steady part (from 1 s after every worker
+//     was ready to the change; from rateSettle after the change to 1 s before the end) the
+//     admissions are at least rateRatio × limit × elapsed.
+//   - No Wait fails but by the workers' stop; the bucket's key has a TTL at the end.
+//
+// The run lasts $FAULTTEST_RATE_RUN (a Go duration) if set, else rateDefaultRun (10 s with
+// -short); the three backends run at once.
+const (
+	rateProcs      = 8
+	rateGoroutines = 16
+	rateOld        = 200.0
+	rateNew        = 100.0
+	rateBurst      = 20
+	rateJitter     = 10 * time.Millisecond
+	rateRatio      = 0.99
+	// rateSettle: after SetLimit(rateNew) the outstanding reservations (at most one per
+	// goroutine) act at the old rate within goroutines/rateOld (0.64 s), and the debt they
+	// leave is repaid at the new rate, within goroutines/rateNew (1.28 s) of the change, with
+	// no admission meanwhile: the new rate is reached from then on.
+	rateSettle     = 2 * time.Second
+	rateDefaultRun = 60 * time.Second
+)
+
+// drvSetLimit: the test calls SetLimit (T: just before; N: when it returned, ns; Val: the limit).
+const drvSetLimit = "set-limit"
+
+func rateRun(t *testing.T) time.Duration {
+	if v := os.Getenv("FAULTTEST_RATE_RUN"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 8*time.Second {
+			t.Fatalf("FAULTTEST_RATE_RUN=%q: not a duration of at least 8s", v)
+		}
+		return d
+	}
+	if testing.Short() {
+		return 10 * time.Second
+	}
+	return rateDefaultRun
+}
+
+func TestRateNeverOver(t *testing.T) {
+	t.Parallel()
+	d := rateRun(t)
+	for _, be := range allBackends {
+		t.Run(backendName(be), func(t *testing.T) {
+			t.Parallel()
+			runRate(t, be, d)
+		})
+	}
+}
+
+func runRate(t *testing.T, be string, d time.Duration) {
+	cfg := config{prim: pRate, fault: "never-over-" + backendName(be), backend: be, ttl: 5 * time.Second,
+		rateLimit: rateOld, rateBurst: rateBurst, goroutines: rateGoroutines, maxRun: d + time.Minute,
+		workers: make([]workerRole, rateProcs)}
+	r := start(t, cfg)
+	r.sleep(d / 2)
+
+	c := r.client()
+	defer c.Close()
+	h, err := distsync.New(c, distsync.WithKeyPrefix(r.prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = h.Close(ctx)
+	}()
+	lim, err := rate.NewLimiter(h, r.name, rateOld, rateBurst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tc0 := mono()
+	err = lim.SetLimit(ctx, rateNew)
+	tc1 := mono()
+	r.drv.rec(Event{T: tc0, Ev: drvSetLimit, N: tc1, Val: formatRate(rateNew), Err: errText(err)})
+	if err != nil {
+		t.Fatalf("SetLimit(%v): %v", rateNew, err)
+	}
+	r.sleep(d - d/2)
+	evs := r.terminate()
+	r.checkRateKeys(c)
+
+	rs := rateSetup{old: rateOld, new: rateNew, burst: rateBurst, goroutines: rateProcs * rateGoroutines,
+		jitter: rateJitter, ratio: rateRatio, settle: rateSettle}
+	res := checkRate(rs, evs, r.t0)
+	for _, v := range res.violations {
+		t.Error(v)
+	}
+	for _, f := range res.figures {
+		r.figure(f.name, f.v)
+	}
+}
+
+// checkRateKeys: the bucket's key (which holds the stored limit) has a TTL of at most
+// rate.SettingsRetention; then it is deleted, the Cluster being shared.
+func (r *run) checkRateKeys(c rueidis.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var keys []string
+	if r.backend != nil {
+		keys = r.backend.Keys(r.t, r.prefix)
+	} else {
+		var err error
+		if keys, err = c.Do(ctx, c.B().Keys().Pattern(r.prefix+"*").Build()).AsStrSlice(); err != nil {
+			r.t.Fatalf("KEYS: %v", err)
+		}
+	}
+	if len(keys) == 0 {
+		r.t.Errorf("no key under %q after the run: the stored limit was lost", r.prefix)
+	}
+	for _, k := range keys {
+		pttl, err := c.Do(ctx, c.B().Pttl().Key(k).Build()).AsInt64()
+		switch {
+		case err != nil:
+			r.t.Fatalf("PTTL %s: %v", k, err)
+		case pttl < 0 || time.Duration(pttl)*time.Millisecond > rate.SettingsRetention:
+			r.t.Errorf("key %s: PTTL %d ms, want a TTL of at most %v", k, pttl, rate.SettingsRetention)
+		}
+		if err := c.Do(ctx, c.B().Del().Key(k).Build()).Error(); err != nil {
+			r.t.Errorf("DEL %s: %v", k, err)
+		}
+	}
+}
+
+func formatRate(l float64) string { return strconv.FormatFloat(l, 'f', -1, 64) }
+
+// rateSetup is what checkRate checks against.
+type rateSetup struct {
+	old, new   float64 // limits, per second, before and after the SetLimit
+	burst      int
+	goroutines int           // callers in all: the most reservations outstanding at once
+	jitter     time.Duration // the least lateness the margin allows for
+	ratio      float64       // the least share of the limit admitted under excess demand
+	settle     time.Duration // after the change, before the new rate is reached
+}
+
+type rateResult struct {
+	violations []string
+	figures    []rateFigure
+}
+
+// checkRate checks a rate run's history (see TestRateNeverOver). t0 is when every worker was
+// ready.
+func checkRate(s rateSetup, evs []Event, t0 int64) rateResult {
+	var res rateResult
+	bad := func(format string, a ...any) {
+		if len(res.violations) < 20 {
+			res.violations = append(res.violations, fmt.Sprintf(format, a...))
+		}
+	}
+	fig := func(name string, v any) { res.figures = append(res.figures, rateFigure{name, v}) }
+	rel := func(t int64) string { return time.Duration(t - t0).Round(time.Microsecond).String() }
+
+	var adm []Event
+	var tc0, tc1, term int64
+	perW := map[string]int{}
+	for _, e := range evs {
+		switch {
+		case e.Ev == evAdmit:
+			if e.Err != "" {
+				bad("%s: admitted, but %s", e.Hold, e.Err)
+				continue
+			}
+			adm = append(adm, e)
+			perW[e.W]++
+		case e.Ev == evFailed && (!e.Ctx || e.Alive):
+			bad("%s: Wait failed at %s while the worker ran: %s", e.Hold, rel(e.T), e.Err)
+		case e.Ev == drvSetLimit:
+			tc0, tc1 = e.T, e.N
+		case e.Ev == drvTerm:
+			term = e.T
+		}
+	}
+	if len(adm) == 0 || tc0 == 0 || term == 0 {
+		bad("no admissions (%d), no SetLimit (%d) or no end (%d) in the history", len(adm), tc0, term)
+		return res
+	}
+	newVal := formatRate(s.new)
+
+	// Never early, and how late.
+	var late []int64 // µs
+	for _, e := range adm {
+		l := e.Wall - e.At
+		if l < 0 {
+			bad("%s: Wait returned %dµs before its time to act (at %s)", e.Hold, -l, rel(e.T))
+		}
+		late = append(late, l)
+	}
+	sort.Slice(late, func(i, j int) bool { return late[i] < late[j] })
+	q := func(p float64) time.Duration {
+		return time.Duration(late[min(len(late)-1, int(p*float64(len(late))))]) * time.Microsecond
+	}
+	maxLate := time.Duration(late[len(late)-1]) * time.Microsecond
+	fig("Wait lateness after the time to act (Redis's), p50/p99/max", fmt.Sprintf("%v / %v / %v",
+		q(0.5).Round(10*time.Microsecond), q(0.99).Round(10*time.Microsecond), maxLate.Round(10*time.Microsecond)))
+
+	// The monotonic clock: every window, under the old limit; those after the change under
+	// the new one, with the outstanding reservations on top until they have acted.
+	ts := make([]int64, len(adm))
+	for i, e := range adm {
+		ts[i] = e.T
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
+	lateAllowed := max(s.jitter, maxLate)
+	margin := math.Ceil(s.old*lateAllowed.Seconds()) + 1
+	fig("margin of the monotonic check (tokens: limit × max(jitter, measured lateness) + 1)", margin)
+	drained := tc1 + int64(float64(s.goroutines)/s.old*1e9) + int64(lateAllowed)
+	for _, w := range []struct {
+		what  string
+		limit float64
+		extra float64
+		from  int64
+	}{
+		{"every window, old limit", s.old, 0, 0},
+		{"windows from the change, new limit + outstanding reservations", s.new, float64(s.goroutines), tc0},
+		{"windows after the old reservations acted, new limit", s.new, 0, drained},
+	} {
+		x, i, j := maxExcess(ts, time.Nanosecond, w.limit, float64(s.burst), w.from)
+		fig("max window excess over limit × elapsed + burst (monotonic clock): "+w.what, fmt.Sprintf("%.2f tokens", x-w.extra))
+		if x > w.extra+margin {
+			bad("over the rate (monotonic clock, %s): %d admissions in [%s, %s] (%v), allowed %.2f × %v + %d burst + %.0f + margin %.0f",
+				w.what, j-i+1, rel(ts[i]), rel(ts[j]), time.Duration(ts[j]-ts[i]), w.limit, time.Duration(ts[j]-ts[i]).Seconds(), s.burst, w.extra, margin)
+		}
+	}
+
+	// Redis's clock, exactly: all reservations under the old limit, those made under the new
+	// one under it; and once a decision was made under the new limit, every later one was.
+	var at, atNew []int64
+	firstNew := int64(math.MaxInt64)
+	for _, e := range adm {
+		at = append(at, e.At)
+		if e.Val == newVal {
+			atNew = append(atNew, e.At)
+			firstNew = min(firstNew, e.Made)
+		}
+	}
+	for _, e := range adm {
+		if e.Val != newVal && e.Made > firstNew {
+			bad("%s: decided under limit %s at %dµs, after a decision under the new limit %s at %dµs", e.Hold, e.Val, e.Made, newVal, firstNew)
+		}
+	}
+	if len(atNew) == 0 {
+		bad("no admission was decided under the new limit %s", newVal)
+	}
+	for _, w := range []struct {
+		what  string
+		ts    []int64
+		limit float64
+	}{{"every reservation, old limit", at, s.old}, {"reservations made under the new limit", atNew, s.new}} {
+		sort.Slice(w.ts, func(i, j int) bool { return w.ts[i] < w.ts[j] })
+		if len(w.ts) == 0 {
+			continue
+		}
+		x, i, j := maxExcess(w.ts, time.Microsecond, w.limit, float64(s.burst), math.MinInt64)
+		fig("max window excess (Redis's clock): "+w.what, fmt.Sprintf("%.4f tokens", x))
+		if x > 1e-3 {
+			bad("over the rate (Redis's clock, %s): %d times to act in [%d, %d]µs (%dµs), allowed %.2f/s + %d burst",
+				w.what, j-i+1, w.ts[i], w.ts[j], w.ts[j]-w.ts[i], w.limit, s.burst)
+		}
+	}
+
+	// At least ratio of the limit, in the steady parts.
+	for _, p := range []struct {
+		what     string
+		limit    float64
+		from, to int64
+	}{
+		{"before the change", s.old, t0 + int64(time.Second), tc0},
+		{"after the change", s.new, tc1 + int64(s.settle), term - int64(time.Second)},
+	} {
+		if p.to-p.from < int64(time.Second) {
+			bad("%s: the steady part is too short (%v)", p.what, time.Duration(p.to-p.from))
+			continue
+		}
+		n := countIn(ts, p.from, p.to)
+		secs := float64(p.to-p.from) / 1e9
+		got := float64(n) / (p.limit * secs)
+		fig("admitted/s and share of the limit, "+p.what, fmt.Sprintf("%.1f/s, %.4f of %v/s over %.1fs", float64(n)/secs, got, p.limit, secs))
+		if got < s.ratio {
+			bad("under the rate %s: %d admissions in %.1fs, %.4f of %v/s, want at least %v", p.what, n, secs, got, p.limit, s.ratio)
+		}
+	}
+	var ws []string
+	for w := range perW {
+		ws = append(ws, w)
+	}
+	sort.Strings(ws)
+	var b strings.Builder
+	for _, w := range ws {
+		fmt.Fprintf(&b, "%s:%d ", w, perW[w])
+	}
+	fig("admissions per process", strings.TrimSpace(b.String()))
+	fig("admissions", len(adm))
+	return res
+}
+
+// maxExcess returns the largest count − (limit × (ts[j] − ts[i]) + burst) over every window
+// [ts[i], ts[j]] (i ≤ j, ts[i] ≥ from) of the sorted times ts, counted in units of unit, and
+// the window's ends. Any window's count is that of the window between its first and last
+// admission, which is allowed no more, so these windows are the worst. count − limit × len is
+// f(j) − f(i) + 1 with f(k) = k − limit × ts[k]: one pass, keeping the least f(i) so far.
+func maxExcess(ts []int64, unit time.Duration, limit, burst float64, from int64) (excess float64, i0, j0 int) {
+	per := limit * unit.Seconds()
+	excess = math.Inf(-1)
+	best, bi := math.Inf(1), -1
+	base := int64(0)
+	if len(ts) > 0 {
+		base = ts[0] // keeps the products small: float64 holds them exactly enough
+	}
+	for k, t := range ts {
+		f := float64(k) - per*float64(t-base)
+		if t >= from && f < best {
+			best, bi = f, k
+		}
+		if bi >= 0 {
+			if x := f - best + 1 - burst; x > excess {
+				excess, i0, j0 = x, bi, k
+			}
+		}
+	}
+	return excess, i0, j0
+}
+
+// countIn returns how many of the sorted times ts are in [from, to).
+func countIn(ts []int64, from, to int64) int {
+	i := sort.Search(len(ts), func(k int) bool { return ts[k] >= from })
+	j := sort.Search(len(ts), func(k int) bool { return ts[k] >= to })
+	return j - i
+}
+
+type rateFigure struct {
+	name string
+	v    any
+}
