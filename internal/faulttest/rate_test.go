@@ -145,6 +145,7 @@ func runRate(t *testing.T, be string, d time.Duration) {
 	for _, f := range res.figures {
 		r.figure(f.name, f.v)
 	}
+	r.keep()
 }
 
 // checkRateKeys: the bucket's key (which holds the stored limit) has a TTL of at most

@@ -740,6 +740,14 @@ func (r *run) finish() *history {
 	if exclusive(r.cfg.prim) || r.cfg.prim == pRWMutex {
 		r.checkStore(h)
 	}
+	r.keep()
+	return h
+}
+
+// keep copies the scenario's histories to $FAULTTEST_KEEP if it failed (or always, with
+// FAULTTEST_KEEP_ALL=1).
+func (r *run) keep() {
+	t := r.t
 	if keep := os.Getenv("FAULTTEST_KEEP"); keep != "" && (t.Failed() || os.Getenv("FAULTTEST_KEEP_ALL") == "1") {
 		dst := filepath.Join(keep, strings.NewReplacer("/", "_").Replace(t.Name()))
 		if err := os.MkdirAll(dst, 0o755); err == nil {
@@ -752,7 +760,6 @@ func (r *run) finish() *history {
 			t.Logf("histories kept in %s", dst)
 		}
 	}
-	return h
 }
 
 // terminate ends the run: SIGTERM to every worker still running, each must exit by itself
