@@ -33,9 +33,11 @@ import (
 //     one-way latency, the timer's and the scheduler's lateness, never early (the package's
 //     contract, and checked below). A correct limiter can look over the rate only where an
 //     admission was recorded later than one after it, bunching them: the admissions recorded
-//     in [t1, t2] acted in [t1 − late, t2], where late is the largest lateness, so the margin
-//     is limit × late + 1 (rounding), with late at least rateJitter. The lateness is measured
-//     (below), not assumed, and reported.
+//     in [t1, t2] acted in [t1 − late, t2], late the largest lateness among them, so the
+//     margin is limit × late + 1 (rounding), late at least rateJitter (10 ms: 2 tokens at
+//     200/s). The lateness is measured, not assumed (CLOCK_REALTIME when Wait returned minus
+//     Redis's time to act), and reported; windows up to rateSpan get the lateness of their
+//     own admissions, longer ones the run's largest (see maxExcessLate).
 //     The limit is rateOld for every window (the limit only goes down); rateNew for the
 //     windows that start after the old reservations have all acted (a reservation made under
 //     the old limit keeps its time, x/time/rate's SetLimit: at most one per goroutine is
@@ -70,6 +72,7 @@ const (
 	// leave is repaid at the new rate, within goroutines/rateNew (1.28 s) of the change, with
 	// no admission meanwhile: the new rate is reached from then on.
 	rateSettle     = 2 * time.Second
+	rateSpan       = 2 * time.Second // windows up to this long get a lateness margin of their own
 	rateDefaultRun = 60 * time.Second
 )
 
@@ -253,30 +256,35 @@ func checkRate(s rateSetup, evs []Event, t0 int64) rateResult {
 
 	// The monotonic clock: every window, under the old limit; those after the change under
 	// the new one, with the outstanding reservations on top until they have acted.
-	ts := make([]int64, len(adm))
+	sort.Slice(adm, func(i, j int) bool { return adm[i].T < adm[j].T })
+	ts, lat := make([]int64, len(adm)), make([]int64, len(adm))
 	for i, e := range adm {
-		ts[i] = e.T
+		ts[i], lat[i] = e.T, max(0, e.Wall-e.At)*1000
 	}
-	sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
-	lateAllowed := max(s.jitter, maxLate)
-	margin := math.Ceil(s.old*lateAllowed.Seconds()) + 1
-	fig("margin of the monotonic check (tokens: limit × max(jitter, measured lateness) + 1)", margin)
-	drained := tc1 + int64(float64(s.goroutines)/s.old*1e9) + int64(lateAllowed)
+	// Once every reservation made under the old limit has acted (the last one within
+	// goroutines/old of the change) and been recorded (within the largest lateness), every
+	// admission recorded is one made under the new limit.
+	drained := tc1 + int64(float64(s.goroutines)/s.old*1e9) + int64(max(s.jitter, maxLate))
+	// From the change on, the reservations made before it (one per goroutine in progress,
+	// more only if SetLimit took longer than a reservation waits) come on top.
+	outstanding := float64(s.goroutines) + s.old*time.Duration(tc1-tc0).Seconds()
 	for _, w := range []struct {
 		what  string
 		limit float64
 		extra float64
 		from  int64
 	}{
-		{"every window, old limit", s.old, 0, 0},
-		{"windows from the change, new limit + outstanding reservations", s.new, float64(s.goroutines), tc0},
+		{"every window, old limit", s.old, 0, math.MinInt64},
+		{"windows from the change, new limit + outstanding reservations", s.new, outstanding, tc0},
 		{"windows after the old reservations acted, new limit", s.new, 0, drained},
 	} {
-		x, i, j := maxExcess(ts, time.Nanosecond, w.limit, float64(s.burst), w.from)
-		fig("max window excess over limit × elapsed + burst (monotonic clock): "+w.what, fmt.Sprintf("%.2f tokens", x-w.extra))
-		if x > w.extra+margin {
-			bad("over the rate (monotonic clock, %s): %d admissions in [%s, %s] (%v), allowed %.2f × %v + %d burst + %.0f + margin %.0f",
-				w.what, j-i+1, rel(ts[i]), rel(ts[j]), time.Duration(ts[j]-ts[i]), w.limit, time.Duration(ts[j]-ts[i]).Seconds(), s.burst, w.extra, margin)
+		x, _, _ := maxExcess(ts, time.Nanosecond, w.limit, float64(s.burst)+w.extra, w.from)
+		beyond, i, j, allow := maxExcessLate(ts, lat, w.limit, float64(s.burst)+w.extra, s.jitter, rateSpan, w.from)
+		fig("max window excess over limit × elapsed + burst (monotonic clock): "+w.what,
+			fmt.Sprintf("%.2f tokens (%.2f beyond the lateness margin)", x, beyond))
+		if beyond > 0 {
+			bad("over the rate (monotonic clock, %s): %d admissions in [%s, %s] (%v), allowed %.2f/s × %v + %d burst + %.0f + a lateness margin of %.2f",
+				w.what, j-i+1, rel(ts[i]), rel(ts[j]), time.Duration(ts[j]-ts[i]), w.limit, time.Duration(ts[j]-ts[i]).Seconds(), s.burst, w.extra, allow)
 		}
 	}
 
@@ -376,6 +384,42 @@ func maxExcess(ts []int64, unit time.Duration, limit, burst float64, from int64)
 		}
 	}
 	return excess, i0, j0
+}
+
+// maxExcessLate is maxExcess on recorded times ts whose lateness (after the true time, never
+// before it) is lat, over the budget limit × elapsed + budget + margin: it returns the
+// largest count − (limit × (ts[j] − ts[i]) + budget + margin) and the window, with its margin.
+// The admissions recorded in [ts[i], ts[j]] happened in [ts[i] − late, ts[j]], late the
+// largest lateness among them (at least jitter), so a correct limiter admits there at most
+// limit × (ts[j] − ts[i] + late) + budget: the margin is limit × late + 1 (rounding: Redis's
+// µs, the clocks' reading). Windows up to span long get the lateness of their own
+// admissions; every window also gets the largest lateness of all (a looser bound, the only
+// one computed for longer windows, where a rate that is too high shows anyway).
+func maxExcessLate(ts, lat []int64, limit, budget float64, jitter, span time.Duration, from int64) (beyond float64, i0, j0 int, margin float64) {
+	per := limit / 1e9
+	beyond = math.Inf(-1)
+	all := int64(jitter)
+	for _, l := range lat {
+		all = max(all, l)
+	}
+	x, i, j := maxExcess(ts, time.Nanosecond, limit, budget, from)
+	if m := per*float64(all) + 1; x-m > beyond {
+		beyond, i0, j0, margin = x-m, i, j, m
+	}
+	for i := range ts {
+		if ts[i] < from {
+			continue
+		}
+		late := int64(jitter)
+		for j := i; j < len(ts) && ts[j]-ts[i] <= int64(span); j++ {
+			late = max(late, lat[j])
+			m := per*float64(late) + 1
+			if x := float64(j-i+1) - per*float64(ts[j]-ts[i]) - budget - m; x > beyond {
+				beyond, i0, j0, margin = x, i, j, m
+			}
+		}
+	}
+	return beyond, i0, j0, margin
 }
 
 // countIn returns how many of the sorted times ts are in [from, to).

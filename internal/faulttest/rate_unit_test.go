@@ -2,6 +2,7 @@ package faulttest
 
 import (
 	"math"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -105,5 +106,34 @@ func TestCheckRate(t *testing.T) {
 		if !strings.Contains(strings.Join(res.violations, "\n"), c.want) {
 			t.Errorf("%s: violations %q, want one with %q", c.name, res.violations, c.want)
 		}
+	}
+}
+
+// TestMaxExcessLate: records bunched by their lateness pass when the lateness is measured,
+// and fail when it is not.
+func TestMaxExcessLate(t *testing.T) {
+	ms := int64(time.Millisecond)
+	// A limit of 100/s, burst 1: one admission every 10ms from 0; those acting at 10..90ms
+	// are recorded at 100ms (a stalled process), the rest 1ms late.
+	var ts, lat []int64
+	for k := int64(0); k < 50; k++ {
+		a := 10 * k * ms
+		r := a + ms
+		if k >= 1 && k <= 9 {
+			r = 100 * ms
+		}
+		ts, lat = append(ts, r), append(lat, r-a)
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] }) // already sorted by construction
+	raw, _, _ := maxExcess(ts, time.Nanosecond, 100, 1, math.MinInt64)
+	if raw < 8 {
+		t.Fatalf("the bunch: raw excess %v, want 9 records in ~0s over a burst of 1", raw)
+	}
+	if beyond, i, j, m := maxExcessLate(ts, lat, 100, 1, time.Millisecond, 2*time.Second, math.MinInt64); beyond > 0 {
+		t.Errorf("a correct limiter with a stalled process: %v beyond the margin %v in [%d, %d]", beyond, m, i, j)
+	}
+	zero := make([]int64, len(lat))
+	if beyond, _, _, _ := maxExcessLate(ts, zero, 100, 1, time.Millisecond, 2*time.Second, math.MinInt64); beyond <= 0 {
+		t.Errorf("the same bunch with no lateness measured: %v beyond the margin, want > 0", beyond)
 	}
 }
