@@ -68,7 +68,7 @@ func synthRate(s rateSetup, run, tc time.Duration, lateness time.Duration, mutat
 		}
 		us := int64(mine/time.Microsecond) + 1e15
 		evs = append(evs, Event{T: base + int64(mine+lateness), W: "w1", Ev: evAdmit, Hold: "h" + formatRate(float64(i)),
-			At: us, Made: us - 1000, Wall: us + int64(lateness/time.Microsecond), Val: val})
+			At: us, Made: us - 500_000, Wall: us + int64(lateness/time.Microsecond), Val: val})
 	}
 	evs = append(evs, Event{T: base + int64(tc), N: base + int64(tc) + 1000, W: driver, Ev: drvSetLimit},
 		Event{T: base + int64(run), W: driver, Ev: drvTerm})
@@ -76,11 +76,39 @@ func synthRate(s rateSetup, run, tc time.Duration, lateness time.Duration, mutat
 }
 
 func TestCheckRate(t *testing.T) {
-	s := rateSetup{old: 200, new: 100, burst: 20, goroutines: 128, jitter: 10 * time.Millisecond, ratio: 0.99, settle: 2 * time.Second}
+	s := rateSetup{old: 200, new: 100, burst: 20, goroutines: 128, jitter: 10 * time.Millisecond, ratio: 0.99, settle: 2 * time.Second, lateMedian: 25 * time.Millisecond}
 	run, tc := 20*time.Second, 10*time.Second
 	base := int64(time.Hour)
 	if res := checkRate(s, synthRate(s, run, tc, time.Millisecond, nil), base); len(res.violations) > 0 {
 		t.Errorf("a perfect limiter: %v", res.violations)
+	}
+	// A stall of every caller (none calls Wait in [3 s, 3.8 s)): the reservations made
+	// before it act until 3.5 s, the bucket is full at 3.6 s; at 3.8 s it gives its burst,
+	// then the rate again.
+	stalled := func(at []float64) []float64 {
+		var out []float64
+		for _, a := range at {
+			switch {
+			case a > 3.5 && a < 3.8+float64(s.burst)/s.old:
+			case a >= 3.8+float64(s.burst)/s.old && len(out) > 0 && out[len(out)-1] < 3.8:
+				for range s.burst {
+					out = append(out, 3.8)
+				}
+				fallthrough
+			default:
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	evs := synthRate(s, run, tc, time.Millisecond, stalled)
+	for i, e := range evs {
+		if e.Ev == evAdmit && e.At > 1e15+3_500_000 {
+			evs[i].Made = max(e.Made, 1e15+3_800_000) // nobody asked before 3.8 s
+		}
+	}
+	if res := checkRate(s, evs, base); len(res.violations) > 0 {
+		t.Errorf("a perfect limiter, every caller stalled: %v", res.violations)
 	}
 	for _, c := range []struct {
 		name   string
@@ -100,7 +128,12 @@ func TestCheckRate(t *testing.T) {
 			}
 			return at
 		}, "over the rate (monotonic clock"},
-		{"too few", func(at []float64) []float64 { return at[:len(at)*9/10] }, "under the rate"},
+		{"too few", func(at []float64) []float64 {
+			for i := range at {
+				at[i] *= 1.03
+			}
+			return at
+		}, "under the rate"},
 	} {
 		res := checkRate(s, synthRate(s, run, tc, time.Millisecond, c.mutate), base)
 		if !strings.Contains(strings.Join(res.violations, "\n"), c.want) {
