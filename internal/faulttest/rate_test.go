@@ -53,8 +53,12 @@ import (
 //     machine's realtime clock).
 //   - At least rateRatio of the limit: the demand (every goroutine always has a Wait in
 //     progress) far exceeds the limit, so over the steady part (from 1 s after every goroutine
-//     made its first call, all at once, to the change; from rateSettle after the change to 1 s before the end) the
-//     admissions are at least rateRatio × limit × elapsed.
+//     made its first call, all at once, to the change; from rateSettle after the change to
+//     1 s before the end) the times to act (Redis's clock) are at least rateRatio × limit ×
+//     the time the demand reached Redis (some reservation outstanding: a bucket left full by
+//     a stall of the machine loses that time), and the median lateness is at most
+//     rateLateMedian (so that Waits oversleeping cannot pass for such stalls). The shares on
+//     the monotonic clock and over the whole steady part are reported.
 //   - No Wait fails but by the workers' stop; the bucket's key has a TTL at the end.
 //
 // The run lasts $FAULTTEST_RATE_RUN (a Go duration) if set, else rateDefaultRun (10 s with
