@@ -64,6 +64,9 @@ const (
 	evSuspect  = "suspect"   // a plain unit may be left pending by nobody (an Add whose outcome is unknown): Err
 
 	evTriggered = "triggered" // the worker saw its trigger and starts its calls
+
+	// rate
+	evAdmit = "admit" // a Wait returned nil (At, Made, Wall; Val: the limit in force, as the reply said)
 )
 
 // Event kinds written by the test (worker "test").
@@ -113,6 +116,11 @@ type Event struct {
 	Err     string   `json:"err,omitempty"`
 	Names   []string `json:"names,omitempty"` // all: the names of the set acquired, in NewAll's order
 	Toks    []int64  `json:"toks,omitempty"`  // all: each name's token
+	// rate admissions: Redis's decision, server clock (µs), and CLOCK_REALTIME (µs) when Wait
+	// returned (T is CLOCK_MONOTONIC then)
+	At   int64 `json:"at,omitempty"`   // the reservation's time to act
+	Made int64 `json:"made,omitempty"` // when the script decided
+	Wall int64 `json:"wall,omitempty"`
 }
 
 func (e Event) String() string {

@@ -76,9 +76,18 @@ type config struct {
 	singleEvery    int
 	jitter         bool   // hold and gap uniform in [0, hold] and [0, gap]
 	backend        string // "" (a redis-server of the scenario's own), redistest.Mini or redistest.ClusterB
+	// rate: the limiter's settings, the goroutines per worker calling Wait, and how long a
+	// worker runs by itself at most (workerMaxRun if zero)
+	rateLimit  float64
+	rateBurst  int
+	goroutines int
+	maxRun     time.Duration
 }
 
 func (c config) settings() string {
+	if c.prim == pRate {
+		return fmt.Sprintf("limit=%v/s burst=%d goroutines=%dx%d", c.rateLimit, c.rateBurst, len(c.workers), c.goroutines)
+	}
 	s := fmt.Sprintf("lease=%v window=%v waiter-lease=%v hold=%v", c.ttl, c.window, c.wlease, c.hold)
 	if c.prim == pSemaphore {
 		s += fmt.Sprintf(" size=%d", c.size)
@@ -209,6 +218,10 @@ func start(t *testing.T, cfg config) *run {
 		if wr.names != nil {
 			sp.Names = wr.names
 		}
+		if cfg.maxRun > 0 {
+			sp.MaxRun = cfg.maxRun
+		}
+		sp.RateLimit, sp.RateBurst, sp.Goroutines = cfg.rateLimit, cfg.rateBurst, cfg.goroutines
 		if wr.trigger {
 			sp.Trigger = r.trig
 		}
@@ -665,35 +678,7 @@ func (r *run) finish() *history {
 	if r.cfg.prim == pElection && r.cfg.burst == 0 {
 		r.settleElection()
 	}
-	r.mark(Event{Ev: drvTerm})
-	for _, p := range r.procs {
-		if p.alive() {
-			p.termed = true
-			_ = p.signal(syscall.SIGTERM)
-		}
-	}
-	for _, p := range r.procs {
-		if !p.termed {
-			continue
-		}
-		select {
-		case <-p.done:
-			if p.waitErr != nil {
-				t.Errorf("worker %s exited with %v after SIGTERM; its stderr:\n%s", p.id, p.waitErr, tailFile(p.sp.Stderr))
-			}
-		case <-time.After(exitLimit):
-			_ = p.signal(syscall.SIGKILL)
-			<-p.done
-			t.Errorf("worker %s (PID %d) did not exit within %v of SIGTERM and had to be killed; its stderr:\n%s",
-				p.id, p.cmd.Process.Pid, exitLimit, tailFile(p.sp.Stderr))
-		}
-	}
-	evs := r.events()
-	for _, e := range evs {
-		if e.Ev == evFatal {
-			t.Errorf("worker %s failed: %s", e.W, e.Err)
-		}
-	}
+	evs := r.terminate()
 	// What a killed worker left lapses within its lease, hand-off window or waiter lease.
 	if d := time.Duration(r.lapse + int64(200*time.Millisecond) - mono()); r.lapse != 0 && d > 0 {
 		time.Sleep(d)
@@ -755,6 +740,14 @@ func (r *run) finish() *history {
 	if exclusive(r.cfg.prim) || r.cfg.prim == pRWMutex {
 		r.checkStore(h)
 	}
+	r.keep()
+	return h
+}
+
+// keep copies the scenario's histories to $FAULTTEST_KEEP if it failed (or always, with
+// FAULTTEST_KEEP_ALL=1).
+func (r *run) keep() {
+	t := r.t
 	if keep := os.Getenv("FAULTTEST_KEEP"); keep != "" && (t.Failed() || os.Getenv("FAULTTEST_KEEP_ALL") == "1") {
 		dst := filepath.Join(keep, strings.NewReplacer("/", "_").Replace(t.Name()))
 		if err := os.MkdirAll(dst, 0o755); err == nil {
@@ -767,7 +760,44 @@ func (r *run) finish() *history {
 			t.Logf("histories kept in %s", dst)
 		}
 	}
-	return h
+}
+
+// terminate ends the run: SIGTERM to every worker still running, each must exit by itself
+// within exitLimit with status 0; it returns the merged history, failing the test for every
+// worker that reported a fatal error.
+func (r *run) terminate() []Event {
+	t := r.t
+	t.Helper()
+	r.mark(Event{Ev: drvTerm})
+	for _, p := range r.procs {
+		if p.alive() {
+			p.termed = true
+			_ = p.signal(syscall.SIGTERM)
+		}
+	}
+	for _, p := range r.procs {
+		if !p.termed {
+			continue
+		}
+		select {
+		case <-p.done:
+			if p.waitErr != nil {
+				t.Errorf("worker %s exited with %v after SIGTERM; its stderr:\n%s", p.id, p.waitErr, tailFile(p.sp.Stderr))
+			}
+		case <-time.After(exitLimit):
+			_ = p.signal(syscall.SIGKILL)
+			<-p.done
+			t.Errorf("worker %s (PID %d) did not exit within %v of SIGTERM and had to be killed; its stderr:\n%s",
+				p.id, p.cmd.Process.Pid, exitLimit, tailFile(p.sp.Stderr))
+		}
+	}
+	evs := r.events()
+	for _, e := range evs {
+		if e.Ev == evFatal {
+			t.Errorf("worker %s failed: %s", e.W, e.Err)
+		}
+	}
+	return evs
 }
 
 // storeNSs returns the fenced store's namespaces of the scenario: one, or one per name (all).

@@ -21,6 +21,7 @@ import (
 	"github.com/distsync/distsync/fair"
 	"github.com/distsync/distsync/mutex"
 	"github.com/distsync/distsync/once"
+	"github.com/distsync/distsync/rate"
 	"github.com/distsync/distsync/reentrant"
 	"github.com/distsync/distsync/rwmutex"
 	"github.com/distsync/distsync/semaphore"
@@ -51,6 +52,9 @@ const (
 	// pAll: mutex.NewAll over a set of the worker's Names, chosen per acquisition (see
 	// allClaim); one in SingleEvery acquisitions is a plain Mutex.Lock of one name.
 	pAll = "all"
+	// pRate: rate.Limiter; each worker runs Goroutines goroutines calling Wait in a loop and
+	// records every admission (see rateLoop).
+	pRate = "rate"
 )
 
 // exclusive reports whether a primitive has one holder at a time and fencing tokens.
@@ -121,6 +125,11 @@ type spec struct {
 	Observe bool          `json:"observe,omitempty"` // election: a candidate also observes
 	Burst   string        `json:"burst,omitempty"`   // election burst: round k starts at trigger Burst.k (see burstLoop)
 	Rounds  int           `json:"rounds,omitempty"`  // election burst: how many rounds
+
+	// rate: the limiter's limit and burst (NewLimiter's), and how many goroutines call Wait
+	RateLimit  float64 `json:"rate_limit,omitempty"`
+	RateBurst  int     `json:"rate_burst,omitempty"`
+	Goroutines int     `json:"goroutines,omitempty"`
 }
 
 // claim is one exclusive-or-shared primitive, seen the same way by the worker loop. hold is
@@ -335,7 +344,11 @@ func (w *worker) run() int {
 	if sp.Verbose {
 		opts = append(opts, distsync.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	}
-	h, err := distsync.New(client, opts...)
+	hc := client
+	if sp.Prim == pRate {
+		hc = &tapClient{Client: client} // the workers record Redis's decisions
+	}
+	h, err := distsync.New(hc, opts...)
 	if err != nil {
 		return w.fatal("distsync.New: %v", err)
 	}
@@ -387,6 +400,12 @@ func (w *worker) run() int {
 			return w.fatal("waitgroup.New: %v", err)
 		}
 		loop = func() { w.waitLoop(wg) }
+	case sp.Prim == pRate:
+		lim, err := rate.NewLimiter(h, sp.Name, rate.Limit(sp.RateLimit), sp.RateBurst)
+		if err != nil {
+			return w.fatal("rate.NewLimiter: %v", err)
+		}
+		loop = func() { w.rateLoop(lim) }
 	case sp.Prim == pElection && sp.Role == "o":
 		loop = func() { <-w.stop.Done() } // the observer alone
 	case sp.Prim == pElection && sp.Burst != "":
