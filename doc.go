@@ -4,7 +4,8 @@
 // distsync brings Go's sync and golang.org/x/sync primitives to processes on many machines,
 // on Redis, one package each:
 //
-//   - [github.com/distsync/distsync/mutex]: sync.Mutex, and a Redlock quorum of primaries;
+//   - [github.com/distsync/distsync/mutex]: sync.Mutex, several mutexes locked together
+//     (NewAll), and a Redlock quorum of primaries;
 //   - [github.com/distsync/distsync/reentrant]: a mutex its owner may lock again;
 //   - [github.com/distsync/distsync/rwmutex]: sync.RWMutex;
 //   - [github.com/distsync/distsync/fair]: a mutex served strictly in arrival order;
@@ -13,6 +14,7 @@
 //     OnceValue and OnceValues;
 //   - [github.com/distsync/distsync/election]: leader election in the shape of etcd's;
 //   - [github.com/distsync/distsync/waitgroup]: sync.WaitGroup;
+//   - [github.com/distsync/distsync/rate]: x/time/rate's Limiter;
 //   - [github.com/distsync/distsync/fenced]: a value that refuses writes with a stale
 //     fencing token;
 //   - [github.com/distsync/distsync/inspect]: who holds and who waits, read-only;
