@@ -300,8 +300,11 @@ func (l *Limiter) WaitN(ctx context.Context, n int) (err error) {
 // cancellation only a second later (or the Handle's closing), so that a Wait cancelled while
 // its script is in flight reads the reply, and gives back what it took, before it returns.
 func (l *Limiter) reserveFor(ctx context.Context, n int, maxWait string) (*Reservation, byte, error) {
-	rctx, cancel := l.c.Detached(24 * time.Hour) // ends when the Handle closes
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx)) // ctx's values, not its end
 	defer cancel()
+	hctx, hcancel := l.c.Detached(24 * time.Hour) // ends when the Handle closes
+	defer hcancel()
+	defer context.AfterFunc(hctx, cancel)()
 	if dl, ok := ctx.Deadline(); ok {
 		var dcancel context.CancelFunc
 		rctx, dcancel = context.WithDeadline(rctx, dl)
