@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/distsync/distsync/internal/core"
+	"github.com/distsync/distsync/internal/keys"
 )
 
 // fuzzStruct is a result type with the shapes JSON results usually have.
@@ -241,9 +242,9 @@ func FuzzGroupKeys(f *testing.F) {
 			t.Fatalf("keys(%q, %q): %v; keys(%q, %q): %v", g1, k1, erra, g2, k2, errb)
 		}
 		for _, ks := range []keyset{a, b} {
-			want := slotOf(ks.lead)
+			want := keys.Slot(ks.lead)
 			for _, k := range []string{ks.kept, ks.resPrefix, ks.resPrefix + "AAECAwQFBgcICQoL:1", ks.fence, ks.forgot, ks.channel} {
-				if got := slotOf(k); got != want {
+				if got := keys.Slot(k); got != want {
 					t.Fatalf("%q in slot %d, %q in slot %d", ks.lead, want, k, got)
 				}
 			}
@@ -254,26 +255,4 @@ func FuzzGroupKeys(f *testing.F) {
 			t.Fatalf("group %q key %q: %+v; group %q key %q: %+v", g1, k1, a, g2, k2, b)
 		}
 	})
-}
-
-// slotOf is Redis Cluster's key slot (CRC16/XMODEM of the hash tag, or of the whole key), as
-// in internal/keys' tests (checked there against CLUSTER KEYSLOT).
-func slotOf(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc % 16384)
 }

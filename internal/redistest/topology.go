@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync/internal/keys"
 )
 
 // Replicated topologies: a primary with replicas watched by three Sentinels, and a Redis
@@ -1043,7 +1045,7 @@ func probeKey(slot int) string {
 		// Every slot gets a key after about 170,000 tags; the bound is far above that.
 		for i := 0; left > 0 && i < 1<<24; i++ {
 			tag := strconv.Itoa(i)
-			if s := crc16(tag) % 16384; probeKeys[s] == "" {
+			if s := keys.Slot("{" + tag + "}"); probeKeys[s] == "" {
 				probeKeys[s] = probeKeyPrefix + "{" + tag + "}"
 				left--
 			}
@@ -1056,22 +1058,6 @@ var (
 	probeOnce sync.Once
 	probeKeys [16384]string
 )
-
-// crc16 is the CRC16 (XMODEM) of Redis Cluster key hashing.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
 
 // ---------------------------------------------------------------------------------------
 // Shared helpers
