@@ -40,29 +40,9 @@ type pod struct {
 	h *distsync.Handle
 }
 
+// openPods opens n handles on the server at addr, each with its own counting client.
 func openPods(addr string, n int) ([]pod, func(), error) {
-	var ps []pod
-	closeAll := func() {
-		for _, p := range ps {
-			_ = p.h.Close(context.Background())
-			p.c.Close()
-		}
-	}
-	for range n {
-		raw, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
-		if err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-		c := count(raw)
-		h, err := distsync.New(c, distsync.WithKeyPrefix(keyPrefix), distsync.WithLeaseTTL(leaseTTL))
-		if err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-		ps = append(ps, pod{c, h})
-	}
-	return ps, closeAll, nil
+	return openPodsOn(target{addrs: []string{addr}}, n)
 }
 
 func clientTotal(ps []pod) int64 {

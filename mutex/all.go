@@ -193,7 +193,7 @@ func (a *All) Unlock(ctx context.Context) error {
 	}
 	lost := l.Err()
 	l.End(distsync.ErrReleased) // first: the members' releases below must not read as a loss
-	errs := a.unlockEach(ctx, a.order)
+	errs := unlockEach(ctx, a.ms, a.order)
 	if lost != nil {
 		return fmt.Errorf("%s: unlock: %w: %w", a.what, distsync.ErrNotHeld, lost)
 	}
@@ -203,19 +203,20 @@ func (a *All) Unlock(ctx context.Context) error {
 	return nil
 }
 
-// unlockEach unlocks the members idx at once and returns their errors.
-func (a *All) unlockEach(ctx context.Context, idx []int) []error {
+// unlockEach unlocks the mutexes ms[i] for i in idx at once (the last on the caller's
+// goroutine) and returns each one's error: an All's members, a quorum's primaries.
+func unlockEach(ctx context.Context, ms []*single, idx []int) []error {
 	errs := make([]error, len(idx))
 	var wg sync.WaitGroup
 	for k, i := range idx {
 		if k == len(idx)-1 {
-			errs[k] = a.ms[i].unlock(ctx)
+			errs[k] = ms[i].unlock(ctx)
 			break
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[k] = a.ms[i].unlock(ctx)
+			errs[k] = ms[i].unlock(ctx)
 		}()
 	}
 	wg.Wait()
@@ -486,7 +487,7 @@ func (a *All) giveBackEach(held []*core.Lease, idx []int) {
 	}
 	ctx, cancel := a.h.Detached(time.Second)
 	defer cancel()
-	for k, err := range a.unlockEach(ctx, idx) {
+	for k, err := range unlockEach(ctx, a.ms, idx) {
 		if err != nil && !errors.Is(err, distsync.ErrLost) {
 			a.h.Log().Debug("distsync: giving back a mutex of a set failed", "mutex", a.ms[idx[k]].name, "err", err)
 		}

@@ -438,22 +438,7 @@ func (q *quorumLock) hold(ctx context.Context, got []int) *core.Lease {
 func (q *quorumLock) giveBack(idx []int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	q.unlockAll(ctx, idx)
-}
-
-// unlockAll unlocks the primaries in idx at once, under ctx, and returns each one's error.
-func (q *quorumLock) unlockAll(ctx context.Context, idx []int) []error {
-	errs := make([]error, len(idx))
-	var wg sync.WaitGroup
-	for j, i := range idx {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[j] = q.ms[i].unlock(ctx)
-		}()
-	}
-	wg.Wait()
-	return errs
+	unlockEach(ctx, q.ms, idx)
 }
 
 // unlock is Unlock of a quorum Mutex.
@@ -482,7 +467,7 @@ func (q *quorumLock) unlock(ctx context.Context) error {
 			_ = q.ms[i].unlock(bctx)
 		}()
 	}
-	errs := q.unlockAll(ctx, live)
+	errs := unlockEach(ctx, q.ms, live)
 	<-q.turn
 	if lost != nil {
 		return fmt.Errorf("mutex %q: unlock: %w: %w", q.name, distsync.ErrNotHeld, lost)

@@ -302,9 +302,7 @@ func (l *Limiter) WaitN(ctx context.Context, n int) (err error) {
 func (l *Limiter) reserveFor(ctx context.Context, n int, maxWait string) (*Reservation, byte, error) {
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx)) // ctx's values, not its end
 	defer cancel()
-	hctx, hcancel := l.c.Detached(24 * time.Hour) // ends when the Handle closes
-	defer hcancel()
-	defer context.AfterFunc(hctx, cancel)()
+	defer context.AfterFunc(l.c.Context(), cancel)() // and ends when the Handle closes
 	if dl, ok := ctx.Deadline(); ok {
 		var dcancel context.CancelFunc
 		rctx, dcancel = context.WithDeadline(rctx, dl)

@@ -231,6 +231,9 @@ func (h *Handle) Background(what string, timeout time.Duration, f func(ctx conte
 	return true
 }
 
+// Context returns a context that ends when the handle is closed.
+func (h *Handle) Context() context.Context { return h.ctx }
+
 // Detached returns a context for a command that must not be cut short by the caller's
 // context (a release, a cleanup): it ends after timeout or when the handle is closed.
 func (h *Handle) Detached(timeout time.Duration) (context.Context, context.CancelFunc) {

@@ -144,6 +144,11 @@ func perProcess(h *history) string {
 	for _, x := range h.holds {
 		n[x.w]++
 	}
+	return counts(n)
+}
+
+// counts lists n as "w1:3 w2:5", by worker.
+func counts(n map[string]int) string {
 	var ws []string
 	for w := range n {
 		ws = append(ws, w)

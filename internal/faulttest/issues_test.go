@@ -119,17 +119,8 @@ func TestElectionBurst(t *testing.T) {
 	cfg.workers = append(cfg.workers, workerRole{role: "o"}) // the observer
 	r := start(t, cfg)
 	burst := filepath.Join(r.dir, "burst")
-	c := r.client()
-	defer c.Close()
-	h, err := distsync.New(c, distsync.WithKeyPrefix(r.prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = h.Close(ctx)
-	}()
+	h, _, closeH := r.handle()
+	defer closeH()
 	e, err := election.New(h, r.name)
 	if err != nil {
 		t.Fatal(err)

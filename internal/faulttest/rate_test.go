@@ -7,13 +7,11 @@ import (
 	"os"
 	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 
-	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/rate"
 )
 
@@ -136,17 +134,8 @@ func runRate(t *testing.T, be string, d time.Duration) {
 	r.drv.rec(Event{T: goAt, Ev: drvTrigger})
 	r.sleep(time.Duration(goAt-mono()) + d/2)
 
-	c := r.client()
-	defer c.Close()
-	h, err := distsync.New(c, distsync.WithKeyPrefix(r.prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = h.Close(ctx)
-	}()
+	h, c, closeH := r.handle()
+	defer closeH()
 	lim, err := rate.NewLimiter(h, r.name, rateOld, rateBurst)
 	if err != nil {
 		t.Fatal(err)
@@ -396,16 +385,7 @@ func checkRate(s rateSetup, evs []Event, t0 int64) rateResult {
 				p.what, nr, busy, secs, got, p.limit, s.ratio)
 		}
 	}
-	var ws []string
-	for w := range perW {
-		ws = append(ws, w)
-	}
-	sort.Strings(ws)
-	var b strings.Builder
-	for _, w := range ws {
-		fmt.Fprintf(&b, "%s:%d ", w, perW[w])
-	}
-	fig("admissions per process", strings.TrimSpace(b.String()))
+	fig("admissions per process", counts(perW))
 	fig("admissions", len(adm))
 	return res
 }

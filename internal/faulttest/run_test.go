@@ -966,6 +966,24 @@ func (r *run) client() rueidis.Client {
 	return r.clientOf(r.lock.Addr())
 }
 
+// handle returns a Handle of the driver's own on the lock's Redis, under the run's prefix
+// with opts, its client, and a func that closes both (waiting at most 5 s).
+func (r *run) handle(opts ...distsync.Option) (*distsync.Handle, rueidis.Client, func()) {
+	r.t.Helper()
+	c := r.client()
+	h, err := distsync.New(c, append([]distsync.Option{distsync.WithKeyPrefix(r.prefix)}, opts...)...)
+	if err != nil {
+		c.Close()
+		r.t.Fatal(err)
+	}
+	return h, c, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = h.Close(ctx)
+		c.Close()
+	}
+}
+
 // diagnose describes the lock's redis-server, if the scenario has its own.
 func (r *run) diagnose() string {
 	if r.lock == nil {
@@ -1026,22 +1044,14 @@ func (r *run) dumpKeys() string {
 // returns has finished its Redis side").
 func (r *run) checkFree() {
 	t := r.t
-	c := r.client()
-	defer c.Close()
 	// A long lease: the check's own hold must not lapse if the machine stalls between its
 	// acquire and its release.
-	h, err := distsync.New(c, distsync.WithKeyPrefix(r.prefix), distsync.WithLeaseTTL(30*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = h.Close(ctx)
-	}()
+	h, c, closeH := r.handle(distsync.WithLeaseTTL(30 * time.Second))
+	defer closeH()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	var took bool
+	var err error
 	var release func() error
 	switch r.cfg.prim {
 	case pMutex:
@@ -1215,18 +1225,9 @@ func (r *run) checkOnceFree(ctx context.Context, c rueidis.Client, h *distsync.H
 // converges), and resigns.
 func (r *run) settleElection() {
 	t := r.t
-	c := r.client()
-	defer c.Close()
-	h, err := distsync.New(c, distsync.WithKeyPrefix(r.prefix), distsync.WithLeaseTTL(30*time.Second),
+	h, _, closeH := r.handle(distsync.WithLeaseTTL(30*time.Second),
 		distsync.WithFenceRetention(fenceRetain))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = h.Close(ctx)
-	}()
+	defer closeH()
 	e, err := election.New(h, r.name)
 	if err != nil {
 		t.Fatal(err)
