@@ -150,7 +150,9 @@ func (m *single) unlock(ctx context.Context) error {
 	if l != nil {
 		m.lease = nil
 		close(m.free)
-		m.inAll.Store(false)
+		if m.inAll.Load() {
+			m.inAll.Store(false) // a write only for a hold that was in a set
+		}
 	}
 	m.mu.Unlock()
 	if l == nil {

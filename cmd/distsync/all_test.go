@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/keys"
 	"github.com/distsync/distsync/internal/redistest"
 )
@@ -204,13 +203,6 @@ func TestSeveralNamesBadInput(t *testing.T) {
 		{args(common, "lock", "a", "--also", "b\nc", "--", "true"), "newline"},
 		{args(common, "lock", "a", "--also"), "--also"},
 	} {
-		status, stdout, stderr := runCLI(t, bin, tc.args...)
-		if status != 64 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, tc.names) {
-			t.Errorf("distsync %q: status %d, stdout %q, stderr %q; want 64, nothing, and one line that names %s",
-				tc.args, status, stdout, stderr, tc.names)
-		}
-		if keys := append(b.Keys(t, prefix), b.Keys(t, distsync.DefaultKeyPrefix)...); len(keys) > 0 {
-			t.Fatalf("distsync %q wrote to Redis: %q", tc.args, keys)
-		}
+		wantUsageError(t, bin, b, prefix, tc.args, tc.names)
 	}
 }

@@ -337,18 +337,27 @@ func TestBadInputIsOneLineAndWritesNothing(t *testing.T) {
 		{[]string{"help", "nope"}, "nope"},
 		{[]string{"nope"}, "nope"},
 	} {
-		status, stdout, stderr := runCLI(t, bin, tc.args...)
-		if status != 64 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, tc.names) {
-			t.Errorf("distsync %q: status %d, stdout %q, stderr %q; want 64, nothing, and one line that names %s",
-				tc.args, status, stdout, stderr, tc.names)
-		}
+		stderr := wantUsageError(t, bin, b, prefix, tc.args, tc.names)
 		if strings.Contains(stderr, "secret") {
 			t.Errorf("distsync %q: stderr shows the URL's password: %q", tc.args, stderr)
 		}
-		if keys := append(b.Keys(t, prefix), b.Keys(t, distsync.DefaultKeyPrefix)...); len(keys) > 0 {
-			t.Fatalf("distsync %q wrote to Redis: %q", tc.args, keys)
-		}
 	}
+}
+
+// wantUsageError runs distsync with args and checks it exits 64 with nothing on stdout, one line
+// on stderr that names names, and no key written under prefix or the default prefix. It
+// returns stderr.
+func wantUsageError(t *testing.T, bin string, b *redistest.Backend, prefix string, args []string, names string) string {
+	t.Helper()
+	status, stdout, stderr := runCLI(t, bin, args...)
+	if status != 64 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, names) {
+		t.Errorf("distsync %q: status %d, stdout %q, stderr %q; want 64, nothing, and one line that names %s",
+			args, status, stdout, stderr, names)
+	}
+	if keys := append(b.Keys(t, prefix), b.Keys(t, distsync.DefaultKeyPrefix)...); len(keys) > 0 {
+		t.Fatalf("distsync %q wrote to Redis: %q", args, keys)
+	}
+	return stderr
 }
 
 // Help goes to stdout with exit 0 for every command, and is that command's only: before,

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/redistest"
 	"github.com/distsync/distsync/rate"
 )
@@ -267,14 +266,7 @@ func TestRateBadInputIsOneLineAndWritesNothing(t *testing.T) {
 		{args(common, "rate", "--limit", "1/s", "--prefix", "a{b", "n", "true"), "--prefix"},
 		{[]string{"rate", "--limit", "1/s", "n", "true"}, "--redis"},
 	} {
-		status, stdout, stderr := runCLI(t, bin, tc.args...)
-		if status != 64 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, tc.names) {
-			t.Errorf("distsync %q: status %d, stdout %q, stderr %q; want 64, nothing, and one line that names %s",
-				tc.args, status, stdout, stderr, tc.names)
-		}
-		if keys := append(b.Keys(t, prefix), b.Keys(t, distsync.DefaultKeyPrefix)...); len(keys) > 0 {
-			t.Fatalf("distsync %q wrote to Redis: %q", tc.args, keys)
-		}
+		wantUsageError(t, bin, b, prefix, tc.args, tc.names)
 	}
 }
 
