@@ -15,17 +15,24 @@ import (
 // renewer is the handle's renewal loop: one goroutine and one timer for every lease, renewals
 // batched per tick into one pipeline per node, and local deadlines enforced even when Redis
 // cannot be reached.
+//
+// A hold costs the loop nothing until its first renewal is due: add moves the loop's timer
+// earlier if the new lease is due before it fires, and never wakes the goroutine. (It used to
+// kick the goroutine for a lease due before the planned wake-up, and the loop, run after a
+// quick Unlock had removed that lease, planned its next look an hour away: the next Lock kicked
+// it again. That was a goroutine wake-up, on the other core, for most uncontended pairs.)
 type renewer struct {
 	h      *Handle
 	mu     sync.Mutex
 	leases map[*Lease]struct{}
 	closed bool
 	kick   chan struct{}
-	wakeAt time.Time // when the loop will look at the leases next (zero: it is running)
+	timer  *time.Timer // the loop's; reset under mu, by add and by the loop
+	wakeAt time.Time   // when timer fires (zero: the loop is looking at the leases now)
 }
 
 func newRenewer(h *Handle) *renewer {
-	return &renewer{h: h, leases: make(map[*Lease]struct{}), kick: make(chan struct{}, 1)}
+	return &renewer{h: h, leases: make(map[*Lease]struct{}), kick: make(chan struct{}, 1), timer: time.NewTimer(time.Hour)}
 }
 
 func (r *renewer) add(l *Lease) bool {
@@ -35,17 +42,18 @@ func (r *renewer) add(l *Lease) bool {
 		return false
 	}
 	r.leases[l] = struct{}{}
-	// Wake the loop only if it would look too late: a new lease renewed at the usual
-	// period mostly falls after the wake-up already planned, and then costs no context switch.
+	// Move the timer earlier only if the loop would look too late: a new lease renewed at the
+	// usual period mostly falls after the wake-up already planned, and then costs nothing.
+	// While the loop is looking (wakeAt zero), it sees the lease itself.
 	due := l.deadline
 	if (l.spec.Renew || l.first != nil) && l.next.Before(due) {
 		due = l.next
 	}
-	early := !r.wakeAt.IsZero() && due.Before(r.wakeAt)
-	r.mu.Unlock()
-	if early {
-		r.wake()
+	if !r.wakeAt.IsZero() && due.Before(r.wakeAt) {
+		r.wakeAt = due
+		r.timer.Reset(time.Until(due))
 	}
+	r.mu.Unlock()
 	return true
 }
 
@@ -70,8 +78,7 @@ func (h *Handle) Leases() int {
 }
 
 func (r *renewer) run(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	defer r.timer.Stop()
 	for {
 		now := time.Now()
 		wake := now.Add(time.Hour)
@@ -107,6 +114,7 @@ func (r *renewer) run(ctx context.Context) {
 			}
 		}
 		r.wakeAt = wake
+		r.timer.Reset(time.Until(wake))
 		r.mu.Unlock()
 
 		if len(batch) > 0 {
@@ -122,12 +130,11 @@ func (r *renewer) run(ctx context.Context) {
 			l.report(context.Cause(l.ctx))
 		}
 
-		timer.Reset(time.Until(wake))
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.kick:
-		case <-timer.C:
+		case <-r.timer.C:
 		}
 	}
 }
