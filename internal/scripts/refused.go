@@ -3,9 +3,9 @@ package scripts
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/redis/rueidis"
 )
@@ -51,19 +51,20 @@ func (s *Script) explain(r rueidis.RedisResult, keys []string) rueidis.RedisResu
 		return rueidis.NewErrorResult(fmt.Errorf("%s, line %d: %w", s.name, n, re))
 	}
 	// Refused before the script ran: EVALSHA (or EVAL, after a NOSCRIPT) itself, or its keys.
-	return rueidis.NewErrorResult(fmt.Errorf("EVALSHA/EVAL %s, keys %q: %w", s.name, keys, re))
+	return rueidis.NewErrorResult(fmt.Errorf("EVALSHA/EVAL %s, keys %q: %w", s.name, slices.Clone(keys), re)) // a copy: keys stays the caller's (Exec)
 }
 
 // callsOn returns the commands line n of the script calls, as "ZADD" or "GET or SET" (the
 // publish command a script is given as an argument reads "PUBLISH (SPUBLISH on Redis
-// Cluster)"); "" if the line calls none.
+// Cluster)"); "" if the line calls none. It splits the script each time: it runs only for a
+// refusal, and keeping nothing in s keeps s from escaping in Exec, the hot path.
 func (s *Script) callsOn(n int) string {
-	s.linesOnce.Do(func() { s.lines = strings.Split(s.src, "\n") })
-	if n < 1 || n > len(s.lines) {
+	lines := strings.Split(s.src, "\n")
+	if n < 1 || n > len(lines) {
 		return ""
 	}
 	var names []string
-	for _, m := range callOn.FindAllStringSubmatch(s.lines[n-1], -1) {
+	for _, m := range callOn.FindAllStringSubmatch(lines[n-1], -1) {
 		switch {
 		case m[1] != "":
 			names = append(names, strings.ToUpper(m[1]))
@@ -74,10 +75,4 @@ func (s *Script) callsOn(n int) string {
 		}
 	}
 	return strings.Join(names, " or ")
-}
-
-// linesOf is what callsOn reads, split once per script.
-type linesOf struct {
-	linesOnce sync.Once
-	lines     []string
 }

@@ -75,14 +75,12 @@ type Script struct {
 	name string
 	src  string
 	sha  string
-	lua  *rueidis.Lua
-	linesOf
 }
 
 func load(name string) *Script {
 	src := expand(name, 0)
 	sum := sha1.Sum([]byte(src))
-	s := &Script{name: name, src: src, sha: hex.EncodeToString(sum[:]), lua: rueidis.NewLuaScript(src)}
+	s := &Script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
 	loaded = append(loaded, s)
 	return s
 }
@@ -121,8 +119,17 @@ func (s *Script) Source() string { return s.src }
 // rueidis does not retry it: a script that changes state must not run twice. An ACL's
 // refusal comes back with what the script ran before Redis's error (the command, or the
 // script's line and what it calls there), which it wraps.
+//
+// It builds the command itself rather than through rueidis.Lua.Exec, which does the same
+// EVALSHA-then-EVAL, so that keys and args are only read, never kept: the seam's Exec methods
+// fill them on the stack, and an uncontended acquisition allocates nothing for its arguments.
 func (s *Script) Exec(ctx context.Context, c rueidis.Client, keys, args []string) rueidis.RedisResult {
-	return s.explain(s.lua.Exec(ctx, c, keys, args), keys)
+	n := int64(len(keys))
+	r := c.Do(ctx, c.B().Evalsha().Sha1(s.sha).Numkeys(n).Key(keys...).Arg(args...).Build())
+	if re, ok := rueidis.IsRedisErr(r.Error()); ok && re.IsNoScript() {
+		r = c.Do(ctx, c.B().Eval().Script(s.src).Numkeys(n).Key(keys...).Arg(args...).Build())
+	}
+	return s.explain(r, keys)
 }
 
 // Call is one script invocation, for a batch ([DoMulti]) or to send later. Make it with the
@@ -135,7 +142,8 @@ type Call struct {
 
 // Exec runs k once, as [Script.Exec] does.
 func (k Call) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	return k.Script.explain(k.Script.lua.Exec(ctx, c, k.Keys, k.Args), k.Keys)
+	s := k.Script
+	return s.Exec(ctx, c, k.Keys, k.Args)
 }
 
 // DoMulti runs calls in one pipeline per Redis node (rueidis groups them by slot). Calls that
