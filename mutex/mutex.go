@@ -81,7 +81,7 @@ func (m *Mutex) Name() string { return m.name }
 // are retried with backoff while waiting; any other Redis error ends the wait and is returned.
 // If the Handle is closed, Lock returns an error matching [distsync.ErrClosed].
 func (m *Mutex) Lock(ctx context.Context) error {
-	_, err := m.LockLease(ctx)
+	_, err := m.impl.lock(ctx) // not LockLease: its public Lease is made only when asked for
 	return err
 }
 
@@ -97,7 +97,7 @@ func (m *Mutex) LockLease(ctx context.Context) (*distsync.Lease, error) {
 // the one round trip; if it ends before the reply, TryLock returns ctx's error (matching
 // [distsync.ErrNotAcquired]) and makes sure the attempt takes nothing.
 func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
-	_, ok, err := m.TryLockLease(ctx)
+	_, ok, err := m.impl.tryLock(ctx)
 	return ok, err
 }
 

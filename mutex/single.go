@@ -3,6 +3,7 @@ package mutex
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -39,12 +40,14 @@ type single struct {
 	ttlArg, fenceArg, slackArg, windowArg string
 
 	mu           sync.Mutex
-	unlockWhat   string                                         // what Unlock's clean-up is, for the log
-	releaseLease func(ctx context.Context, l *core.Lease) error // the LeaseSpec.Release of every hold
-	renewWith    func(owner string) scripts.Call                // the LeaseSpec.RenewWith of every hold
+	releaseHeld  func(ctx context.Context, l *core.Lease) (bool, error) // m.release, for Handle.Release
+	releaseLease func(ctx context.Context, l *core.Lease) error         // the LeaseSpec.Release of every hold
+	renewWith    func(owner string, token int64) scripts.Call                        // the LeaseSpec.RenewWith of every hold
 
-	lease *core.Lease   // the current hold, nil when this Mutex is not held
-	free  chan struct{} // closed while lease is nil: the Room's gate
+	lease *core.Lease // the current hold, nil when this Mutex is not held
+	// free is the gate of the current hold, closed when it ends; made only when a goroutine
+	// asks for it (gate), so that an uncontended hold does not pay for a channel.
+	free chan struct{}
 
 	// inAll is set while the current hold is part of an All's: its renewals keep the record
 	// of the set (with) alive too.
@@ -66,13 +69,13 @@ func newSingle(c, ids *core.Handle, name string, set core.Settings, ks keys.Spac
 	m.windowArg = core.Ms(set.HandoffWindow)
 	m.waiter = ids.NewID()
 	// Made once, not per hold: the uncontended Lock+Unlock is a hot path.
-	m.unlockWhat = "unlock of mutex " + strconv.Quote(m.name)
+	m.releaseHeld = m.release
 	m.releaseLease = func(ctx context.Context, l *core.Lease) error {
 		_, err := m.release(ctx, l)
 		return err
 	}
 	// A renewal also tells the head waiter when the lease now ends (mutex_renew.lua).
-	m.renewWith = func(owner string) scripts.Call {
+	m.renewWith = func(owner string, token int64) scripts.Call {
 		a := scripts.MutexRenewArgs{Lock: m.lockKey, Q: m.q, QX: m.qx,
 			Owner: owner, TTL: m.ttlArg, Prefix: m.chanPrefix, Pub: m.c.Pub}
 		if m.inAll.Load() {
@@ -80,8 +83,6 @@ func newSingle(c, ids *core.Handle, name string, set core.Settings, ks keys.Spac
 		}
 		return a.Call()
 	}
-	m.free = make(chan struct{})
-	close(m.free)
 	m.room = waitq.NewRoom(c, m.chanPrefix+":"+m.waiter, waitq.Hooks{Parse: m.parse, Attempt: m.attempt, Abandon: m.abandon, Gate: m.gate})
 	return m
 }
@@ -90,6 +91,12 @@ func newSingle(c, ids *core.Handle, name string, set core.Settings, ks keys.Spac
 func (m *single) gate() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.lease == nil {
+		return waitq.Open
+	}
+	if m.free == nil {
+		m.free = make(chan struct{})
+	}
 	return m.free
 }
 
@@ -149,7 +156,10 @@ func (m *single) unlock(ctx context.Context) error {
 	l := m.lease
 	if l != nil {
 		m.lease = nil
-		close(m.free)
+		if m.free != nil {
+			close(m.free)
+			m.free = nil
+		}
 		if m.inAll.Load() {
 			m.inAll.Store(false) // a write only for a hold that was in a set
 		}
@@ -158,8 +168,7 @@ func (m *single) unlock(ctx context.Context) error {
 	if l == nil {
 		return fmt.Errorf("mutex %q: unlock of unlocked mutex: %w", m.name, distsync.ErrNotHeld)
 	}
-	err := m.c.Release(ctx, m.unlockWhat, l,
-		func(ctx context.Context) (bool, error) { return m.release(ctx, l) })
+	err := m.c.Release(ctx, m.p, "unlock", l, m.releaseHeld)
 	if err != nil {
 		return fmt.Errorf("mutex %q: unlock: %w", m.name, err)
 	}
@@ -224,14 +233,15 @@ func (m *single) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Res
 	}
 	sent := time.Now()
 	acquire := scripts.MutexAcquireArgs{Keys: m.keys, Owner: owner, TTL: m.ttlArg, FenceTTL: m.fenceArg,
-		Waiter: waiter, Flags: flag(t.More) + flag(t.Queued) + flag(t.Grant != nil), Slack: m.slackArg,
+		Waiter: waiter, Flags: flags(t.More, t.Queued, t.Grant != nil), Slack: m.slackArg,
 		Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: backup, Last: strconv.FormatInt(t.LastToken, 10)}
-	vals, err := acquire.Exec(ctx, m.c.Client).AsIntSlice()
+	var buf [5]int64 // the longest reply (mutex_acquire.lua's header)
+	vals, err := core.Ints(acquire.Exec(ctx, m.c.Client), buf[:0])
 	if err != nil {
 		return waitq.Result{}, owner, err
 	}
 	if len(vals) < 2 {
-		return waitq.Result{}, "", core.Unexpected(scripts.MutexAcquire, vals)
+		return waitq.Result{}, "", core.Unexpected(scripts.MutexAcquire, slices.Clone(vals)) // a copy: vals is on the stack
 	}
 	if vals[0] == 1 {
 		if _, err := m.hold(ctx, owner, vals[1], sent, time.Time{}, nil); err != nil {
@@ -272,7 +282,6 @@ func (m *single) hold(ctx context.Context, owner string, token int64, sent, dead
 	}
 	m.mu.Lock()
 	m.lease = l
-	m.free = make(chan struct{})
 	m.mu.Unlock()
 	core.Deliver(ctx, l)
 	return l, nil
@@ -308,6 +317,21 @@ func (m *single) parse(p string) waitq.Signal {
 	}
 	return sig
 }
+
+// flags returns mutex_acquire.lua's flags argument: one '1' or '0' for each of a, b, c, in
+// that order (a constant string: no allocation).
+func flags(a, b, c bool) string {
+	var i int
+	for k, f := range [3]bool{a, b, c} {
+		if f {
+			i |= 1 << k
+		}
+	}
+	return flagSets[i]
+}
+
+// flagSets are the eight values of flags, by bits: a is bit 0.
+var flagSets = [8]string{"000", "100", "010", "110", "001", "101", "011", "111"}
 
 func flag(b bool) string {
 	if b {

@@ -25,7 +25,6 @@ package rwmutex
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -61,11 +60,13 @@ type RWMutex struct {
 	readersChan string
 	// renewR and renewW are the LeaseSpec.RenewWith of read and write holds:
 	// rwmutex_renew.lua, which also tells the waiters a hold keeps out when it now ends.
-	renewR, renewW func(owner string) scripts.Call
+	renewR, renewW func(owner string, token int64) scripts.Call
+	// unlockR and unlockW give back a read or a write hold (Handle.Release).
+	unlockR, unlockW func(ctx context.Context, l *core.Lease) (bool, error)
 
 	mu     sync.Mutex
 	wlease *core.Lease   // the write hold, nil when not held by this value
-	free   chan struct{} // closed while wlease is nil: the writers' Room's gate
+	free   chan struct{} // the gate of the write hold, closed by Unlock; made when asked for (gate)
 	rholds []*core.Lease // the read holds of this value, oldest first
 }
 
@@ -89,14 +90,14 @@ func New(h *distsync.Handle, name string, opts ...distsync.Option) (*RWMutex, er
 		FenceTTL: core.Ms(c.Config.FenceTTL), OpsTTL: core.Ms(opsTTL), Prefix: ks.Channel(), Pub: c.Pub}
 	m.waiterR, m.waiterW = c.NewID(), c.NewID()
 	m.readersChan = ks.Channel() + ":r"
-	m.free = make(chan struct{})
-	close(m.free)
-	m.renewR = func(owner string) scripts.Call {
+	m.renewR = func(owner string, token int64) scripts.Call {
 		return m.args("r", owner, "", false).Call(scripts.RWMutexRenew)
 	}
-	m.renewW = func(owner string) scripts.Call {
+	m.renewW = func(owner string, token int64) scripts.Call {
 		return m.args("w", owner, "", false).Call(scripts.RWMutexRenew)
 	}
+	m.unlockR = func(ctx context.Context, l *core.Lease) (bool, error) { return m.unlock(ctx, "r", l) }
+	m.unlockW = func(ctx context.Context, l *core.Lease) (bool, error) { return m.unlock(ctx, "w", l) }
 	m.readers = waitq.NewRoom(c, m.readersChan, waitq.Hooks{Parse: parse("*"),
 		Attempt: func(ctx context.Context, t waitq.Try) (waitq.Result, string, error) {
 			return m.attempt(ctx, "r", m.waiterR, t.More)
@@ -132,7 +133,8 @@ func (m *RWMutex) RLock(ctx context.Context) error {
 // none (never written, restarted empty), one taken from the server clock; no write hold before
 // it has a larger one, every write hold after it a larger one, and readers share it.
 func (m *RWMutex) RLockLease(ctx context.Context) (*distsync.Lease, error) {
-	return m.wait(ctx, m.readers)
+	l, err := m.wait(ctx, m.readers)
+	return api.Lease(l), err
 }
 
 // TryRLock tries to lock m for reading once, without waiting: true if it did, false with a
@@ -145,7 +147,8 @@ func (m *RWMutex) TryRLock(ctx context.Context) (bool, error) {
 // TryRLockLease is [RWMutex.TryRLock] that also returns the read hold's [distsync.Lease]
 // when it took one (nil otherwise).
 func (m *RWMutex) TryRLockLease(ctx context.Context) (*distsync.Lease, bool, error) {
-	return m.try(ctx, "r")
+	l, ok, err := m.try(ctx, "r")
+	return api.Lease(l), ok, err
 }
 
 // RUnlock gives back one read hold of m (the most recent this RWMutex value took). It returns
@@ -179,7 +182,8 @@ func (m *RWMutex) Lock(ctx context.Context) error {
 // LockLease is [RWMutex.Lock] that also returns the write hold's [distsync.Lease]. Its
 // fencing token is larger than that of every write hold before it.
 func (m *RWMutex) LockLease(ctx context.Context) (*distsync.Lease, error) {
-	return m.wait(ctx, m.writers)
+	l, err := m.wait(ctx, m.writers)
+	return api.Lease(l), err
 }
 
 // TryLock tries to lock m for writing once, without waiting: true if it did, false with a nil
@@ -198,7 +202,8 @@ func (m *RWMutex) TryLockLease(ctx context.Context) (*distsync.Lease, bool, erro
 	default:
 		return nil, false, nil // this value's write hold has not been Unlocked
 	}
-	return m.try(ctx, "w")
+	l, ok, err := m.try(ctx, "w")
+	return api.Lease(l), ok, err
 }
 
 // Unlock gives back the write hold of m and wakes the waiting readers (all of them, with one
@@ -213,7 +218,10 @@ func (m *RWMutex) Unlock(ctx context.Context) error {
 	l := m.wlease
 	if l != nil {
 		m.wlease = nil
-		close(m.free)
+		if m.free != nil {
+			close(m.free)
+			m.free = nil
+		}
 	}
 	m.mu.Unlock()
 	if l == nil {
@@ -231,15 +239,15 @@ func (m *RWMutex) Locker() sync.Locker { return core.Locker("rwmutex: Locker", m
 func (m *RWMutex) RLocker() sync.Locker { return core.Locker("rwmutex: RLocker", m.RLock, m.RUnlock) }
 
 // wait waits in room for a hold and returns its lease.
-func (m *RWMutex) wait(ctx context.Context, room *waitq.Room) (*distsync.Lease, error) {
+func (m *RWMutex) wait(ctx context.Context, room *waitq.Room) (*core.Lease, error) {
 	l, err := m.p.Wait(ctx, core.Weight{N: 1, Shared: room == m.readers}, "lock", func(ctx context.Context) (*core.Lease, error) {
 		return nil, room.Acquire(ctx) // the lease is in the sink (hold)
 	})
-	return api.Lease(l), err
+	return l, err
 }
 
 // try tries once for a hold of mode ("r" or "w").
-func (m *RWMutex) try(ctx context.Context, mode string) (*distsync.Lease, bool, error) {
+func (m *RWMutex) try(ctx context.Context, mode string) (*core.Lease, bool, error) {
 	l, ok, err := m.p.Try(ctx, core.Weight{N: 1, Shared: mode == "r"}, "try", func(ctx context.Context) (*core.Lease, bool, error) {
 		res, owner, err := m.attempt(ctx, mode, "", false)
 		if err != nil {
@@ -251,7 +259,7 @@ func (m *RWMutex) try(ctx context.Context, mode string) (*distsync.Lease, bool, 
 		}
 		return nil, res.Acquired, nil // the lease is in the sink (hold)
 	})
-	return api.Lease(l), ok, err
+	return l, ok, err
 }
 
 // args returns the KEYS and ARGV of every rwmutex script (see internal/scripts/lib/rw.lua).
@@ -330,17 +338,15 @@ func (m *RWMutex) hold(ctx context.Context, mode, owner string, token int64, sen
 		return nil
 	}
 	m.wlease = l
-	m.free = make(chan struct{})
 	return nil
 }
 
 func (m *RWMutex) release(ctx context.Context, mode string, l *core.Lease) error {
-	what := "Unlock"
+	what, unlock := "Unlock", m.unlockW
 	if mode == "r" {
-		what = "RUnlock"
+		what, unlock = "RUnlock", m.unlockR
 	}
-	err := m.c.Release(ctx, what+" of rwmutex "+strconv.Quote(m.name), l,
-		func(ctx context.Context) (bool, error) { return m.unlock(ctx, mode, l) })
+	err := m.c.Release(ctx, m.p, what, l, unlock)
 	if err != nil {
 		return fmt.Errorf("rwmutex %q: %s: %w", m.name, what, err)
 	}
@@ -365,6 +371,12 @@ func (m *RWMutex) leave(ctx context.Context, mode, waiter, owner string, dequeue
 func (m *RWMutex) gate() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.wlease == nil {
+		return waitq.Open
+	}
+	if m.free == nil {
+		m.free = make(chan struct{}) // closed by Unlock
+	}
 	return m.free
 }
 

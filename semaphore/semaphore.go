@@ -59,11 +59,16 @@ type Semaphore struct {
 	scriptKeys scripts.SemaphoreKeys // the same, named, as its scripts take them
 	chanPrefix string
 	proc       string
-	box        *waitq.Mailbox
+	// waiterPrefix starts the id of each call's waiter: proc + "/" (the id's own part follows)
+	waiterPrefix string
+	box          *waitq.Mailbox
 	// renewWith is the LeaseSpec.RenewWith of every hold: semaphore_renew.lua, which also
 	// tells the head of the queue when its request would fit if no holder renewed again, so
 	// that the permits of holders that died go on a round trip after their leases run out.
-	renewWith func(owner string) scripts.Call
+	renewWith func(owner string, token int64) scripts.Call
+	// Script arguments and key lists that never change, made once.
+	ttlArg, wleaseArg, slackArg, opsArg string
+	holdKeep, placeKeep                 []string
 
 	// mu guards size and holds. Nothing else is locked while it is held (the renewal loop
 	// reads the size, for renewWith, under its own lock).
@@ -96,9 +101,12 @@ func New(h *distsync.Handle, name string, size int64, opts ...distsync.Option) (
 		Size: ks.Part("size"), Ops: ks.Part("ops")}
 	s.scriptKeys, s.keys = k, []string{k.H, k.N, k.Q, k.QX, k.QN, k.Size, k.Ops}
 	s.chanPrefix = ks.Channel()
+	s.ttlArg, s.wleaseArg, s.slackArg, s.opsArg = core.Ms(s.ttl), core.Ms(s.wlease), core.Ms(2*s.ttl/core.RenewDivisor), core.Ms(opsTTL)
+	s.holdKeep, s.placeKeep = []string{k.N, k.Size}, []string{k.Q, k.QN, k.Size}
 	s.proc = c.NewID()
+	s.waiterPrefix = s.proc + "/"
 	s.box = waitq.NewMailbox(c, s.chanPrefix+":"+s.proc, waitq.ParseQueued)
-	s.renewWith = func(owner string) scripts.Call {
+	s.renewWith = func(owner string, token int64) scripts.Call {
 		return s.args(owner, 0, s.Size(), "").Call(scripts.SemaphoreRenew)
 	}
 	return s, nil
@@ -130,7 +138,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
 		}
 		return nil
 	}
-	_, err := s.AcquireLease(ctx, n)
+	_, err := s.acquire(ctx, n) // not AcquireLease: its public Lease is made only when asked for
 	return err
 }
 
@@ -138,18 +146,23 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
 // acquired: its Done channel closes if they are lost (their lease lapsed, say after Redis was
 // unreachable until its deadline), and when they are released. n must be at least 1.
 func (s *Semaphore) AcquireLease(ctx context.Context, n int64) (*distsync.Lease, error) {
+	l, err := s.acquire(ctx, n)
+	return api.Lease(l), err
+}
+
+// acquire is AcquireLease, with the core's lease.
+func (s *Semaphore) acquire(ctx context.Context, n int64) (*core.Lease, error) {
 	if err := s.check(n); err != nil {
 		return nil, err
 	}
-	l, err := s.p.Wait(ctx, core.Weight{N: n}, "acquire", func(ctx context.Context) (*core.Lease, error) {
+	return s.p.Wait(ctx, core.Weight{N: n}, "acquire", func(ctx context.Context) (*core.Lease, error) {
 		return s.wait(ctx, n)
 	})
-	return api.Lease(l), err
 }
 
 // wait waits in the queue until it holds n permits.
 func (s *Semaphore) wait(ctx context.Context, n int64) (*core.Lease, error) {
-	w := s.proc + "/" + s.c.NewID()
+	w := s.c.NewIDAfter(s.waiterPrefix)
 	slot := s.box.Register(w) // subscribed only if the first attempt fails
 	defer slot.Close()
 	var got *core.Lease
@@ -238,7 +251,7 @@ func (s *Semaphore) TryAcquireLease(ctx context.Context, n int64) (*distsync.Lea
 
 // try is one try of TryAcquire.
 func (s *Semaphore) try(ctx context.Context, n int64) (*core.Lease, bool, error) {
-	w := s.proc + "/" + s.c.NewID()
+	w := s.c.NewIDAfter(s.waiterPrefix)
 	sent := time.Now()
 	vals, err := s.run(ctx, scripts.SemaphoreAcquire, w, n, "1")
 	if err != nil {
@@ -288,7 +301,8 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 		k    int64
 		last bool
 	}
-	var parts []part
+	var buf [2]part // mostly one: a whole acquisition given back
+	parts := buf[:0]
 	for left := n; left > 0; {
 		h := s.holds[len(s.holds)-1]
 		k := min(h.n, left)
@@ -301,24 +315,37 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	}
 	s.mu.Unlock()
 
+	if len(parts) == 1 && parts[0].last { // the common case, without errors.Join
+		p := parts[0]
+		id := s.c.NewID()
+		if err := s.c.Release(ctx, s.p, "release", p.h.lease, func(ctx context.Context, l *core.Lease) (bool, error) {
+			return s.release(ctx, l.Owner(), p.k, id)
+		}); err != nil {
+			return fmt.Errorf("semaphore %q: release: %w", s.name, err)
+		}
+		return nil
+	}
 	var errs []error
 	for _, p := range parts {
 		id := s.c.NewID()
-		release := func(ctx context.Context) (bool, error) { return s.release(ctx, p.h.lease.Owner(), p.k, id) }
+		release := func(ctx context.Context, _ *core.Lease) (bool, error) {
+			return s.release(ctx, p.h.lease.Owner(), p.k, id)
+		}
 		if p.last {
-			errs = append(errs, s.c.Release(ctx, "release of semaphore "+strconv.Quote(s.name), p.h.lease, release))
+			errs = append(errs, s.c.Release(ctx, s.p, "release", p.h.lease, release))
 			continue
 		}
 		if err := p.h.lease.Err(); errors.Is(err, distsync.ErrLost) {
 			// Lost: give back what Redis may still have of it, and report the loss. (Released
 			// is no loss: another goroutine gave back the rest of the same acquisition first.)
-			_, _ = release(ctx)
+			_, _ = release(ctx, nil)
 			errs = append(errs, fmt.Errorf("%w: %w", distsync.ErrNotHeld, err))
 			continue
 		}
 		// Part of an acquisition: its lease goes on. The request id makes retries, here or in
 		// the background, count once.
-		ok, err := s.c.GiveBack(ctx, "release of semaphore "+strconv.Quote(s.name), p.h.lease.TTL(), nil, release)
+		ok, err := s.c.GiveBack(ctx, "release of semaphore "+strconv.Quote(s.name), p.h.lease.TTL(), nil,
+			func(ctx context.Context) (bool, error) { return release(ctx, nil) })
 		if err == nil && !ok {
 			err = fmt.Errorf("%w: %w: the permits had been lost", distsync.ErrNotHeld, distsync.ErrLost)
 		}
@@ -419,14 +446,14 @@ func (s *Semaphore) runWith(ctx context.Context, script *scripts.Script, id stri
 // args returns the KEYS and ARGV of every semaphore script (see internal/scripts/lib/sem.lua).
 func (s *Semaphore) args(id string, n, size int64, extra string) scripts.SemaphoreArgs {
 	return scripts.SemaphoreArgs{Keys: s.scriptKeys, ID: id, N: strconv.FormatInt(n, 10), Size: strconv.FormatInt(size, 10),
-		TTL: core.Ms(s.ttl), WLease: core.Ms(s.wlease), Slack: core.Ms(2 * s.ttl / core.RenewDivisor), Prefix: s.chanPrefix,
-		Pub: s.c.Pub, OpsTTL: core.Ms(opsTTL), Extra: extra}
+		TTL: s.ttlArg, WLease: s.wleaseArg, Slack: s.slackArg, Prefix: s.chanPrefix,
+		Pub: s.c.Pub, OpsTTL: s.opsArg, Extra: extra}
 }
 
 // hold records an acquisition of n permits under owner, with its lease on the renewal loop.
 // A grant (granted) is confirmed by an extension sent at once.
 func (s *Semaphore) hold(owner string, n int64, sent, deadline time.Time, granted bool) (*core.Lease, error) {
-	spec := core.LeaseSpec{Key: s.scriptKeys.H, Keep: []string{s.scriptKeys.N, s.scriptKeys.Size}, Owner: owner, Kind: "z",
+	spec := core.LeaseSpec{Key: s.scriptKeys.H, Keep: s.holdKeep, Owner: owner, Kind: "z",
 		TTL: s.ttl, Renew: s.renew, Sent: sent, Deadline: deadline, RenewWith: s.renewWith}
 	spec.Release = func(ctx context.Context, l *core.Lease) error {
 		_, err := s.release(ctx, owner, n, s.c.NewID())
@@ -434,7 +461,7 @@ func (s *Semaphore) hold(owner string, n int64, sent, deadline time.Time, grante
 	}
 	if granted {
 		// The confirm is a renewal: it tells the head the permits' new expiry too.
-		first := s.renewWith(owner)
+		first := s.renewWith(owner, 0)
 		spec.First = &first
 	}
 	l, err := s.c.Hold(spec)

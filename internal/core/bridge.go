@@ -18,16 +18,16 @@ func Bridge(of func(h any) *Handle, wrap func(l *Lease) any, wrapO func(Opt) any
 // Of returns the core of a *distsync.Handle (nil for a nil handle).
 func Of(h any) *Handle { return handleOf(h) }
 
-// wrap makes l's *distsync.Lease (none in the core's own tests, which run without package
-// distsync).
-func (l *Lease) wrap() {
-	if wrapLease != nil {
+// Public returns the *distsync.Lease that wraps l (internal/api asserts its type), made on
+// the first call (none in the core's own tests, which run without package distsync).
+func (l *Lease) Public() any {
+	l.endMu.Lock()
+	defer l.endMu.Unlock()
+	if l.pub == nil && wrapLease != nil {
 		l.pub = wrapLease(l)
 	}
+	return l.pub
 }
-
-// Public returns the *distsync.Lease that wraps l (internal/api asserts its type).
-func (l *Lease) Public() any { return l.pub }
 
 // WrapOption returns o as a distsync.Option (internal/api asserts its type).
 func WrapOption(o Opt) any { return wrapOpt(o) }

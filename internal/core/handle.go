@@ -161,6 +161,12 @@ func (h *Handle) NewID() string {
 	return string(strconv.AppendUint(append(append(b[:0], h.id...), ':'), h.seq.Add(1), 36))
 }
 
+// NewIDAfter returns prefix + NewID(), in one allocation.
+func (h *Handle) NewIDAfter(prefix string) string {
+	var b [2*maxIDLen + 2 + 13]byte // on the stack for a prefix up to an id and a separator
+	return string(strconv.AppendUint(append(append(append(b[:0], prefix...), h.id...), ':'), h.seq.Add(1), 36))
+}
+
 // Keys returns the key space of a primitive of kind named name.
 func (h *Handle) Keys(kind, name string) (keys.Space, error) {
 	s, err := keys.New(h.Config.Prefix, kind, name)

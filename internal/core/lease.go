@@ -48,9 +48,9 @@ type LeaseSpec struct {
 	// Renewal, if set, is sent for every renewal instead of extend.lua (after First). It must
 	// reply as extend.lua does: 1 if the claim is still held and extended to TTL, 0 if not.
 	Renewal *scripts.Call
-	// RenewWith, if set (and Renewal is not), makes the renewal call for owner, at each
+	// RenewWith, if set (and Renewal is not), makes the renewal call for owner and token, at each
 	// renewal: a primitive makes the func once, so that a hold costs no allocation for it.
-	RenewWith func(owner string) scripts.Call
+	RenewWith func(owner string, token int64) scripts.Call
 }
 
 // renewal returns the call that renews the claim of spec: Renewal, RenewWith, or extend.lua.
@@ -59,7 +59,7 @@ func (spec LeaseSpec) renewal() scripts.Call {
 	case spec.Renewal != nil:
 		return *spec.Renewal
 	case spec.RenewWith != nil:
-		return spec.RenewWith(spec.Owner)
+		return spec.RenewWith(spec.Owner, spec.Token)
 	}
 	return spec.Extend()
 }
@@ -79,11 +79,15 @@ func (spec LeaseSpec) Extend() scripts.Call {
 type Lease struct {
 	h    *Handle
 	spec LeaseSpec
-	ctx  context.Context // done when the lease ends; its cause is Err
-	end  context.CancelCauseFunc
 
-	// pub is the distsync.Lease that wraps this lease (see Public).
-	pub any
+	// How the lease ended, and what shows it. Most holds are released without anyone asking
+	// for their context or their public wrapper, so both are made on first need (three
+	// allocations an uncontended Lock+Unlock does not pay).
+	endMu sync.Mutex
+	cause error           // why the lease ended (Err); nil while held; set once, by finish
+	ctx   context.Context // nil until asked for (context); once made, cancelled iff cause is set
+	end   context.CancelCauseFunc
+	pub   any // the distsync.Lease that wraps this lease (Public), made on first need
 
 	// quorum, if set, makes this a lease over other leases (see Handle.Quorum): held while
 	// enough of them are, never on the renewal loop itself.
@@ -96,7 +100,6 @@ type Lease struct {
 	inflight bool
 	refused  error // Redis's refusal of the last renewal, if it refused it (not Transient)
 
-	ended    atomic.Bool             // End's first call won (finish)
 	obs      atomic.Pointer[Acquire] // the observed call that took the hold (Acquire.Done)
 	logged   atomic.Bool             // its loss was logged
 	emit     sync.Mutex              // orders the observer's events of the hold (report, renewed)
@@ -113,8 +116,6 @@ type Lease struct {
 // a waiter's place in a queue, which its waiting loop handles.
 func (h *Handle) Hold(spec LeaseSpec) (*Lease, error) {
 	l := &Lease{h: h, spec: spec}
-	l.ctx, l.end = context.WithCancelCause(context.Background())
-	l.wrap()
 	l.deadline = spec.Sent.Add(spec.TTL - Drift(spec.TTL))
 	if !spec.Deadline.IsZero() {
 		l.deadline = spec.Deadline
@@ -134,8 +135,9 @@ func (h *Handle) Hold(spec LeaseSpec) (*Lease, error) {
 	}
 	l.End(err)
 	if spec.Release != nil && !spec.Place {
+		release := spec.Release // not spec: a closure over spec would put it on the heap in every Hold
 		given := h.Undo("giving back a claim that came too late to use", spec.TTL, func(ctx context.Context) error {
-			return spec.Release(ctx, l)
+			return release(ctx, l)
 		})
 		if err == ErrLate {
 			err = &LateError{GivenBack: given}
@@ -186,14 +188,35 @@ func (l *Lease) TTL() time.Duration { return l.spec.TTL }
 // this call if the renewal loop has not ended it yet (see Err).
 func (l *Lease) Done() <-chan struct{} {
 	l.expire()
-	return l.ctx.Done()
+	return l.context().Done()
 }
 
 // Context returns a context that ends, with cause Err, when the lease ends (checked against
 // the deadline as Done is).
 func (l *Lease) Context() context.Context {
 	l.expire()
+	return l.context()
+}
+
+// context returns the lease's context, made on first need: it ends, with cause Err, when the
+// lease ends.
+func (l *Lease) context() context.Context {
+	l.endMu.Lock()
+	defer l.endMu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.end = context.WithCancelCause(context.Background())
+		if l.cause != nil {
+			l.end(l.cause)
+		}
+	}
 	return l.ctx
+}
+
+// ended returns why l ended, or nil while it has not (without looking at its deadline: Err).
+func (l *Lease) ended() error {
+	l.endMu.Lock()
+	defer l.endMu.Unlock()
+	return l.cause
 }
 
 // Err returns nil while the lease is held, then why it ended. It reads the local deadline on
@@ -201,13 +224,11 @@ func (l *Lease) Context() context.Context {
 // deadline (SIGSTOP, a long GC pause, a suspended VM) learns of the loss from its first look
 // after it resumes, not when the renewal goroutine next gets to run.
 func (l *Lease) Err() error {
-	if l.ctx.Err() == nil {
-		l.expire()
-		if l.ctx.Err() == nil {
-			return nil
-		}
+	if err := l.ended(); err != nil {
+		return err
 	}
-	return context.Cause(l.ctx)
+	l.expire()
+	return l.ended()
 }
 
 // Bind returns a copy of parent that is also cancelled, with the lease's error as its cause,
@@ -216,7 +237,8 @@ func (l *Lease) Err() error {
 // already blocked on Done wakes when the renewal loop, or any look at the lease, ends it.
 func (l *Lease) Bind(parent context.Context) (context.Context, context.CancelFunc) {
 	c, cancel := context.WithCancelCause(parent)
-	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	lctx := l.context()
+	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
 	return &leaseContext{Context: c, l: l, cancel: cancel}, func() {
 		stop()
 		cancel(context.Canceled)
@@ -266,7 +288,7 @@ func (c *leaseContext) Err() error {
 
 // expire ends l as lost if its local deadline has passed while the renewal loop tracks it.
 func (l *Lease) expire() {
-	if l.ctx.Err() != nil {
+	if l.ended() != nil {
 		return
 	}
 	if l.quorum != nil {
@@ -282,7 +304,7 @@ func (l *Lease) expire() {
 	}
 	r.mu.Unlock()
 	if ended {
-		l.report(context.Cause(l.ctx))
+		l.report(l.ended())
 	}
 }
 
@@ -297,24 +319,31 @@ func (l *Lease) errDeadline() error {
 }
 
 // End ends the lease with err (the first call wins), closes Done, and reports the end to the
-// log (a loss) and the handle's observer.
+// log (a loss) and the handle's observer. When it returns, the lease has ended (by this call
+// or another), and Err says why.
 func (l *Lease) End(err error) {
 	if l.finish(err) {
 		l.report(err)
-		return
 	}
-	// Another call is ending it: return once it has, so that the caller reads the lease's
-	// error, not nil.
-	<-l.ctx.Done()
 }
 
 // finish ends the lease with err, reporting nothing, and says whether this call ended it: a
-// caller that holds the renewer's lock reports the end (report) after unlocking it.
+// caller that holds the renewer's lock reports the end (report) after unlocking it. The cause
+// and the context's cancellation are set together, under endMu, so that a caller that lost
+// the race reads the lease's error, not nil, as soon as finish returns.
 func (l *Lease) finish(err error) bool {
-	if !l.ended.CompareAndSwap(false, true) {
+	if err == nil {
+		err = ErrReleased // every end has a cause; callers always give one
+	}
+	l.endMu.Lock()
+	defer l.endMu.Unlock()
+	if l.cause != nil {
 		return false
 	}
-	l.end(err)
+	l.cause = err
+	if l.end != nil {
+		l.end(err)
+	}
 	return true
 }
 
@@ -380,7 +409,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	r.mu.Lock()
 	if _, tracked := r.leases[l]; !tracked {
 		r.mu.Unlock()
-		if lerr := context.Cause(l.ctx); l.ctx.Err() != nil {
+		if lerr := l.ended(); lerr != nil {
 			return lerr
 		}
 		return ErrNotHeld

@@ -46,13 +46,12 @@ func (h *Handle) Together(members []*Lease, token int64, ttl time.Duration, rene
 func (h *Handle) over(q *quorum, token int64, ttl time.Duration, renew bool) *Lease {
 	members := q.members
 	l := &Lease{h: h, spec: LeaseSpec{TTL: ttl, Token: token, Renew: renew}, quorum: q}
-	l.ctx, l.end = context.WithCancelCause(context.Background())
-	l.wrap()
+	lctx := l.context()
 	stop := context.AfterFunc(h.ctx, func() { l.End(ErrClosed) })
-	context.AfterFunc(l.ctx, func() { stop() })
+	context.AfterFunc(lctx, func() { stop() })
 	for _, m := range members {
-		stop := context.AfterFunc(m.ctx, func() { l.quorum.check(l) })
-		context.AfterFunc(l.ctx, func() { stop() })
+		stop := context.AfterFunc(m.context(), func() { l.quorum.check(l) })
+		context.AfterFunc(lctx, func() { stop() })
 	}
 	l.quorum.check(l)
 	return l
@@ -71,7 +70,7 @@ func (q *quorum) held() []*Lease {
 
 // check ends l as lost if fewer than need members are held.
 func (q *quorum) check(l *Lease) {
-	if l.ctx.Err() != nil {
+	if l.ended() != nil {
 		return
 	}
 	if n := len(q.held()); n < q.need {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -15,19 +16,41 @@ import (
 // to the lease's TTL. l ends either way: at once; or, after an error, as released when a
 // background try reaches Redis before l's local deadline and finds the claim released by l,
 // as lost when a try finds it gone or taken, and as lost at that deadline if no try reached
-// Redis by then.
+// Redis by then. p and verb name the release in the log, if it goes on in the background.
 //
 // A lease that was lost is still given back if Redis has it under l's owner (release is a
 // compare-and-delete): a holder whose deadline passed while a renewal's reply was late, or
 // whose process was paused, may still own the key, which would otherwise hold everyone else
 // up until its TTL. That changes nothing for the caller, who is told of the loss.
-func (h *Handle) Release(ctx context.Context, what string, l *Lease, release func(ctx context.Context) (bool, error)) error {
+//
+// The release that reaches Redis at the first try, the common case, allocates nothing here:
+// release takes l, so that a primitive passes a func made once, not a closure per hold.
+func (h *Handle) Release(ctx context.Context, p Prim, verb string, l *Lease, release func(ctx context.Context, l *Lease) (bool, error)) error {
 	if err := l.Stop(); err != nil {
 		if errors.Is(err, ErrLost) {
-			_, _ = release(ctx)
+			_, _ = release(ctx, l)
 		}
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
+	held, err := release(ctx, l)
+	if err != nil {
+		held, err = h.releaseRetried(ctx, p, verb, l, release, err)
+	}
+	switch {
+	case err != nil:
+		return err
+	case !held:
+		lost := lost("the claim had expired or been taken when it was released")
+		l.End(lost)
+		return fmt.Errorf("%w: %w", ErrNotHeld, lost)
+	}
+	l.End(ErrReleased)
+	return nil
+}
+
+// releaseRetried is Release after its first try failed with err: GiveBack's retries, then
+// the background's.
+func (h *Handle) releaseRetried(ctx context.Context, p Prim, verb string, l *Lease, release func(ctx context.Context, l *Lease) (bool, error), err error) (bool, error) {
 	// If no attempt is confirmed now, the background goes on trying. The lease ends as
 	// released once one reaches Redis before the lease's local deadline and finds the claim
 	// released by this hold (now, or by an earlier attempt whose reply was lost: release tells
@@ -44,8 +67,9 @@ func (h *Handle) Release(ctx context.Context, what string, l *Lease, release fun
 			l.End(lost("its release could not be confirmed before its lease ran out, or found the claim gone"))
 		}
 	}
-	held, err := h.GiveBack(ctx, what, l.TTL(), ended, func(ctx context.Context) (bool, error) {
-		held, err := release(ctx)
+	what := verb + " of " + p.Kind + " " + strconv.Quote(p.Name)
+	held, err := h.GiveBackAfter(ctx, what, l.TTL(), ended, err, func(ctx context.Context) (bool, error) {
+		held, err := release(ctx, l)
 		if err == nil && held && time.Now().Before(deadline) {
 			confirmed.Store(true)
 		}
@@ -58,16 +82,7 @@ func (h *Handle) Release(ctx context.Context, what string, l *Lease, release fun
 			}
 		})
 	}
-	switch {
-	case err != nil:
-		return err
-	case !held:
-		lost := lost("the claim had expired or been taken when it was released")
-		l.End(lost)
-		return fmt.Errorf("%w: %w", ErrNotHeld, lost)
-	}
-	l.End(ErrReleased)
-	return nil
+	return held, err
 }
 
 // GiveBack runs release, which gives back a claim and reports whether it was still held; it
@@ -82,8 +97,18 @@ func (h *Handle) Release(ctx context.Context, what string, l *Lease, release fun
 // an ACL without a command the script calls, say) is returned as it is, after finally, with
 // nothing left to try in the background.
 func (h *Handle) GiveBack(ctx context.Context, what string, within time.Duration, finally func(), release func(ctx context.Context) (bool, error)) (bool, error) {
+	held, err := release(ctx)
+	if err == nil {
+		return held, nil // the common case, without a closure or a timer
+	}
+	return h.GiveBackAfter(ctx, what, within, finally, err, release)
+}
+
+// GiveBackAfter is GiveBack after a first try, made by the caller, failed with err: a caller
+// that makes its first try itself makes the closures GiveBack takes only when it failed.
+func (h *Handle) GiveBackAfter(ctx context.Context, what string, within time.Duration, finally func(), err error, release func(ctx context.Context) (bool, error)) (bool, error) {
 	var held bool
-	err := RetryNow(ctx, func() (err error) {
+	err = retryFrom(ctx, err, func() (err error) {
 		held, err = release(ctx)
 		return err
 	})

@@ -127,7 +127,7 @@ func (r *renewer) run(ctx context.Context) {
 		// After the batch is on its way: an observer or a log that is slow delays the loop's
 		// next look, never the renewals due now.
 		for _, l := range ended {
-			l.report(context.Cause(l.ctx))
+			l.report(l.ended())
 		}
 
 		select {
@@ -216,7 +216,7 @@ func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 		l.renewed(failed[i])
 	}
 	for _, l := range ended {
-		l.report(context.Cause(l.ctx))
+		l.report(l.ended())
 	}
 }
 

@@ -46,7 +46,11 @@ func Permanent(err error) error { return permanent{err} }
 // safe to send again (Redis applies its request id once, or it is idempotent). It returns f's
 // last error.
 func RetryNow(ctx context.Context, f func() error) error {
-	err := f()
+	return retryFrom(ctx, f(), f)
+}
+
+// retryFrom is RetryNow after a first call of f that returned err.
+func retryFrom(ctx context.Context, err error, f func() error) error {
 	for i, backoff := 0, 10*time.Millisecond; err != nil && Transient(err) && i < 3; i, backoff = i+1, 2*backoff {
 		t := time.NewTimer(backoff)
 		select {

@@ -43,14 +43,18 @@ type Lock struct {
 	chanPrefix string
 	observers  string // the record's channel ("" without a record)
 	proc       string // this Lock value's part of its waiter ids, and its channel's suffix
-	box        *waitq.Mailbox
+	// waiterPrefix starts each call's waiter id: proc + "/" (the id's own part follows)
+	waiterPrefix string
+	box          *waitq.Mailbox
 
 	// Script arguments that never change.
 	ttlArg, fenceArg, wleaseArg, slackArg string
 	// renewWith is the LeaseSpec.RenewWith of every hold: mutex_renew.lua, which also tells the
 	// head of the queue when the lease now ends, so that it takes the lock of a holder that
 	// died a round trip after its expiry.
-	renewWith func(owner string) scripts.Call
+	renewWith func(owner string, token int64) scripts.Call
+	// releaseHeld is m.release, made once: Handle.Release takes it.
+	releaseHeld func(ctx context.Context, l *core.Lease) (bool, error)
 
 	// Held, if set, is called with each hold before Acquire or TryAcquire returns it.
 	Held func(*core.Lease)
@@ -65,6 +69,7 @@ func New(p core.Prim, set core.Settings, ks keys.Space, record bool) *Lock {
 	m.rel, m.placeKeep = ks.Part("rel"), []string{m.keys.Q}
 	m.chanPrefix = ks.Channel()
 	m.proc = c.NewID()
+	m.waiterPrefix = m.proc + "/"
 	m.ttlArg, m.fenceArg = core.Ms(m.ttl), core.Ms(c.Config.FenceTTL)
 	m.wleaseArg, m.slackArg = core.Ms(m.wlease), core.Ms(2*m.ttl/core.RenewDivisor)
 	if record {
@@ -72,8 +77,9 @@ func New(p core.Prim, set core.Settings, ks keys.Space, record bool) *Lock {
 		m.rec = scripts.Record{Values: ks.Part("v"), Observers: m.observers, TTL: m.ttlArg}
 		m.keep = []string{m.rec.Values}
 	}
+	m.releaseHeld = m.release
 	m.box = waitq.NewMailbox(c, m.chanPrefix+":"+m.proc, waitq.ParseQueued)
-	m.renewWith = func(owner string) scripts.Call {
+	m.renewWith = func(owner string, token int64) scripts.Call {
 		return scripts.MutexRenewArgs{Lock: m.keys.Lock, Q: m.keys.Q, QX: m.keys.QX, Keep: m.keep, // and the record
 			Owner: owner, TTL: m.ttlArg, Prefix: m.chanPrefix, Pub: m.c.Pub}.Call()
 	}
@@ -103,7 +109,7 @@ func (m *Lock) Observers() string { return m.observers }
 // queue (passing the lock on if it was just handed to it).
 func (m *Lock) Acquire(ctx context.Context, value string) (*core.Lease, error) {
 	return m.p.Wait(ctx, core.One, m.verb(), func(ctx context.Context) (*core.Lease, error) {
-		w := m.proc + "/" + m.c.NewID()
+		w := m.c.NewIDAfter(m.waiterPrefix)
 		slot := m.box.Register(w) // subscribed only if the first attempt fails
 		defer slot.Close()
 		if err := m.wait(ctx, w, value, slot); err != nil {
@@ -169,7 +175,7 @@ func (m *Lock) TryAcquire(ctx context.Context, value string) (*core.Lease, bool,
 
 // try is one try of TryAcquire.
 func (m *Lock) try(ctx context.Context, value string) (*core.Lease, bool, error) {
-	w := m.proc + "/" + m.c.NewID()
+	w := m.c.NewIDAfter(m.waiterPrefix)
 	sent := time.Now()
 	vals, err := scripts.FairAcquireArgs{Keys: m.keys, Waiter: w, TTL: m.ttlArg, FenceTTL: m.fenceArg,
 		WLease: m.wleaseArg, Try: "1", Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: "", Slack: m.slackArg,
@@ -192,8 +198,7 @@ func (m *Lock) try(ctx context.Context, value string) (*core.Lease, bool, error)
 // core.Handle.Release for what it returns; its errors are wrapped with the lock's kind and
 // name and what).
 func (m *Lock) Release(ctx context.Context, what string, l *core.Lease) error {
-	if err := m.c.Release(ctx, what+" of "+m.kind+" "+strconv.Quote(m.name), l,
-		func(ctx context.Context) (bool, error) { return m.release(ctx, l) }); err != nil {
+	if err := m.c.Release(ctx, m.p, what, l, m.releaseHeld); err != nil {
 		return fmt.Errorf("%s %q: %s: %w", m.kind, m.name, what, err)
 	}
 	return nil

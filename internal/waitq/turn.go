@@ -51,13 +51,15 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 	var (
 		place   *core.Lease // the lease on the waiter's place
 		backup  string
-		timer   = time.NewTimer(time.Hour)
+		timer   *time.Timer // made when the first attempt fails: an uncontended call starts none
 		watch   *time.Timer
 		watchC  <-chan time.Time
 		backoff = minBackoff
 	)
 	defer func() {
-		timer.Stop()
+		if timer != nil {
+			timer.Stop()
+		}
 		if watch != nil {
 			watch.Stop()
 		}
@@ -122,7 +124,11 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 			}
 			continue
 		}
-		timer.Reset(res.Wait)
+		if timer == nil {
+			timer = time.NewTimer(res.Wait)
+		} else {
+			timer.Reset(res.Wait)
+		}
 
 	listen:
 		for {

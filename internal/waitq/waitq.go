@@ -162,6 +162,21 @@ type waiter struct {
 	wake chan struct{} // signals to the head; capacity 1
 }
 
+// waiters keeps waiters for reuse: an uncontended Lock would otherwise make one, and its wake
+// channel, every time.
+var waiters = sync.Pool{New: func() any { return &waiter{wake: make(chan struct{}, 1)} }}
+
+// recycle returns w, out of its Room (leave), to waiters, emptied. Nothing refers to w once
+// leave has taken it out: signals go to the Room's head, under the Room's lock.
+func (w *waiter) recycle() {
+	w.next, w.turn = nil, nil
+	select {
+	case <-w.wake:
+	default:
+	}
+	waiters.Put(w)
+}
+
 // NewRoom returns the Room of a primitive; its waiters listen on channel, the Room's own.
 func NewRoom(h *core.Handle, channel string, hooks Hooks) *Room {
 	return &Room{h: h, channel: channel, hooks: hooks}
@@ -266,11 +281,16 @@ var closedTurn = func() chan struct{} {
 	return c
 }()
 
+// Open is an open gate (a closed channel): what a Hooks.Gate returns while there is no local
+// hold to wait for. A primitive makes its gate's channel only when a goroutine asks for it
+// during a hold, so that an uncontended hold pays for none.
+var Open <-chan struct{} = closedTurn
+
 // Acquire waits its turn in the Room, then attempts until an attempt acquires, ctx ends or
 // the handle closes. It returns nil on success, ctx's error, core.ErrClosed, or the error of
 // an attempt that is not core.Transient (a transient error is retried with backoff).
 func (r *Room) Acquire(ctx context.Context) error {
-	w := &waiter{wake: make(chan struct{}, 1)}
+	w := waiters.Get().(*waiter)
 	r.mu.Lock()
 	if r.tail == nil {
 		r.head, r.tail = w, w
@@ -299,6 +319,7 @@ func (r *Room) Acquire(ctx context.Context) error {
 		err = core.ErrClosed
 	}
 	r.leave(w, err != nil, owner)
+	w.recycle()
 	return err
 }
 
