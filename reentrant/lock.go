@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,7 +45,7 @@ func (m *Mutex) lock2(ctx context.Context, o Owner, wait bool) (bool, error) {
 	m.mu.Lock()
 	var unlocking <-chan struct{}
 	if p := m.unlocking[o]; p != nil {
-		unlocking = p.done
+		unlocking = p.wait()
 	}
 	m.mu.Unlock()
 	if unlocking != nil {
@@ -81,18 +82,14 @@ func (m *Mutex) lock2(ctx context.Context, o Owner, wait bool) (bool, error) {
 	// waiting behind the queue, nor behind goroutines of other owners: its wait is ended, and
 	// it re-enters (lock1 calls lock2 again).
 	rctx, cancel := context.WithCancelCause(ctx)
-	rw := &roomWait{cancel: cancel}
+	rw := &roomWait{o: o, cancel: cancel}
 	m.mu.Lock()
-	if m.waiting[o] == nil {
-		m.waiting[o] = make(map[*roomWait]struct{})
-	}
-	m.waiting[o][rw] = struct{}{}
+	m.waiting = append(m.waiting, rw)
 	m.mu.Unlock()
 	err := m.room.Acquire(rctx)
 	m.mu.Lock()
-	delete(m.waiting[o], rw)
-	if len(m.waiting[o]) == 0 {
-		delete(m.waiting, o)
+	if i := slices.Index(m.waiting, rw); i >= 0 {
+		m.waiting = slices.Delete(m.waiting, i, i+1)
 	}
 	m.mu.Unlock()
 	cause := context.Cause(rctx)
@@ -166,17 +163,17 @@ func (m *Mutex) attempt(ctx context.Context, waiter string, t waitq.Try) (waitq.
 		expect = strconv.FormatInt(h.lease.Token(), 10)
 	}
 	id := m.c.NewID()
-	undo := id + " " + string(o)
 	backup := ""
 	if t.Grant != nil {
 		backup = t.Grant.Backup
 	}
 	sent := time.Now()
-	vals, err := scripts.ReentrantLockArgs{Keys: m.scriptKeys, Owner: string(o), ID: id, TTL: m.ttlArg, FenceTTL: m.fenceArg,
-		OpsTTL: core.Ms(opsTTL), Expect: expect, Waiter: waiter, Flags: flag(t.More) + flag(t.Queued), Slack: m.slackArg,
-		Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: backup, Last: strconv.FormatInt(t.LastToken, 10)}.Exec(ctx, m.c.Client).AsIntSlice()
+	var buf [4]int64 // the longest reply (reentrant_lock.lua's header)
+	vals, err := core.Ints(scripts.ReentrantLockArgs{Keys: m.scriptKeys, Owner: string(o), ID: id, TTL: m.ttlArg, FenceTTL: m.fenceArg,
+		OpsTTL: m.opsArg, Expect: expect, Waiter: waiter, Flags: flags(t.More, t.Queued), Slack: m.slackArg,
+		Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: backup, Last: strconv.FormatInt(t.LastToken, 10)}.Exec(ctx, m.c.Client), buf[:0])
 	if err != nil {
-		return waitq.Result{}, undo, err
+		return waitq.Result{}, undoOf(id, o), err
 	}
 	// After a success, the process stays queued if other goroutines of it wait (at the tail,
 	// or in its place if the owner joined a hold already there): reentrant_lock.lua.
@@ -197,32 +194,29 @@ func (m *Mutex) attempt(ctx context.Context, waiter string, t waitq.Try) (waitq.
 			}
 			m.mu.Unlock()
 			if err != nil {
-				m.undo(undo)
+				m.undo(undoOf(id, o))
 				return waitq.Result{}, "", core.Permanent(fmt.Errorf("re-entering a hold that ended: %w", err))
 			}
 			return held, "", nil
 		}
-		var renewal *scripts.Call
-		if m.renew {
-			// A renewal also tells the head waiter when the lease now ends (reentrant_renew.lua).
-			call := scripts.ReentrantRenewArgs{Lock: m.lock, Q: m.scriptKeys.Q, QX: m.scriptKeys.QX, Field: "o:" + string(o),
-				TTL: m.ttlArg, Token: strconv.FormatInt(vals[2], 10), Prefix: m.chanPrefix, Pub: m.c.Pub}.Call()
-			renewal = &call
-		}
+		// A renewal also tells the head waiter when the lease now ends (reentrant_renew.lua):
+		// made by RenewWith at each renewal, not here, so that a hold released before its first
+		// renewal, the common case, pays nothing for it.
 		l, err := m.c.Hold(core.LeaseSpec{
-			Key: m.lock, Owner: "o:" + string(o), Kind: "h", TTL: m.ttl, Renew: m.renew,
-			Token: vals[2], Sent: sent, Renewal: renewal,
-			Release: func(ctx context.Context, l *core.Lease) error { return m.releaseAll(ctx, o, l) },
+			Key: m.lock, Owner: m.field(o), Kind: "h", TTL: m.ttl, Renew: m.renew,
+			Token: vals[2], Sent: sent, RenewWith: m.renewWith, Release: m.releaseLease,
 		})
 		if err != nil { // closed, or too late to use: nothing of it is registered here
-			m.undo(undo)
+			m.undo(undoOf(id, o))
 			return waitq.Result{}, "", err
 		}
 		m.mu.Lock()
 		m.holds[o] = &hold{n: 1, lease: l}
 		// The owner's Locks waiting in the room re-enter this hold instead (see lock2).
-		for rw := range m.waiting[o] {
-			rw.cancel(errOwnerHolds)
+		for _, rw := range m.waiting {
+			if rw.o == o {
+				rw.cancel(errOwnerHolds)
+			}
 		}
 		m.mu.Unlock()
 		return held, "", nil
@@ -248,6 +242,10 @@ func (m *Mutex) attempt(ctx context.Context, waiter string, t waitq.Try) (waitq.
 	}
 	return waitq.Result{}, "", core.Unexpected(scripts.ReentrantLock, vals)
 }
+
+// undoOf is what Abandon takes to undo attempt id of o: made only when an attempt must be
+// undone.
+func undoOf(id string, o Owner) string { return id + " " + string(o) }
 
 // undo undoes an attempt (see abandon) before the caller goes on, retrying in the background
 // if Redis cannot be reached.

@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -88,7 +89,11 @@ type Mutex struct {
 	room       *waitq.Room
 
 	// Script arguments that never change, built once.
-	ttlArg, fenceArg, slackArg, windowArg string
+	ttlArg, fenceArg, slackArg, windowArg, opsArg string
+	// renewWith (nil for a fixed lease) and releaseLease are the LeaseSpec.RenewWith and
+	// Release of every hold, made once.
+	renewWith    func(field string, token int64) scripts.Call
+	releaseLease func(ctx context.Context, l *core.Lease) error
 
 	// turn serialises attempts with each other and with the local side of Unlock (a
 	// one-slot semaphore, so that an attempt can give up waiting for it with its context): an
@@ -98,22 +103,41 @@ type Mutex struct {
 	turn  chan struct{}
 	mu    sync.Mutex
 	holds map[Owner]*hold // this process's holds, by owner
+	// lastOwner and lastField: the hash field of the owner this value took m for last
+	// (field), kept so that a worker that locks with one owner makes the string once.
+	lastOwner Owner
+	lastField string
 	// unlocking holds, by owner, the Unlocks still being finished in the background (their
 	// ctx ended, or Redis was unreachable): the owner's next Lock waits for them, so that a
 	// new outermost Lock never joins a hold whose release is still on its way.
 	unlocking map[Owner]*pending
-	// waiting holds, by owner, the Locks waiting in the room: when a hold of their owner
+	// waiting holds the Locks waiting in the room, with their owners: when a hold of their owner
 	// starts here, they stop waiting and re-enter it (see lock2).
-	waiting map[Owner]map[*roomWait]struct{}
+	// (A slice, not a map by owner: a Lock that waits alone, the common case, then costs no
+	// allocation for it.)
+	waiting []*roomWait
 }
 
-// roomWait is one Lock waiting in the room; cancel ends its wait with errOwnerHolds.
-type roomWait struct{ cancel context.CancelCauseFunc }
+// roomWait is one Lock of owner o waiting in the room; cancel ends its wait with
+// errOwnerHolds.
+type roomWait struct {
+	o      Owner
+	cancel context.CancelCauseFunc
+}
 
-// pending counts an owner's Unlocks still being finished; done closes when none is left.
+// pending counts an owner's Unlocks still being finished; done, made when a Lock of the owner
+// waits for them (wait), closes when none is left. Guarded by the Mutex's mu.
 type pending struct {
 	n    int
 	done chan struct{}
+}
+
+// wait returns a channel that closes when p's Unlocks are finished. Called with m.mu.
+func (p *pending) wait() <-chan struct{} {
+	if p.done == nil {
+		p.done = make(chan struct{})
+	}
+	return p.done
 }
 
 // hold is what one owner holds of the mutex through this Mutex value.
@@ -139,13 +163,23 @@ func New(h *distsync.Handle, name string, opts ...distsync.Option) (*Mutex, erro
 	}
 	c := p.H
 	m := &Mutex{p: p, c: c, name: name, ttl: set.LeaseTTL, renew: !set.Fixed, turn: make(chan struct{}, 1), holds: make(map[Owner]*hold),
-		unlocking: make(map[Owner]*pending), waiting: make(map[Owner]map[*roomWait]struct{})}
+		unlocking: make(map[Owner]*pending)}
 	m.lock, m.chanPrefix = ks.Key(), ks.Channel()
 	k := scripts.ReentrantKeys{Lock: m.lock, Fence: ks.Part("fence"), Ops: ks.Part("ops"), Q: ks.Part("q"), QX: ks.Part("qx")}
 	m.scriptKeys, m.keys = k, []string{k.Lock, k.Fence, k.Ops, k.Q, k.QX}
 	// A queue entry outlives the lease it waits behind by two renewal periods, as a mutex's.
 	m.ttlArg, m.fenceArg, m.slackArg = core.Ms(m.ttl), core.Ms(c.Config.FenceTTL), core.Ms(2*m.ttl/core.RenewDivisor)
-	m.windowArg = core.Ms(set.HandoffWindow)
+	m.windowArg, m.opsArg = core.Ms(set.HandoffWindow), core.Ms(opsTTL)
+	if m.renew {
+		// A renewal also tells the head waiter when the lease now ends (reentrant_renew.lua).
+		m.renewWith = func(field string, token int64) scripts.Call {
+			return scripts.ReentrantRenewArgs{Lock: m.lock, Q: k.Q, QX: k.QX, Field: field,
+				TTL: m.ttlArg, Token: strconv.FormatInt(token, 10), Prefix: m.chanPrefix, Pub: m.c.Pub}.Call()
+		}
+	}
+	m.releaseLease = func(ctx context.Context, l *core.Lease) error {
+		return m.releaseAll(ctx, Owner(strings.TrimPrefix(l.Owner(), fieldPrefix)), l)
+	}
 	m.waiter = c.NewID()
 	m.room = waitq.NewRoom(c, m.chanPrefix+":"+m.waiter, waitq.Hooks{Parse: m.parse, Attempt: m.roomAttempt, Abandon: m.abandon})
 	return m, nil
@@ -251,7 +285,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	// Redis, the owner's attempts wait (see attempt).
 	p := m.unlocking[o]
 	if p == nil {
-		p = &pending{done: make(chan struct{})}
+		p = &pending{}
 		m.unlocking[o] = p
 	}
 	p.n++
@@ -265,14 +299,6 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		err = l.Err()
 	}
 	<-m.turn
-	settled := func() {
-		m.mu.Lock()
-		if p.n--; p.n == 0 {
-			close(p.done)
-			delete(m.unlocking, o)
-		}
-		m.mu.Unlock()
-	}
 	if err != nil {
 		if errors.Is(err, distsync.ErrLost) {
 			m.mu.Lock()
@@ -286,24 +312,30 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 				_, _ = m.unlock(ctx, o, m.c.NewID(), left+1, l.Token())
 			}
 		}
-		settled()
+		m.settled(o, p)
 		return fmt.Errorf("reentrant %q: %w: %w", m.name, distsync.ErrNotHeld, err)
 	}
 
-	id := m.c.NewID()   // retries send the same id: Redis counts the Unlock once
-	finally := func() { // the background attempts are over
-		if last {
-			l.End(distsync.ErrReleased)
+	id := m.c.NewID() // retries send the same id: Redis counts the Unlock once
+	n, err := m.unlock(ctx, o, id, 1, l.Token())
+	held := n >= 0
+	if err != nil {
+		// Retried at once a few times, then in the background (GiveBack), which settles the
+		// Unlock when it is over. Made only here: the closures cost the common case nothing.
+		finally := func() { // the background attempts are over
+			if last {
+				l.End(distsync.ErrReleased)
+			}
+			m.settled(o, p)
 		}
-		settled()
+		held, err = m.c.GiveBackAfter(ctx, "unlock of reentrant mutex "+strconv.Quote(m.name), m.ttl, finally, err,
+			func(ctx context.Context) (bool, error) {
+				n, err := m.unlock(ctx, o, id, 1, l.Token())
+				return n >= 0, err
+			})
 	}
-	held, err := m.c.GiveBack(ctx, "unlock of reentrant mutex "+strconv.Quote(m.name), m.ttl, finally,
-		func(ctx context.Context) (bool, error) {
-			n, err := m.unlock(ctx, o, id, 1, l.Token())
-			return n >= 0, err
-		})
 	if err == nil {
-		settled()
+		m.settled(o, p)
 	}
 	switch {
 	case err != nil:
@@ -319,13 +351,53 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	return nil
 }
 
+// fieldPrefix makes an owner's field in the lock's hash: fieldPrefix + owner.
+const fieldPrefix = "o:"
+
+// field returns o's field in the lock's hash (the owner value of its leases).
+func (m *Mutex) field(o Owner) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if o != m.lastOwner {
+		m.lastOwner, m.lastField = o, fieldPrefix+string(o)
+	}
+	return m.lastField
+}
+
+// flags returns reentrant_lock.lua's flags argument: '1' or '0' for a, then for b (a
+// constant string: no allocation).
+func flags(a, b bool) string {
+	switch {
+	case a && b:
+		return "11"
+	case a:
+		return "10"
+	case b:
+		return "01"
+	}
+	return "00"
+}
+
+// settled ends one of o's Unlocks counted in p: the last one lets o's Locks go on.
+func (m *Mutex) settled(o Owner, p *pending) {
+	m.mu.Lock()
+	if p.n--; p.n == 0 {
+		if p.done != nil {
+			close(p.done)
+		}
+		delete(m.unlocking, o)
+	}
+	m.mu.Unlock()
+}
+
 // unlock runs reentrant_unlock.lua: the owner's count left in the hold with token, or -1 if it
 // held nothing there.
 func (m *Mutex) unlock(ctx context.Context, o Owner, id string, by int, token int64) (int64, error) {
 	unlock := scripts.ReentrantUnlockArgs{Keys: m.scriptKeys, Owner: string(o), ID: id, By: strconv.Itoa(by),
-		OpsTTL: core.Ms(opsTTL), Prefix: m.chanPrefix, Pub: m.c.Pub, Token: strconv.FormatInt(token, 10),
+		OpsTTL: m.opsArg, Prefix: m.chanPrefix, Pub: m.c.Pub, Token: strconv.FormatInt(token, 10),
 		Window: m.windowArg, FenceTTL: m.fenceArg}
-	vals, err := unlock.Exec(ctx, m.c.Client).AsIntSlice()
+	var buf [2]int64
+	vals, err := core.Ints(unlock.Exec(ctx, m.c.Client), buf[:0])
 	if err != nil {
 		return 0, err
 	}
