@@ -52,22 +52,14 @@ func everyPair(ctx context.Context, addr string, iters int) ([]primRow, error) {
 		return nil, err
 	}
 	rctx := reentrant.WithOwner(ctx, reentrant.NewOwner())
-	both := func(lock, unlock func(context.Context) error) func(context.Context) error {
-		return func(ctx context.Context) error {
-			if err := lock(ctx); err != nil {
-				return err
-			}
-			return unlock(ctx)
-		}
-	}
 	ops := []pairOp{
-		{"floor: SET NX PX + EVALSHA compare-and-delete", both(floorLk.Lock, floorLk.Unlock)},
-		{"mutex: Lock + Unlock", both(m.Lock, m.Unlock)},
-		{"fair: Lock + Unlock", both(f.Lock, f.Unlock)},
-		{"reentrant: Lock + Unlock", func(context.Context) error { return both(r.Lock, r.Unlock)(rctx) }},
-		{"rwmutex: Lock + Unlock (write)", both(rw.Lock, rw.Unlock)},
-		{"rwmutex: RLock + RUnlock (read)", both(rw.RLock, rw.RUnlock)},
-		{"semaphore: Acquire(1) + Release(1)", both(
+		{"floor: SET NX PX + EVALSHA compare-and-delete", pairOf(floorLk.Lock, floorLk.Unlock)},
+		{"mutex: Lock + Unlock", pairOf(m.Lock, m.Unlock)},
+		{"fair: Lock + Unlock", pairOf(f.Lock, f.Unlock)},
+		{"reentrant: Lock + Unlock", func(context.Context) error { return pairOf(r.Lock, r.Unlock)(rctx) }},
+		{"rwmutex: Lock + Unlock (write)", pairOf(rw.Lock, rw.Unlock)},
+		{"rwmutex: RLock + RUnlock (read)", pairOf(rw.RLock, rw.RUnlock)},
+		{"semaphore: Acquire(1) + Release(1)", pairOf(
 			func(ctx context.Context) error { return s.Acquire(ctx, 1) },
 			func(ctx context.Context) error { return s.Release(ctx, 1) })},
 	}
@@ -104,6 +96,44 @@ func everyPair(ctx context.Context, addr string, iters int) ([]primRow, error) {
 		})
 	}
 	return rows, nil
+}
+
+// pairOf returns one acquire+release: lock, then unlock if lock succeeded.
+func pairOf(lock, unlock func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if err := lock(ctx); err != nil {
+			return err
+		}
+		return unlock(ctx)
+	}
+}
+
+// pairBlock is how many consecutive pairs one op runs in its turn of backToBack.
+const pairBlock = 100
+
+// backToBack times every op's pairs back to back, as a worker loop that locks item after
+// item does: each op in turn runs a block of pairBlock consecutive pairs, in a new random order
+// each round so that all meet the same moments of a noisy machine, until each has run n pairs
+// (rounded up to whole blocks) after one block to warm up. It returns the times of each op.
+func backToBack(ctx context.Context, ops []pairOp, n int) ([][]time.Duration, error) {
+	times := make([][]time.Duration, len(ops))
+	rounds := (n + pairBlock - 1) / pairBlock
+	for i := range 1 + rounds {
+		warm := i == 0
+		for _, k := range rand.Perm(len(ops)) {
+			o := ops[k]
+			for range pairBlock {
+				t0 := time.Now()
+				if err := o.run(ctx); err != nil {
+					return nil, fmt.Errorf("%s: %w", o.name, err)
+				}
+				if !warm {
+					times[k] = append(times[k], time.Since(t0))
+				}
+			}
+		}
+	}
+	return times, nil
 }
 
 // interleave runs every op once per round, in a new order each round, with a PING before
