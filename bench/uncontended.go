@@ -23,8 +23,9 @@ type pairOp struct {
 
 // everyPair measures one goroutine's uncontended acquire+release for every primitive against
 // the floor (SET NX PX + EVALSHA compare-and-delete), in one loop that interleaves them pair by
-// pair so that all meet the same moments of the machine, with a PING as the unit; then, one
-// primitive at a time, the Redis commands and CPU of a pair.
+// pair so that all meet the same moments of the machine, with a PING as the unit; then back to
+// back (see backToBack), against the floor back to back; then, one primitive at a time, the
+// Redis commands and CPU of a pair and the allocations, over at least 1000 pairs.
 func everyPair(ctx context.Context, addr string, iters int) ([]primRow, error) {
 	ps, closeAll, err := openPods(addr, 1)
 	if err != nil {
@@ -67,35 +68,48 @@ func everyPair(ctx context.Context, addr string, iters int) ([]primRow, error) {
 	if err != nil {
 		return nil, err
 	}
+	b2b, err := backToBack(ctx, ops, iters)
+	if err != nil {
+		return nil, err
+	}
 	rtt := pct(pings, 50)
-	floor := pct(times[0], 50)
+	floor, floorB2B := pct(times[0], 50), pct(b2b[0], 50)
 	var rows []primRow
 	for k, o := range ops {
-		before, err := commandstats(addr)
+		rc, rcpu, allocs, err := pairLoad(ctx, addr, o, max(iters, 1000))
 		if err != nil {
 			return nil, err
 		}
-		n := iters / 2
-		for range n {
-			if err := o.run(ctx); err != nil {
-				return nil, fmt.Errorf("%s: %w", o.name, err)
-			}
-		}
-		after, err := commandstats(addr)
-		if err != nil {
-			return nil, err
-		}
-		rc, rcpu := after.per(before, float64(n))
-		p50 := pct(times[k], 50)
+		p50, b2bP50 := pct(times[k], 50), pct(b2b[k], 50)
 		rows = append(rows, primRow{
 			scenario: "uncontended, one goroutine: " + o.name,
-			result: fmt.Sprintf("%v p50 (%v p99), %.2f× the floor", p50.Round(time.Microsecond),
-				pct(times[k], 99).Round(time.Microsecond), float64(p50)/float64(floor)),
+			result: fmt.Sprintf("%v p50 (%v p99), %.2f× the floor; back-to-back %v p50, %.2f× the floor's; %.1f allocs/pair",
+				p50.Round(time.Microsecond), pct(times[k], 99).Round(time.Microsecond), float64(p50)/float64(floor),
+				b2bP50.Round(time.Microsecond), float64(b2bP50)/float64(floorB2B), allocs),
 			rtt:        fmt.Sprintf("%.1f", float64(p50)/float64(rtt)),
 			clientCmds: -1, redisCmds: rc, redisCPU: rcpu,
 		})
 	}
 	return rows, nil
+}
+
+// pairLoad runs n pairs of o alone and returns the Redis commands and CPU of a pair (see
+// commandstats) and the process's allocations per pair (see allocsPerPair: the client's
+// goroutines' included).
+func pairLoad(ctx context.Context, addr string, o pairOp, n int) (redisCmds float64, redisCPU time.Duration, allocs float64, err error) {
+	before, err := commandstats(addr)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if allocs, _, err = allocsPerPair(ctx, o, n); err != nil {
+		return 0, 0, 0, fmt.Errorf("%s: %w", o.name, err)
+	}
+	after, err := commandstats(addr)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	redisCmds, redisCPU = after.per(before, float64(n))
+	return redisCmds, redisCPU, allocs, nil
 }
 
 // pairOf returns one acquire+release: lock, then unlock if lock succeeded.
