@@ -1,7 +1,7 @@
 // Command bench compares distsync's mutex with the Go peers on one local redis-server, in one
 // run, and prints a Markdown table (docs/benchmarks.md holds the latest one).
 //
-//	cd bench && go run . [-redis 127.0.0.1:6379] [-quick] [-primitives yes|no|only|identity|lockall|rate] [-plots ../docs/img]
+//	cd bench && go run . [-redis 127.0.0.1:6379] [-quick] [-primitives yes|no|only|identity|lockall|rate|breakdown] [-plots ../docs/img]
 //
 // Without -redis it starts a redis-server of its own (from PATH) on a free loopback port and
 // stops it at the end. Latencies are also given in Redis round trips: the median PING on an
@@ -46,7 +46,7 @@ func main() {
 		only       = flag.String("libs", "", "comma-separated libraries to run (default: all)")
 		processes  = flag.Int("processes", 4, "contention: worker processes")
 		goroutines = flag.Int("goroutines", 4, "contention: goroutines per process")
-		prims      = flag.String("primitives", "yes", "the distsync primitives table: yes, no, only (without the peers), identity (only the identity-cost rows), lockall (only mutex.All against nested Locks) or rate (only rate.Limiter against go-redis/redis_rate)")
+		prims      = flag.String("primitives", "yes", "the distsync primitives table: yes, no, only (without the peers), identity (only the identity-cost rows), lockall (only mutex.All against nested Locks), rate (only rate.Limiter against go-redis/redis_rate) or breakdown (only the client-side breakdown of one uncontended pair: the floor and distsync's primitives, cut at their client calls, with allocations and goroutine wake-ups per pair)")
 		worker     = flag.Bool("worker", false, "internal: run as a contention worker")
 		wLib       = flag.String("lib", "", "internal")
 		wKey       = flag.String("key", "", "internal")
@@ -122,6 +122,8 @@ func run(ctx context.Context, addr string, quick bool, only, prims string, proce
 		return lockAll(ctx, addr, quick)
 	case "rate":
 		return rateBench(ctx, addr, quick)
+	case "breakdown":
+		return breakdown(ctx, addr, quick)
 	}
 	// The idle window stays inside one lease (10 s, after a 1 s settle), so that the peers
 	// without renewal still hold their lock when it ends.
