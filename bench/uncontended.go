@@ -27,6 +27,11 @@ type pairOp struct {
 // back (see backToBack), against the floor back to back; then, one primitive at a time, the
 // Redis commands and CPU of a pair and the allocations, over at least 1000 pairs.
 func everyPair(ctx context.Context, addr string, iters int) ([]primRow, error) {
+	// A deadline, as the main table's uncontended pairs have: rueidis sends a command whose
+	// context can be cancelled but has no deadline through the connection's writer and reader
+	// goroutines, and one with a deadline from the caller's goroutine (see breakdown).
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
 	ps, closeAll, err := openPods(addr, 1)
 	if err != nil {
 		return nil, err
