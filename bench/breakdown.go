@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/distsync/distsync/fair"
+	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/reentrant"
 	"github.com/distsync/distsync/rwmutex"
 	"github.com/distsync/distsync/semaphore"
@@ -55,6 +55,11 @@ func breakdown(ctx context.Context, addr string, quick bool) error {
 	if quick {
 		n, traced = 500, 1000
 	}
+	// A Handle's renewal loop, once it has looked at a held lease, sleeps until that lease's
+	// renewal is due and is not woken by the Locks in between; once it has found none, every
+	// Lock wakes it until it finds one. Which of the two a pair meets lasts up to a renewal
+	// period, so the trace covers one and a tenth, whatever the number of pairs.
+	traceFor := leaseTTL / core.RenewDivisor * 11 / 10
 	// A deadline, as the main table's uncontended pairs have: rueidis sends a command whose
 	// context can be cancelled but has no deadline through the connection's writer and reader
 	// goroutines (three wake-ups per command), and one with a deadline from the caller's
@@ -82,51 +87,91 @@ func breakdown(ctx context.Context, addr string, quick bool) error {
 		if rows[i].allocs, _, err = allocsPerPair(ctx, o.pairOp, n); err != nil {
 			return fmt.Errorf("%s: %w", o.name, err)
 		}
-		w, err := traceWakeups(ctx, o.pairOp, traced)
+		w, err := traceWakeups(ctx, o.pairOp, traced, traceFor)
 		if err != nil {
 			return err
 		}
 		rows[i].wake = &w
 	}
-	printBreakdown(rows, n, traced)
+	printBreakdown(rows, n, traced, traceFor)
 	return nil
 }
 
-// breakdownOps opens the floor's client and a distsync Handle built as openDistsync builds
-// the main table's (rueidis defaults, WithLeaseTTL(leaseTTL)), and returns the pairs the
-// breakdown measures, the floor's first, and a func that closes them.
+// breakdownOps opens the floor's client and, for every distsync primitive, a Handle of its own
+// built as openDistsync builds the main table's (rueidis defaults, WithLeaseTTL(leaseTTL)),
+// and returns the pairs the breakdown measures, the floor's first, and a func that closes
+// them. A Handle of its own, as the main table's mutex has: a Handle's renewal loop is woken,
+// or not, by what its other leases do.
 func breakdownOps(ctx context.Context, addr string) (ops []bdOp, closeAll func(), err error) {
+	var opened []session
+	closeAll = func() {
+		for _, s := range opened {
+			s.Close()
+		}
+	}
+	defer func() {
+		if err != nil {
+			closeAll()
+		}
+	}()
 	fl, err := openFloor(addr)
 	if err != nil {
 		return nil, nil, err
 	}
-	ds, err := openDistsync(addr)
-	if err != nil {
-		fl.Close()
-		return nil, nil, err
+	opened = append(opened, fl)
+	floorLk := fl.New("breakdown")
+	ops = append(ops, bdOp{pairOp{"floor: SET NX PX + EVALSHA compare-and-delete", pairOf(floorLk.Lock, floorLk.Unlock)}, fl.(*floorSession).c})
+	for _, p := range distsyncPairs(ctx) {
+		s, err := openDistsync(addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		opened = append(opened, s)
+		d := s.(*distsyncSession)
+		run, err := p.make(d)
+		if err != nil {
+			return nil, nil, err
+		}
+		ops = append(ops, bdOp{pairOp{p.name, run}, d.c})
 	}
-	closeAll = func() { ds.Close(); fl.Close() }
-	fc, d := fl.(*floorSession).c, ds.(*distsyncSession)
-	floorLk, m := fl.New("breakdown"), ds.New("breakdown-mutex")
-	r, err1 := reentrant.New(d.h, "breakdown-reentrant")
-	s, err2 := semaphore.New(d.h, "breakdown-semaphore", 8)
-	f, err3 := fair.New(d.h, "breakdown-fair")
-	rw, err4 := rwmutex.New(d.h, "breakdown-rwmutex")
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
-		closeAll()
-		return nil, nil, err
+	return ops, closeAll, nil
+}
+
+// distsyncPair is one distsync pair of the breakdown, made on a session of its own.
+type distsyncPair struct {
+	name string
+	make func(d *distsyncSession) (func(context.Context) error, error)
+}
+
+// distsyncPairs returns the distsync pairs of the breakdown. The reentrant pair runs with an
+// owner in ctx, as everyPair's does.
+func distsyncPairs(ctx context.Context) []distsyncPair {
+	type pairFunc = func(context.Context) error
+	return []distsyncPair{
+		{"mutex: Lock + Unlock", func(d *distsyncSession) (pairFunc, error) {
+			m := d.New("breakdown-mutex")
+			return pairOf(m.Lock, m.Unlock), nil
+		}},
+		{"reentrant: Lock + Unlock", func(d *distsyncSession) (pairFunc, error) {
+			r, err := reentrant.New(d.h, "breakdown-reentrant")
+			rctx := reentrant.WithOwner(ctx, reentrant.NewOwner())
+			return func(context.Context) error { return pairOf(r.Lock, r.Unlock)(rctx) }, err
+		}},
+		{"semaphore (size 8): Acquire(1) + Release(1)", func(d *distsyncSession) (pairFunc, error) {
+			s, err := semaphore.New(d.h, "breakdown-semaphore", 8)
+			return pairOf(
+				func(ctx context.Context) error { return s.Acquire(ctx, 1) },
+				func(ctx context.Context) error { return s.Release(ctx, 1) }), err
+		}},
+		{"fair: Lock + Unlock", func(d *distsyncSession) (pairFunc, error) {
+			f, err := fair.New(d.h, "breakdown-fair")
+			return pairOf(f.Lock, f.Unlock), err
+		}},
+		{"rwmutex: Lock + Unlock (write)", func(d *distsyncSession) (pairFunc, error) {
+			rw, err := rwmutex.New(d.h, "breakdown-rwmutex")
+			return pairOf(rw.Lock, rw.Unlock), err
+		}},
 	}
-	rctx := reentrant.WithOwner(ctx, reentrant.NewOwner())
-	return []bdOp{
-		{pairOp{"floor: SET NX PX + EVALSHA compare-and-delete", pairOf(floorLk.Lock, floorLk.Unlock)}, fc},
-		{pairOp{"mutex: Lock + Unlock", pairOf(m.Lock, m.Unlock)}, d.c},
-		{pairOp{"reentrant: Lock + Unlock", func(context.Context) error { return pairOf(r.Lock, r.Unlock)(rctx) }}, d.c},
-		{pairOp{"semaphore (size 8): Acquire(1) + Release(1)", pairOf(
-			func(ctx context.Context) error { return s.Acquire(ctx, 1) },
-			func(ctx context.Context) error { return s.Release(ctx, 1) })}, d.c},
-		{pairOp{"fair: Lock + Unlock", pairOf(f.Lock, f.Unlock)}, d.c},
-		{pairOp{"rwmutex: Lock + Unlock (write)", pairOf(rw.Lock, rw.Unlock)}, d.c},
-	}, closeAll, nil
 }
 
 // timeParts samples n pairs of every op back to back, then n of every op but the floor
@@ -266,7 +311,7 @@ func partsP50(ps []pairSample) (calls int, share float64, p50 []time.Duration) {
 }
 
 // printBreakdown prints the breakdown's table and what its columns mean.
-func printBreakdown(rows []bdRow, n, traced int) {
+func printBreakdown(rows []bdRow, n, traced int, traceFor time.Duration) {
 	us := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Microsecond)) }
 	join := func(ds []time.Duration) string {
 		if len(ds) == 0 {
@@ -303,8 +348,8 @@ func printBreakdown(rows []bdRow, n, traced int) {
 	fmt.Printf("\nOne goroutine, one idle key per pair, a lease of %v, a context with a deadline (as in the main table; rueidis then sends each command from the caller's goroutine, not through the connection's writer and reader goroutines). Back-to-back: %d pairs in a row after %d to warm up; interleaved: %d pairs, taking turns with the floor pair by pair, which goes first chosen at random each round (the floor's interleaved row pools its pairs from every interleaving). "+
 		"A client call is a Do or DoMulti on the rueidis.Client the library was given (a wrapper stamps its call and return); the parts are p50s each over the pairs that made the most common number of calls (its share in brackets), so they need not add up to the pair's p50. "+
 		"Allocations: runtime.MemStats.Mallocs over %d pairs back to back, the whole process's (the client's goroutines included). "+
-		"Wake-ups: goroutine transitions Waiting→Runnable in a runtime/trace of %d pairs back to back (parsed with golang.org/x/exp/trace), per pair, by the woken goroutine (the innermost distsync or rueidis function of the stack it waited in, else its start function) and who woke it (the goroutine that ran the unblock, or, with none running, the runtime: netpoll for a network wait, a timer, most likely, for a sleep, select or channel receive). Groups under 0.02/pair are left out of the list, not of the total.\n",
-		leaseTTL, n, n/10, n, n, traced)
+		"Wake-ups: goroutine transitions Waiting→Runnable in a runtime/trace of the pairs back to back, at least %d and for at least %v (a renewal period, TTL/3, and a tenth: a Handle's renewal loop that has looked at a held lease is not woken again before its renewal is due, one that found none is woken by every Lock until it finds one), parsed with golang.org/x/exp/trace, per pair, by the woken goroutine (the innermost distsync or rueidis function of the stack it waited in, else its start function) and who woke it (the goroutine that ran the unblock, or, with none running, the runtime: netpoll for a network wait, a timer, most likely, for a sleep, select or channel receive). Groups under 0.02/pair are left out of the list, not of the total.\n",
+		leaseTTL, n, n/10, n, n, traced, traceFor.Round(time.Millisecond))
 }
 
 // wakeCell formats w for the breakdown's table: the total per pair, then the groups of at least

@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime/trace"
 	"slices"
 	"strings"
+	"time"
 
 	xtrace "golang.org/x/exp/trace"
 )
@@ -32,10 +34,11 @@ type wakeGroup struct {
 	perPair   float64
 }
 
-// traceWakeups runs n pairs of o back to back under runtime/trace and counts, per pair, the
-// goroutine transitions from Waiting to Runnable (every wake-up of a goroutine) and the
-// goroutines started. It fails if a trace is already running (go test -trace).
-func traceWakeups(ctx context.Context, o pairOp, n int) (wakeStats, error) {
+// traceWakeups runs pairs of o back to back under runtime/trace, at least n and for at least
+// d, and counts, per pair, the goroutine transitions from Waiting to Runnable (every wake-up
+// of a goroutine) and the goroutines started. It fails if a trace is already running (go test
+// -trace).
+func traceWakeups(ctx context.Context, o pairOp, n int, d time.Duration) (wakeStats, error) {
 	var buf bytes.Buffer
 	if err := trace.Start(&buf); err != nil {
 		return wakeStats{}, err
@@ -44,7 +47,8 @@ func traceWakeups(ctx context.Context, o pairOp, n int) (wakeStats, error) {
 	// and stopping it wake goroutines of their own.
 	trace.Log(ctx, wakeCategory, "start")
 	var err error
-	for range n {
+	pairs := 0
+	for until := time.Now().Add(d); pairs < n || time.Now().Before(until); pairs++ {
 		if err = o.run(ctx); err != nil {
 			break
 		}
@@ -54,7 +58,8 @@ func traceWakeups(ctx context.Context, o pairOp, n int) (wakeStats, error) {
 	if err != nil {
 		return wakeStats{}, fmt.Errorf("%s: %w", o.name, err)
 	}
-	return countWakeups(&buf, n)
+	fmt.Fprintf(os.Stderr, "breakdown: %s: %d pairs traced in %.1f MB\n", o.name, pairs, float64(buf.Len())/1e6)
+	return countWakeups(&buf, pairs)
 }
 
 // goroutines is what the trace told so far of every goroutine, to name it when it is woken.
