@@ -66,20 +66,30 @@ func libByName(name string) (lib, error) {
 
 // countingClient counts the commands sent through a rueidis client, with one atomic add (a
 // benchmark must not slow the libraries it measures). rueidis' own health-check PINGs do not
-// go through it.
+// go through it. While a stampLog is set on it (the breakdown), it also notes when each Do and
+// DoMulti is called and when it returns; unset, that costs one atomic load per call.
 type countingClient struct {
 	rueidis.Client
-	n atomic.Int64
+	n      atomic.Int64
+	stamps atomic.Pointer[stampLog]
 }
 
 func (c *countingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	c.n.Add(1)
-	return c.Client.Do(ctx, cmd)
+	s := c.stamps.Load()
+	s.mark()
+	r := c.Client.Do(ctx, cmd)
+	s.mark()
+	return r
 }
 
 func (c *countingClient) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
 	c.n.Add(int64(len(multi)))
-	return c.Client.DoMulti(ctx, multi...)
+	s := c.stamps.Load()
+	s.mark()
+	r := c.Client.DoMulti(ctx, multi...)
+	s.mark()
+	return r
 }
 
 func (c *countingClient) Receive(ctx context.Context, sub rueidis.Completed, fn func(rueidis.PubSubMessage)) error {
@@ -90,6 +100,33 @@ func (c *countingClient) Receive(ctx context.Context, sub rueidis.Completed, fn 
 func (c *countingClient) Total() int64 { return c.n.Load() }
 
 func count(raw rueidis.Client) *countingClient { return &countingClient{Client: raw} }
+
+// stampLog is the times at which a countingClient's calls (Do, DoMulti) were made and
+// returned, two per call, since its last take.
+type stampLog struct {
+	mu sync.Mutex // the caller's goroutine marks; the renewal loop's could too
+	at []time.Time
+}
+
+// mark notes the time now. On a nil log it does nothing: nobody is looking.
+func (s *stampLog) mark() {
+	if s == nil {
+		return
+	}
+	now := time.Now()
+	s.mu.Lock()
+	s.at = append(s.at, now)
+	s.mu.Unlock()
+}
+
+// take appends the times noted since the last take to dst, forgets them, and returns dst.
+func (s *stampLog) take(dst []time.Time) []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dst = append(dst, s.at...)
+	s.at = s.at[:0]
+	return dst
+}
 
 // ---- distsync
 

@@ -1,7 +1,7 @@
 // Command bench compares distsync's mutex with the Go peers on one local redis-server, in one
 // run, and prints a Markdown table (docs/benchmarks.md holds the latest one).
 //
-//	cd bench && go run . [-redis 127.0.0.1:6379] [-quick] [-primitives yes|no|only|identity|lockall|rate] [-plots ../docs/img]
+//	cd bench && go run . [-redis 127.0.0.1:6379] [-quick] [-primitives yes|no|only|identity|lockall|rate|breakdown] [-plots ../docs/img]
 //
 // Without -redis it starts a redis-server of its own (from PATH) on a free loopback port and
 // stops it at the end. Latencies are also given in Redis round trips: the median PING on an
@@ -46,7 +46,7 @@ func main() {
 		only       = flag.String("libs", "", "comma-separated libraries to run (default: all)")
 		processes  = flag.Int("processes", 4, "contention: worker processes")
 		goroutines = flag.Int("goroutines", 4, "contention: goroutines per process")
-		prims      = flag.String("primitives", "yes", "the distsync primitives table: yes, no, only (without the peers), identity (only the identity-cost rows), lockall (only mutex.All against nested Locks) or rate (only rate.Limiter against go-redis/redis_rate)")
+		prims      = flag.String("primitives", "yes", "the distsync primitives table: yes, no, only (without the peers), identity (only the identity-cost rows), lockall (only mutex.All against nested Locks), rate (only rate.Limiter against go-redis/redis_rate) or breakdown (only the client-side breakdown of one uncontended pair: the floor and distsync's primitives, cut at their client calls, with allocations and goroutine wake-ups per pair)")
 		worker     = flag.Bool("worker", false, "internal: run as a contention worker")
 		wLib       = flag.String("lib", "", "internal")
 		wKey       = flag.String("key", "", "internal")
@@ -82,8 +82,7 @@ func main() {
 
 type row struct {
 	lib        lib
-	unP50      time.Duration
-	unP99      time.Duration
+	un         pairStats // uncontended Lock+Unlock, interleaved and back to back
 	cont       contention
 	idle       float64
 	distinct   float64
@@ -123,6 +122,8 @@ func run(ctx context.Context, addr string, quick bool, only, prims string, proce
 		return lockAll(ctx, addr, quick)
 	case "rate":
 		return rateBench(ctx, addr, quick)
+	case "breakdown":
+		return breakdown(ctx, addr, quick)
 	}
 	// The idle window stays inside one lease (10 s, after a 1 s settle), so that the peers
 	// without renewal still hold their lock when it ends.
@@ -138,8 +139,8 @@ func run(ctx context.Context, addr string, quick bool, only, prims string, proce
 			chosen = append(chosen, l)
 		}
 	}
-	fmt.Fprintf(os.Stderr, "uncontended, all libraries interleaved…\n")
-	un, err := uncontended(ctx, chosen, addr, iters)
+	fmt.Fprintf(os.Stderr, "uncontended, all libraries interleaved, then back to back…\n")
+	un, rtt, err := uncontended(ctx, chosen, addr, iters)
 	if err != nil {
 		return fmt.Errorf("uncontended: %w", err)
 	}
@@ -148,9 +149,9 @@ func run(ctx context.Context, addr string, quick bool, only, prims string, proce
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		r := row{lib: l, unP50: un[l.name][0], unP99: un[l.name][1]}
+		r := row{lib: l, un: un[l.name]}
 		fmt.Fprintf(os.Stderr, "%s: distinct keys…\n", l.name)
-		if r.distinct, err = distinctKeys(ctx, l, addr, 16, distinctDur); err != nil {
+		if r.distinct, err = distinctKeys(ctx, l, addr, distinctGoroutines, distinctDur); err != nil {
 			r.distinctErr = err
 			fmt.Fprintf(os.Stderr, "%s distinct keys: %v\n", l.name, err)
 		}
@@ -182,7 +183,7 @@ func run(ctx context.Context, addr string, quick bool, only, prims string, proce
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	printTable(rows, un["PING"][0], processes, goroutines, dur, idleWin, wakeRounds, wakeGap)
+	printTable(rows, rtt, processes, goroutines, dur, idleWin, wakeRounds, wakeGap, distinctDur)
 	if prims != "no" {
 		return primitives(ctx, addr, quick)
 	}
@@ -218,30 +219,37 @@ func slices_contains(xs []string, x string) bool {
 	return false
 }
 
-func printTable(rows []row, rtt time.Duration, processes, goroutines int, dur, idleWin time.Duration, wakeRounds int, wakeGap time.Duration) {
+func printTable(rows []row, rtt time.Duration, processes, goroutines int, dur, idleWin time.Duration, wakeRounds int, wakeGap, distinctDur time.Duration) {
 	ratio := func(d, unit time.Duration) string {
 		if unit <= 0 {
 			return "?"
 		}
 		return fmt.Sprintf("%.1f", float64(d)/float64(unit))
 	}
-	var floor time.Duration
-	bestPeer := 0.0
+	var floor pairStats
+	floorDistinct, bestPeer := 0.0, 0.0
 	for _, r := range rows {
 		if r.lib.floor {
-			floor = r.unP50
+			floor = r.un
+			if r.distinctErr == nil {
+				floorDistinct = r.distinct
+			}
 		} else if r.lib.name != "distsync" && r.distinct > bestPeer {
 			bestPeer = r.distinct
 		}
 	}
-	fmt.Printf("Round trip (PING p50), measured between the uncontended pairs: %v.\n\n", rtt.Round(time.Microsecond))
-	fmt.Printf("| library | Lock+Unlock p50 (p99), uncontended | in RTT | vs floor | hand-off p50 / p99, in RTT under load | releaser re-acquires | Lock wait p99 | Jain (goroutines) | client cmds / acq | Redis cmds / acq | Redis CPU / acq | idle waiter cmds/s | idle wake-up p50 (max), in idle RTT | crash: waiter in after the lease ran out | distinct keys, pairs/s |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, r := range rows {
-		vsFloor := "—"
-		if floor > 0 {
-			vsFloor = fmt.Sprintf("%.2f×", float64(r.unP50)/float64(floor))
+	times := func(d, f time.Duration) string {
+		if f <= 0 {
+			return "—"
 		}
+		return fmt.Sprintf("%.2f×", float64(d)/float64(f))
+	}
+	fmt.Printf("Round trip (PING p50), measured between the uncontended pairs: %v.\n\n", rtt.Round(time.Microsecond))
+	fmt.Printf("| library | Lock+Unlock p50 (p99), uncontended | in RTT | vs floor | back-to-back p50 (p99), vs floor | hand-off p50 / p99, in RTT under load | releaser re-acquires | Lock wait p99 | Jain (goroutines) | client cmds / acq | Redis cmds / acq | Redis CPU / acq | idle waiter cmds/s | idle wake-up p50 (max), in idle RTT | crash: waiter in after the lease ran out | distinct keys, pairs/s |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		b2b := fmt.Sprintf("%v (%v), %s", r.un.b2bP50.Round(time.Microsecond), r.un.b2bP99.Round(time.Microsecond),
+			times(r.un.b2bP50, floor.b2bP50))
 		cont := "| — | — | — | — | — | — | — | — | — | — "
 		if r.contention && r.contErr == nil {
 			c := r.cont
@@ -269,22 +277,35 @@ func printTable(rows []row, rtt time.Duration, processes, goroutines int, dur, i
 		} else if r.contErr != nil {
 			cont = fmt.Sprintf("| error: %v | | | | | | | | | ", r.contErr)
 		}
-		distinct := fmt.Sprintf("%.0f", r.distinct)
-		if r.distinctErr != nil {
-			distinct = "error: " + r.distinctErr.Error()
-		} else if r.lib.name == "distsync" && bestPeer > 0 {
-			distinct += fmt.Sprintf(" (%.2f× best peer)", r.distinct/bestPeer)
-		}
-		fmt.Printf("| %s | %v (%v) | %s | %s %s| %s |\n", r.lib.name, r.unP50.Round(time.Microsecond), r.unP99.Round(time.Microsecond),
-			ratio(r.unP50, rtt), vsFloor, cont, distinct)
+		fmt.Printf("| %s | %v (%v) | %s | %s | %s %s| %s |\n", r.lib.name, r.un.p50.Round(time.Microsecond), r.un.p99.Round(time.Microsecond),
+			ratio(r.un.p50, rtt), times(r.un.p50, floor.p50), b2b, cont, distinctCell(r, floorDistinct, bestPeer))
 	}
-	fmt.Printf("\nSettings: lease 10 s for every library. Uncontended: one goroutine, Lock then Unlock on an idle key, the libraries interleaved pair by pair. Contention: %d processes × %d goroutines on one key for %v, no work inside the lock; a hand-off is the time from one goroutine's Unlock call to the next Lock returning in another goroutine; its RTT unit is a PING sent by another client during the run. Idle waiter: commands a waiting client sends in %v while another client holds the lock. Idle wake-up: Unlock call to the waiting client's Lock return after both sat idle for %v, %d rounds; its unit is a PING sent just before the Unlock by a client idle as long. Crash: a holder process, past its first renewal, is SIGKILLed with a waiter queued; the time from when its lease ran out (its PTTL read at the kill) to the waiter's Lock return. Distinct keys: 16 goroutines in one process, each on its own key.\n\n",
-		processes, goroutines, dur, idleWin, wakeGap, wakeRounds)
+	fmt.Printf("\nSettings: lease 10 s for every library. Uncontended: one goroutine, Lock then Unlock on an idle key, the libraries interleaved pair by pair (a PING before each round is the RTT unit); back-to-back: the same pairs, as many, in blocks of %d consecutive pairs per library (a worker loop locking item after item), the libraries taking turns block by block in a new random order each round, after one block each to warm up. Contention: %d processes × %d goroutines on one key for %v, no work inside the lock; a hand-off is the time from one goroutine's Unlock call to the next Lock returning in another goroutine; its RTT unit is a PING sent by another client during the run. Idle waiter: commands a waiting client sends in %v while another client holds the lock. Idle wake-up: Unlock call to the waiting client's Lock return after both sat idle for %v, %d rounds; its unit is a PING sent just before the Unlock by a client idle as long. Crash: a holder process, past its first renewal, is SIGKILLed with a waiter queued; the time from when its lease ran out (its PTTL read at the kill) to the waiter's Lock return. Distinct keys: %d goroutines in one process, each on its own key, for %v; × floor is against the floor's pairs/s.\n\n",
+		pairBlock, processes, goroutines, dur, idleWin, wakeGap, wakeRounds, distinctGoroutines, distinctDur)
 	for _, r := range rows {
 		fmt.Printf("- %s: %s\n", r.lib.name, r.lib.settings)
 	}
 	plotHandoffCDF(rows)
 	plotRedisCPU(rows)
+}
+
+// distinctCell is r's distinct-keys cell: its pairs/s, against the floor's (floor, when
+// measured) and, for distsync, against the best peer's.
+func distinctCell(r row, floor, bestPeer float64) string {
+	if r.distinctErr != nil {
+		return "error: " + r.distinctErr.Error()
+	}
+	var notes []string
+	if floor > 0 && !r.lib.floor {
+		notes = append(notes, fmt.Sprintf("%.2f× floor", r.distinct/floor))
+	}
+	if r.lib.name == "distsync" && bestPeer > 0 {
+		notes = append(notes, fmt.Sprintf("%.2f× best peer", r.distinct/bestPeer))
+	}
+	if len(notes) == 0 {
+		return fmt.Sprintf("%.0f", r.distinct)
+	}
+	return fmt.Sprintf("%.0f (%s)", r.distinct, strings.Join(notes, ", "))
 }
 
 // ---- a redis-server of the benchmark's own

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"slices"
@@ -20,61 +19,61 @@ import (
 
 // ---- uncontended Lock+Unlock, one goroutine
 
-// uncontended times Lock+Unlock on an idle key for every library, interleaved (one pair per
-// library in turn, in a random order each round), so that every library meets the same moments of a noisy machine. It
-// returns the p50 and p99 of each, by library name.
-func uncontended(ctx context.Context, ls []lib, addr string, iters int) (map[string][2]time.Duration, error) {
+// pairStats is one library's uncontended Lock+Unlock: the p50 and p99 of its pairs
+// interleaved with the other libraries' pair by pair, and of its pairs back to back.
+type pairStats struct {
+	p50, p99       time.Duration
+	b2bP50, b2bP99 time.Duration
+}
+
+// uncontended times Lock+Unlock on an idle key for every library, twice: interleaved (one
+// pair per library in turn, in a random order each round, see interleave), so that every
+// library meets the same moments of a noisy machine; then back to back (blocks of
+// consecutive pairs, the libraries taking turns block by block, see backToBack), as a worker
+// loop that locks item after item does, with as many pairs. It returns each library's figures
+// by name, and the p50 of the PINGs sent between the interleaved rounds (the unit).
+func uncontended(ctx context.Context, ls []lib, addr string, iters int) (map[string]pairStats, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	pinger, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer pinger.Close()
-	var pings []time.Duration
-	lockers := make([]locker, len(ls))
+	ops := make([]pairOp, len(ls))
 	for i, l := range ls {
 		s, err := l.open(addr)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		defer s.Close()
-		lockers[i] = s.New(l.name + ":uncontended")
+		lk := s.New(l.name + ":uncontended")
+		ops[i] = pairOp{l.name, pairOf(lk.Lock, lk.Unlock)}
 	}
-	d := make([][]time.Duration, len(ls))
-	for i := range iters + iters/10 {
-		t0 := time.Now()
-		if err := pinger.Do(ctx, pinger.B().Ping().Build()).Error(); err != nil {
-			return nil, err
-		}
-		if i >= iters/10 {
-			pings = append(pings, time.Since(t0))
-		}
-		// In a new order every round: the first pair after the PING, or after another
-		// library's, meets the machine differently, and no library should always be that one.
-		for _, j := range rand.Perm(len(lockers)) {
-			lk := lockers[j]
-			t0 := time.Now()
-			if err := lk.Lock(ctx); err != nil {
-				return nil, fmt.Errorf("%s: %w", ls[j].name, err)
-			}
-			if err := lk.Unlock(ctx); err != nil {
-				return nil, fmt.Errorf("%s: %w", ls[j].name, err)
-			}
-			if i >= iters/10 { // the first tenth warms up connections and script caches
-				d[j] = append(d[j], time.Since(t0))
-			}
-		}
+	inter, pings, err := interleave(ctx, pinger, ops, iters)
+	if err != nil {
+		return nil, 0, err
 	}
-	out := map[string][2]time.Duration{"PING": {pct(pings, 50), pct(pings, 99)}}
+	b2b, err := backToBack(ctx, ops, iters)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := map[string]pairStats{}
 	for j, l := range ls {
-		out[l.name] = [2]time.Duration{pct(d[j], 50), pct(d[j], 99)}
+		out[l.name] = pairStats{pct(inter[j], 50), pct(inter[j], 99), pct(b2b[j], 50), pct(b2b[j], 99)}
 	}
-	return out, nil
+	return out, pct(pings, 50), nil
 }
 
 // ---- distinct keys: Lock+Unlock pairs per second, each goroutine on its own key
 
+// distinctGoroutines is how many goroutines the main table's distinct-keys column runs, each
+// on its own key, in one process: enough that Redis, not the round trip, is what limits the
+// pairs per second.
+const distinctGoroutines = 64
+
+// distinctKeys runs goroutines goroutines for dur, each locking and unlocking its own key
+// through one session of l, and returns the pairs per second of them all.
 func distinctKeys(ctx context.Context, l lib, addr string, goroutines int, dur time.Duration) (float64, error) {
 	s, err := l.open(addr)
 	if err != nil {
