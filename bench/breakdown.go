@@ -55,10 +55,10 @@ func breakdown(ctx context.Context, addr string, quick bool) error {
 	if quick {
 		n, traced = 500, 1000
 	}
-	// A Handle's renewal loop, once it has looked at a held lease, sleeps until that lease's
-	// renewal is due and is not woken by the Locks in between; once it has found none, every
-	// Lock wakes it until it finds one. Which of the two a pair meets lasts up to a renewal
-	// period, so the trace covers one and a tenth, whatever the number of pairs.
+	// A Handle's renewal loop wakes when a lease's renewal is due, once per renewal period at
+	// most, whatever the number of pairs in between (before f51dea9, a Lock could wake it: the
+	// loop, having found no lease, planned its next look an hour away). So the trace covers a
+	// renewal period and a tenth: a wake-up of the loop, if any, is counted at its true rate.
 	traceFor := leaseTTL / core.RenewDivisor * 11 / 10
 	// A deadline, as the main table's uncontended pairs have: rueidis sends a command whose
 	// context can be cancelled but has no deadline through the connection's writer and reader

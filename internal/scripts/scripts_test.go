@@ -2,6 +2,7 @@ package scripts_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -474,6 +475,31 @@ func TestRetriedReleaseTellsAReleaseFromALoss(t *testing.T) {
 		e.do(e.c.B().Del().Key(e.k.lock).Build()) // lost without a release
 		if e.release("b") != 0 {
 			t.Fatal("a release of a lock lost meanwhile reported it released")
+		}
+	})
+}
+
+// The record of releases keeps the last 16 at least (a retry after 15 other releases of the
+// name finds its own), and never more than 31 (it is cut back to 16 when it reaches 32).
+func TestReleaseRecordKeepsSixteenToThirtyOne(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		hold := func(owner string) {
+			e.acquire(owner, "", false)
+			if e.release(owner) != 1 {
+				t.Fatalf("release of %s: not released", owner)
+			}
+		}
+		rel := e.k.lock + ":rel"
+		for i := range 100 {
+			hold(fmt.Sprintf("o%d", i))
+			n, _ := e.do(e.c.B().Llen().Key(rel).Build()).AsInt64()
+			if want := min(i+1, 16); n < int64(want) || n > 31 {
+				t.Fatalf("after %d releases the record holds %d, want %d to 31", i+1, n, want)
+			}
+			if i >= 15 && e.release(fmt.Sprintf("o%d", i-15)) != 1 {
+				t.Fatalf("the retried release of o%d, after 15 others, was reported lost", i-15)
+			}
 		}
 	})
 }
