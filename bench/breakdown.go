@@ -180,12 +180,12 @@ func distsyncPairs(ctx context.Context) []distsyncPair {
 // interleaved. Every op's client must have stamps set.
 func timeParts(ctx context.Context, ops []bdOp, n int) ([]bdRow, error) {
 	var b2b, inter []bdRow
-	for _, o := range ops {
-		pairs, err := sampleBackToBack(ctx, o, n)
-		if err != nil {
-			return nil, err
-		}
-		b2b = append(b2b, bdRow{name: o.name, run: "back-to-back", pairs: pairs})
+	blocks, err := sampleBackToBack(ctx, ops, n)
+	if err != nil {
+		return nil, err
+	}
+	for k, o := range ops {
+		b2b = append(b2b, bdRow{name: o.name, run: "back-to-back", pairs: blocks[k]})
 	}
 	floor := ops[0]
 	fr := bdRow{name: floor.name, run: "interleaved", allocs: -1}
@@ -207,16 +207,25 @@ func timeParts(ctx context.Context, ops []bdOp, n int) ([]bdRow, error) {
 	return append(append(b2b, fr), inter...), nil
 }
 
-// sampleBackToBack samples n pairs of o in a row, after a tenth as many to warm up.
-func sampleBackToBack(ctx context.Context, o bdOp, n int) ([]pairSample, error) {
-	out := make([]pairSample, 0, n)
-	for i := range n + n/10 {
-		s, err := sample(ctx, o)
-		if err != nil {
-			return nil, err
-		}
-		if i >= n/10 {
-			out = append(out, s)
+// sampleBackToBack samples n pairs of each op back to back, as backToBack times them: blocks
+// of pairBlock pairs in a row, the ops taking turns block by block in a new random order each
+// round (so that all meet the same moments of the machine: on this VM a round trip is two to
+// three times faster for seconds at a time, and a block of one op at a time would compare
+// those moments, not the ops), after one block each to warm up.
+func sampleBackToBack(ctx context.Context, ops []bdOp, n int) ([][]pairSample, error) {
+	out := make([][]pairSample, len(ops))
+	rounds := (n + pairBlock - 1) / pairBlock
+	for i := range 1 + rounds {
+		for _, k := range rand.Perm(len(ops)) {
+			for range pairBlock {
+				s, err := sample(ctx, ops[k])
+				if err != nil {
+					return nil, err
+				}
+				if i > 0 {
+					out[k] = append(out[k], s)
+				}
+			}
 		}
 	}
 	return out, nil
@@ -345,11 +354,11 @@ func printBreakdown(rows []bdRow, n, traced int, traceFor time.Duration) {
 			r.name, r.run, us(p50), float64(p50)/float64(r.floor), us(parts[0]), join(in), join(between),
 			us(parts[len(parts)-1]), calls, 100*share, cmdsPerPair(r.pairs), allocs, wakeCell(r.wake))
 	}
-	fmt.Printf("\nOne goroutine, one idle key per pair, a lease of %v, a context with a deadline (as in the main table; rueidis then sends each command from the caller's goroutine, not through the connection's writer and reader goroutines). Back-to-back: %d pairs in a row after %d to warm up; interleaved: %d pairs, taking turns with the floor pair by pair, which goes first chosen at random each round (the floor's interleaved row pools its pairs from every interleaving). "+
+	fmt.Printf("\nOne goroutine, one idle key per pair, a lease of %v, a context with a deadline (as in the main table; rueidis then sends each command from the caller's goroutine, not through the connection's writer and reader goroutines). Back-to-back: %d pairs of each, in blocks of %d in a row, the pairs taking turns block by block in a new random order each round, after one block each to warm up; interleaved: %d pairs, taking turns with the floor pair by pair, which goes first chosen at random each round (the floor's interleaved row pools its pairs from every interleaving). "+
 		"A client call is a Do or DoMulti on the rueidis.Client the library was given (a wrapper stamps its call and return); the parts are p50s each over the pairs that made the most common number of calls (its share in brackets), so they need not add up to the pair's p50. "+
 		"Allocations: runtime.MemStats.Mallocs over %d pairs back to back, the whole process's (the client's goroutines included). "+
-		"Wake-ups: goroutine transitions Waiting→Runnable in a runtime/trace of the pairs back to back, at least %d and for at least %v (a renewal period, TTL/3, and a tenth: a Handle's renewal loop that has looked at a held lease is not woken again before its renewal is due, one that found none is woken by every Lock until it finds one), parsed with golang.org/x/exp/trace, per pair, by the woken goroutine (the innermost distsync or rueidis function of the stack it waited in, else its start function) and who woke it (the goroutine that ran the unblock, or, with none running, the runtime: netpoll for a network wait, a timer, most likely, for a sleep, select or channel receive). Groups under 0.02/pair are left out of the list, not of the total.\n",
-		leaseTTL, n, n/10, n, n, traced, traceFor.Round(time.Millisecond))
+		"Wake-ups: goroutine transitions Waiting→Runnable in a runtime/trace of the pairs back to back, at least %d and for at least %v (a renewal period, TTL/3, and a tenth: a Handle's renewal loop wakes when a renewal is due, and a wake-up of it per pair, if a Lock caused one, would show at its true rate), parsed with golang.org/x/exp/trace, per pair, by the woken goroutine (the innermost distsync or rueidis function of the stack it waited in, else its start function) and who woke it (the goroutine that ran the unblock, or, with none running, the runtime: netpoll for a network wait, a timer, most likely, for a sleep, select or channel receive). Groups under 0.02/pair are left out of the list, not of the total.\n",
+		leaseTTL, n, pairBlock, n, n, traced, traceFor.Round(time.Millisecond))
 }
 
 // wakeCell formats w for the breakdown's table: the total per pair, then the groups of at least

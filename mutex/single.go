@@ -42,7 +42,7 @@ type single struct {
 	mu           sync.Mutex
 	releaseHeld  func(ctx context.Context, l *core.Lease) (bool, error) // m.release, for Handle.Release
 	releaseLease func(ctx context.Context, l *core.Lease) error         // the LeaseSpec.Release of every hold
-	renewWith    func(owner string, token int64) scripts.Call                        // the LeaseSpec.RenewWith of every hold
+	renewWith    func(owner string, token int64) scripts.Call           // the LeaseSpec.RenewWith of every hold
 
 	lease *core.Lease // the current hold, nil when this Mutex is not held
 	// free is the gate of the current hold, closed when it ends; made only when a goroutine
