@@ -140,7 +140,7 @@ func pick(first bool, a, b string) string {
 // back every mutex it held and left every queue it waited in: it holds none of them. Errors
 // are otherwise as for [Mutex.Lock]; an error holds nothing.
 func (a *All) Lock(ctx context.Context) error {
-	_, err := a.LockLease(ctx)
+	_, _, err := a.acquire(ctx, false) // not LockLease: its public Lease is made only when asked for
 	return err
 }
 
@@ -158,7 +158,7 @@ func (a *All) LockLease(ctx context.Context) (*distsync.Lease, error) {
 // ctx bounds the round trips; if it ends first, TryLock returns ctx's error (matching
 // [distsync.ErrNotAcquired]) and makes sure the attempt takes nothing.
 func (a *All) TryLock(ctx context.Context) (bool, error) {
-	_, ok, err := a.TryLockLease(ctx)
+	_, ok, err := a.acquire(ctx, true)
 	return ok, err
 }
 

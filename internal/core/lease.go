@@ -88,10 +88,14 @@ type Lease struct {
 	ctx   context.Context // nil until asked for (context); once made, cancelled iff cause is set
 	end   context.CancelCauseFunc
 	pub   any // the distsync.Lease that wraps this lease (Public), made on first need
+	// parent is the lease over this one (Quorum, Together), if any: told when this one ends.
+	parent *Lease
 
 	// quorum, if set, makes this a lease over other leases (see Handle.Quorum): held while
-	// enough of them are, never on the renewal loop itself.
-	quorum *quorum
+	// enough of them are, never on the renewal loop itself. unclose stops its watch of its
+	// Handle's Close.
+	quorum  *quorum
+	unclose func() bool
 
 	// Guarded by the renewer's mutex.
 	deadline time.Time     // local validity: past it, the claim may be gone from Redis

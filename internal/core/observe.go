@@ -168,13 +168,20 @@ func (a *Acquire) Done(l *Lease, err error) {
 		return
 	}
 	if err := l.Err(); err != nil {
-		l.report(err) // it ended before it was followed: report the end now (once, see report)
+		l.tellEnd(err) // it ended before it was followed: report the end now (once, see tellEnd)
 	}
 }
 
-// report tells the observer and the log how l ended, once. The lease calls it when it ends,
-// outside the renewer's lock (the observer may be slow, or look at the lease).
+// report is what follows the end of l, once, outside the renewer's lock (the observer may be
+// slow, or look at the lease): it tells the observer and the log (tellEnd), and the lease over
+// l, if any (endedUp).
 func (l *Lease) report(err error) {
+	l.tellEnd(err)
+	l.endedUp()
+}
+
+// tellEnd tells the observer and the log how l ended, once.
+func (l *Lease) tellEnd(err error) {
 	if lg := l.h.Log(); lg != nil && !l.spec.Place && errors.Is(err, ErrLost) && l.logged.CompareAndSwap(false, true) {
 		lg.Warn("distsync: lease lost", "key", l.spec.Key, "token", l.spec.Token, "err", err)
 	}

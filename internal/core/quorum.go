@@ -46,15 +46,42 @@ func (h *Handle) Together(members []*Lease, token int64, ttl time.Duration, rene
 func (h *Handle) over(q *quorum, token int64, ttl time.Duration, renew bool) *Lease {
 	members := q.members
 	l := &Lease{h: h, spec: LeaseSpec{TTL: ttl, Token: token, Renew: renew}, quorum: q}
-	lctx := l.context()
-	stop := context.AfterFunc(h.ctx, func() { l.End(ErrClosed) })
-	context.AfterFunc(lctx, func() { stop() })
+	// The Handle's Close ends it (its members on other Handles are not this Handle's to end);
+	// the end of a member makes it look at its members again (report, of the member). Neither
+	// needs a context of l's or of a member's: most holds end released, with nobody asking.
+	l.unclose = context.AfterFunc(h.ctx, func() { l.End(ErrClosed) })
 	for _, m := range members {
-		stop := context.AfterFunc(m.context(), func() { l.quorum.check(l) })
-		context.AfterFunc(lctx, func() { stop() })
+		m.endMu.Lock()
+		m.parent = l
+		m.endMu.Unlock()
 	}
-	l.quorum.check(l)
+	l.quorum.check(l) // a member that ended before it was told of l
 	return l
+}
+
+// endedUp is called, by report, once l has ended: a lease over other leases stops watching its
+// Handle's Close, and the lease over l, if any, looks at its members again.
+func (l *Lease) endedUp() {
+	if l.unclose != nil {
+		l.unclose()
+	}
+	l.endMu.Lock()
+	p := l.parent
+	l.endMu.Unlock()
+	if p != nil {
+		p.quorum.check(p)
+	}
+}
+
+// heldCount returns how many members are still held (each checked against its own deadline).
+func (q *quorum) heldCount() int {
+	n := 0
+	for _, m := range q.members {
+		if m.Err() == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // held returns the members still held (each checked against its own deadline).
@@ -73,7 +100,7 @@ func (q *quorum) check(l *Lease) {
 	if l.ended() != nil {
 		return
 	}
-	if n := len(q.held()); n < q.need {
+	if n := q.heldCount(); n < q.need {
 		for _, m := range q.members {
 			if errors.Is(m.Err(), ErrClosed) {
 				l.End(ErrClosed) // a Handle's Close released its claim: not a loss
