@@ -85,7 +85,7 @@ type row struct {
 	un         pairStats // uncontended Lock+Unlock, interleaved and back to back
 	cont       contention
 	idle       float64
-	distinct   float64
+	distinct   distinct
 	contErr    error
 	contention bool
 	distinctErr,
@@ -232,10 +232,10 @@ func printTable(rows []row, rtt time.Duration, processes, goroutines int, dur, i
 		if r.lib.floor {
 			floor = r.un
 			if r.distinctErr == nil {
-				floorDistinct = r.distinct
+				floorDistinct = r.distinct.perSec
 			}
-		} else if r.lib.name != "distsync" && r.distinct > bestPeer {
-			bestPeer = r.distinct
+		} else if r.lib.name != "distsync" && r.distinct.perSec > bestPeer {
+			bestPeer = r.distinct.perSec
 		}
 	}
 	times := func(d, f time.Duration) string {
@@ -280,7 +280,7 @@ func printTable(rows []row, rtt time.Duration, processes, goroutines int, dur, i
 		fmt.Printf("| %s | %v (%v) | %s | %s | %s %s| %s |\n", r.lib.name, r.un.p50.Round(time.Microsecond), r.un.p99.Round(time.Microsecond),
 			ratio(r.un.p50, rtt), times(r.un.p50, floor.p50), b2b, cont, distinctCell(r, floorDistinct, bestPeer))
 	}
-	fmt.Printf("\nSettings: lease 10 s for every library. Uncontended: one goroutine, Lock then Unlock on an idle key, the libraries interleaved pair by pair (a PING before each round is the RTT unit); back-to-back: the same pairs, as many, in blocks of %d consecutive pairs per library (a worker loop locking item after item), the libraries taking turns block by block in a new random order each round, after one block each to warm up. Contention: %d processes × %d goroutines on one key for %v, no work inside the lock; a hand-off is the time from one goroutine's Unlock call to the next Lock returning in another goroutine; its RTT unit is a PING sent by another client during the run. Idle waiter: commands a waiting client sends in %v while another client holds the lock. Idle wake-up: Unlock call to the waiting client's Lock return after both sat idle for %v, %d rounds; its unit is a PING sent just before the Unlock by a client idle as long. Crash: a holder process, past its first renewal, is SIGKILLed with a waiter queued; the time from when its lease ran out (its PTTL read at the kill) to the waiter's Lock return. Distinct keys: %d goroutines in one process, each on its own key, for %v; × floor is against the floor's pairs/s.\n\n",
+	fmt.Printf("\nSettings: lease 10 s for every library. Uncontended: one goroutine, Lock then Unlock on an idle key, the libraries interleaved pair by pair (a PING before each round is the RTT unit); back-to-back: the same pairs, as many, in blocks of %d consecutive pairs per library (a worker loop locking item after item), the libraries taking turns block by block in a new random order each round, after one block each to warm up. Contention: %d processes × %d goroutines on one key for %v, no work inside the lock; a hand-off is the time from one goroutine's Unlock call to the next Lock returning in another goroutine; its RTT unit is a PING sent by another client during the run. Idle waiter: commands a waiting client sends in %v while another client holds the lock. Idle wake-up: Unlock call to the waiting client's Lock return after both sat idle for %v, %d rounds; its unit is a PING sent just before the Unlock by a client idle as long. Crash: a holder process, past its first renewal, is SIGKILLed with a waiter queued; the time from when its lease ran out (its PTTL read at the kill) to the waiter's Lock return. Distinct keys: %d goroutines in one process, each on its own key, for %v; × floor is against the floor's pairs/s; CPU per pair is Redis's (INFO cpu, user and system) and the bench process's (getrusage) over the run, in which that library's session runs alone: with 64 goroutines the two vCPUs, not the round trip, limit the pairs.\n\n",
 		pairBlock, processes, goroutines, dur, idleWin, wakeGap, wakeRounds, distinctGoroutines, distinctDur)
 	for _, r := range rows {
 		fmt.Printf("- %s: %s\n", r.lib.name, r.lib.settings)
@@ -295,17 +295,16 @@ func distinctCell(r row, floor, bestPeer float64) string {
 	if r.distinctErr != nil {
 		return "error: " + r.distinctErr.Error()
 	}
+	d := r.distinct
 	var notes []string
 	if floor > 0 && !r.lib.floor {
-		notes = append(notes, fmt.Sprintf("%.2f× floor", r.distinct/floor))
+		notes = append(notes, fmt.Sprintf("%.2f× floor", d.perSec/floor))
 	}
 	if r.lib.name == "distsync" && bestPeer > 0 {
-		notes = append(notes, fmt.Sprintf("%.2f× best peer", r.distinct/bestPeer))
+		notes = append(notes, fmt.Sprintf("%.2f× best peer", d.perSec/bestPeer))
 	}
-	if len(notes) == 0 {
-		return fmt.Sprintf("%.0f", r.distinct)
-	}
-	return fmt.Sprintf("%.0f (%s)", r.distinct, strings.Join(notes, ", "))
+	notes = append(notes, fmt.Sprintf("CPU per pair: Redis %v, client %v", d.redisCPU.Round(100*time.Nanosecond), d.clientCPU.Round(100*time.Nanosecond)))
+	return fmt.Sprintf("%.0f (%s)", d.perSec, strings.Join(notes, ", "))
 }
 
 // ---- a redis-server of the benchmark's own

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/distsync/distsync/internal/stats"
@@ -73,13 +74,21 @@ func uncontended(ctx context.Context, ls []lib, addr string, iters int) (map[str
 const distinctGoroutines = 64
 
 // distinctKeys runs goroutines goroutines for dur, each locking and unlocking its own key
-// through one session of l, and returns the pairs per second of them all.
-func distinctKeys(ctx context.Context, l lib, addr string, goroutines int, dur time.Duration) (float64, error) {
+// through one session of l, and returns the pairs per second of them all, with the CPU a pair
+// cost Redis and this process (the one library's session runs alone in it then): with many
+// goroutines the two vCPUs, not the round trip, limit the figure, and these say whose work it
+// is.
+func distinctKeys(ctx context.Context, l lib, addr string, goroutines int, dur time.Duration) (distinct, error) {
 	s, err := l.open(addr)
 	if err != nil {
-		return 0, err
+		return distinct{}, err
 	}
 	defer s.Close()
+	before, err := commandstats(addr)
+	if err != nil {
+		return distinct{}, err
+	}
+	cpu0 := processCPU()
 	ctx, cancel := context.WithTimeout(ctx, dur+30*time.Second)
 	defer cancel()
 	var pairs atomic.Int64
@@ -106,11 +115,35 @@ func distinctKeys(ctx context.Context, l lib, addr string, goroutines int, dur t
 		}()
 	}
 	wg.Wait()
+	elapsed := time.Since(start)
+	cpu1 := processCPU()
 	close(errs)
 	if err := <-errs; err != nil {
-		return 0, err
+		return distinct{}, err
 	}
-	return float64(pairs.Load()) / time.Since(start).Seconds(), nil
+	after, err := commandstats(addr)
+	if err != nil {
+		return distinct{}, err
+	}
+	n := float64(pairs.Load())
+	_, redisCPU := after.per(before, n)
+	return distinct{perSec: n / elapsed.Seconds(), redisCPU: redisCPU, clientCPU: time.Duration(float64(cpu1-cpu0) / n)}, nil
+}
+
+// distinct is the outcome of distinctKeys: pairs per second, and the CPU time of a pair in
+// Redis (INFO cpu) and in this process (getrusage).
+type distinct struct {
+	perSec              float64
+	redisCPU, clientCPU time.Duration
+}
+
+// processCPU returns the CPU time (user and system) this process has used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // ---- idle waiter: commands per second sent by a waiter while another session holds the lock
