@@ -45,9 +45,7 @@ type single struct {
 	renewWith    func(owner string, token int64) scripts.Call           // the LeaseSpec.RenewWith of every hold
 
 	lease *core.Lease // the current hold, nil when this Mutex is not held
-	// free is the gate of the current hold, closed when it ends; made only when a goroutine
-	// asks for it (gate), so that an uncontended hold does not pay for a channel.
-	free chan struct{}
+	free  waitq.Gate  // the Room's gate: open while lease is nil
 
 	// inAll is set while the current hold is part of an All's: its renewals keep the record
 	// of the set (with) alive too.
@@ -91,13 +89,7 @@ func newSingle(c, ids *core.Handle, name string, set core.Settings, ks keys.Spac
 func (m *single) gate() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.lease == nil {
-		return waitq.Open
-	}
-	if m.free == nil {
-		m.free = make(chan struct{})
-	}
-	return m.free
+	return m.free.Wait(m.lease != nil)
 }
 
 // lock is the Lock of m (see Mutex.LockLease).
@@ -156,10 +148,7 @@ func (m *single) unlock(ctx context.Context) error {
 	l := m.lease
 	if l != nil {
 		m.lease = nil
-		if m.free != nil {
-			close(m.free)
-			m.free = nil
-		}
+		m.free.Open()
 		if m.inAll.Load() {
 			m.inAll.Store(false) // a write only for a hold that was in a set
 		}
@@ -211,7 +200,7 @@ func (m *single) attempt(ctx context.Context, t waitq.Try) (waitq.Result, string
 		deadline := t.QueuedAt.Add(window - core.Drift(window))
 		if time.Until(deadline) > window/4 {
 			confirm := scripts.MutexConfirmArgs{Keys: m.keys, Owner: g.Owner, TTL: m.ttlArg, Waiter: m.waiter,
-				Requeue: flag(t.More), Slack: m.slackArg, Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: g.Backup,
+				Requeue: scripts.Flags(t.More), Slack: m.slackArg, Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: g.Backup,
 				Window: m.windowArg, FenceTTL: m.fenceArg}.Call()
 			if _, err := m.hold(ctx, g.Owner, g.Token, time.Now(), deadline, &confirm); err != nil {
 				return waitq.Result{}, "", err
@@ -233,7 +222,7 @@ func (m *single) try(ctx context.Context, waiter string, t waitq.Try) (waitq.Res
 	}
 	sent := time.Now()
 	acquire := scripts.MutexAcquireArgs{Keys: m.keys, Owner: owner, TTL: m.ttlArg, FenceTTL: m.fenceArg,
-		Waiter: waiter, Flags: flags(t.More, t.Queued, t.Grant != nil), Slack: m.slackArg,
+		Waiter: waiter, Flags: scripts.Flags(t.More, t.Queued, t.Grant != nil), Slack: m.slackArg,
 		Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: backup, Last: strconv.FormatInt(t.LastToken, 10)}
 	var buf [5]int64 // the longest reply (mutex_acquire.lua's header)
 	vals, err := core.Ints(acquire.Exec(ctx, m.c.Client), buf[:0])
@@ -291,7 +280,7 @@ func (m *single) hold(ctx context.Context, owner string, token int64, sent, dead
 func (m *single) abandon(ctx context.Context, lv waitq.Leave) (int64, error) {
 	leave := scripts.MutexLeaveArgs{Keys: m.keys, Waiter: m.waiter, Owner: lv.Owner, Window: m.windowArg,
 		FenceTTL: m.fenceArg, Prefix: m.chanPrefix, Pub: m.c.Pub, VoidTTL: core.Ms(voidTTL),
-		Last: strconv.FormatInt(lv.LastToken, 10), Dequeue: flag(lv.Dequeue), Grant: strconv.FormatInt(lv.Grant, 10)}
+		Last: strconv.FormatInt(lv.LastToken, 10), Dequeue: scripts.Flags(lv.Dequeue), Grant: strconv.FormatInt(lv.Grant, 10)}
 	vals, err := leave.Exec(ctx, m.c.Client).AsIntSlice()
 	if err != nil {
 		return 0, err
@@ -316,28 +305,6 @@ func (m *single) parse(p string) waitq.Signal {
 		sig.Grant.Owner = "~" + m.waiter + ":" + strconv.FormatInt(sig.Grant.Token, 10)
 	}
 	return sig
-}
-
-// flags returns mutex_acquire.lua's flags argument: one '1' or '0' for each of a, b, c, in
-// that order (a constant string: no allocation).
-func flags(a, b, c bool) string {
-	var i int
-	for k, f := range [3]bool{a, b, c} {
-		if f {
-			i |= 1 << k
-		}
-	}
-	return flagSets[i]
-}
-
-// flagSets are the eight values of flags, by bits: a is bit 0.
-var flagSets = [8]string{"000", "100", "010", "110", "001", "101", "011", "111"}
-
-func flag(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
 }
 
 func isRedisErr(err error) bool {

@@ -170,7 +170,7 @@ func (m *Mutex) attempt(ctx context.Context, waiter string, t waitq.Try) (waitq.
 	sent := time.Now()
 	var buf [4]int64 // the longest reply (reentrant_lock.lua's header)
 	vals, err := core.Ints(scripts.ReentrantLockArgs{Keys: m.scriptKeys, Owner: string(o), ID: id, TTL: m.ttlArg, FenceTTL: m.fenceArg,
-		OpsTTL: m.opsArg, Expect: expect, Waiter: waiter, Flags: flags(t.More, t.Queued), Slack: m.slackArg,
+		OpsTTL: m.opsArg, Expect: expect, Waiter: waiter, Flags: scripts.Flags(t.More, t.Queued), Slack: m.slackArg,
 		Prefix: m.chanPrefix, Pub: m.c.Pub, Backup: backup, Last: strconv.FormatInt(t.LastToken, 10)}.Exec(ctx, m.c.Client), buf[:0])
 	if err != nil {
 		return waitq.Result{}, undoOf(id, o), err
@@ -240,7 +240,7 @@ func (m *Mutex) attempt(ctx context.Context, waiter string, t waitq.Try) (waitq.
 		h.lease.End(fmt.Errorf("%w: the hold was gone from Redis when it was re-entered", distsync.ErrLost))
 		return waitq.Result{}, "", core.Permanent(fmt.Errorf("re-entering a hold that ended: %w", h.lease.Err()))
 	}
-	return waitq.Result{}, "", core.Unexpected(scripts.ReentrantLock, vals)
+	return waitq.Result{}, "", core.Unexpected(scripts.ReentrantLock, slices.Clone(vals)) // a copy: vals is on the stack
 }
 
 // undoOf is what Abandon takes to undo attempt id of o: made only when an attempt must be
@@ -264,7 +264,7 @@ func (m *Mutex) abandon(ctx context.Context, lv waitq.Leave) (int64, error) {
 	id, o, _ := strings.Cut(lv.Owner, " ")
 	abandon := scripts.ReentrantAbandonArgs{Keys: m.scriptKeys, Owner: o, ID: id, OpsTTL: core.Ms(opsTTL), Waiter: m.waiter,
 		Window: m.windowArg, FenceTTL: m.fenceArg, Prefix: m.chanPrefix, Pub: m.c.Pub,
-		Last: strconv.FormatInt(lv.LastToken, 10), Dequeue: flag(lv.Dequeue), Grant: strconv.FormatInt(lv.Grant, 10)}
+		Last: strconv.FormatInt(lv.LastToken, 10), Dequeue: scripts.Flags(lv.Dequeue), Grant: strconv.FormatInt(lv.Grant, 10)}
 	vals, err := abandon.Exec(ctx, m.c.Client).AsIntSlice()
 	if err != nil {
 		return 0, err

@@ -364,20 +364,6 @@ func (m *Mutex) field(o Owner) string {
 	return m.lastField
 }
 
-// flags returns reentrant_lock.lua's flags argument: '1' or '0' for a, then for b (a
-// constant string: no allocation).
-func flags(a, b bool) string {
-	switch {
-	case a && b:
-		return "11"
-	case a:
-		return "10"
-	case b:
-		return "01"
-	}
-	return "00"
-}
-
 // settled ends one of o's Unlocks counted in p: the last one lets o's Locks go on.
 func (m *Mutex) settled(o Owner, p *pending) {
 	m.mu.Lock()
@@ -470,13 +456,6 @@ func (m *Mutex) parse(p string) waitq.Signal {
 		return waitq.Signal{Kind: waitq.Recheck}
 	}
 	return sig
-}
-
-func flag(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
 }
 
 // Holders returns who holds m, as Redis has it at one moment: the owner and its hold count, or none if m is free; Handle is empty, since a reentrant hold belongs to an [Owner], and Owner is that owner. It reads in one round

@@ -66,7 +66,7 @@ type RWMutex struct {
 
 	mu     sync.Mutex
 	wlease *core.Lease   // the write hold, nil when not held by this value
-	free   chan struct{} // the gate of the write hold, closed by Unlock; made when asked for (gate)
+	free   waitq.Gate    // the writers' Room's gate: open while wlease is nil
 	rholds []*core.Lease // the read holds of this value, oldest first
 }
 
@@ -218,10 +218,7 @@ func (m *RWMutex) Unlock(ctx context.Context) error {
 	l := m.wlease
 	if l != nil {
 		m.wlease = nil
-		if m.free != nil {
-			close(m.free)
-			m.free = nil
-		}
+		m.free.Open()
 	}
 	m.mu.Unlock()
 	if l == nil {
@@ -371,13 +368,7 @@ func (m *RWMutex) leave(ctx context.Context, mode, waiter, owner string, dequeue
 func (m *RWMutex) gate() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.wlease == nil {
-		return waitq.Open
-	}
-	if m.free == nil {
-		m.free = make(chan struct{}) // closed by Unlock
-	}
-	return m.free
+	return m.free.Wait(m.wlease != nil)
 }
 
 // parse returns the waitq.Parse of a channel whose renewal notices for this RWMutex value are

@@ -315,17 +315,8 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	}
 	s.mu.Unlock()
 
-	if len(parts) == 1 && parts[0].last { // the common case, without errors.Join
-		p := parts[0]
-		id := s.c.NewID()
-		if err := s.c.Release(ctx, s.p, "release", p.h.lease, func(ctx context.Context, l *core.Lease) (bool, error) {
-			return s.release(ctx, l.Owner(), p.k, id)
-		}); err != nil {
-			return fmt.Errorf("semaphore %q: release: %w", s.name, err)
-		}
-		return nil
-	}
-	var errs []error
+	var ebuf [2]error
+	errs := ebuf[:0]
 	for _, p := range parts {
 		id := s.c.NewID()
 		release := func(ctx context.Context, _ *core.Lease) (bool, error) {

@@ -124,12 +124,27 @@ func (s *Script) Source() string { return s.src }
 // EVALSHA-then-EVAL, so that keys and args are only read, never kept: the seam's Exec methods
 // fill them on the stack, and an uncontended acquisition allocates nothing for its arguments.
 func (s *Script) Exec(ctx context.Context, c rueidis.Client, keys, args []string) rueidis.RedisResult {
-	n := int64(len(keys))
-	r := c.Do(ctx, c.B().Evalsha().Sha1(s.sha).Numkeys(n).Key(keys...).Arg(args...).Build())
-	if re, ok := rueidis.IsRedisErr(r.Error()); ok && re.IsNoScript() {
-		r = c.Do(ctx, c.B().Eval().Script(s.src).Numkeys(n).Key(keys...).Arg(args...).Build())
+	r := c.Do(ctx, s.evalsha(c, keys, args))
+	if noScript(r) {
+		r = c.Do(ctx, s.eval(c, keys, args))
 	}
 	return s.explain(r, keys)
+}
+
+// evalsha and eval build the command that runs s with keys and args, by its SHA1 or with its
+// source; they read keys and args, and keep neither.
+func (s *Script) evalsha(c rueidis.Client, keys, args []string) rueidis.Completed {
+	return c.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+}
+
+func (s *Script) eval(c rueidis.Client, keys, args []string) rueidis.Completed {
+	return c.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+}
+
+// noScript reports whether r is Redis's NOSCRIPT: the server does not know the script yet.
+func noScript(r rueidis.RedisResult) bool {
+	re, ok := rueidis.IsRedisErr(r.Error())
+	return ok && re.IsNoScript()
 }
 
 // Call is one script invocation, for a batch ([DoMulti]) or to send later. Make it with the
@@ -156,12 +171,12 @@ func DoMulti(ctx context.Context, c rueidis.Client, calls []Call) []rueidis.Redi
 	}
 	cmds := make(rueidis.Commands, len(calls))
 	for i, k := range calls {
-		cmds[i] = c.B().Evalsha().Sha1(k.Script.sha).Numkeys(int64(len(k.Keys))).Key(k.Keys...).Arg(k.Args...).Build()
+		cmds[i] = k.Script.evalsha(c, k.Keys, k.Args)
 	}
 	res := c.DoMulti(ctx, cmds...)
 	var again []int
 	for i, r := range res {
-		if e, ok := rueidis.IsRedisErr(r.Error()); ok && e.IsNoScript() {
+		if noScript(r) {
 			again = append(again, i)
 		}
 	}
@@ -169,7 +184,7 @@ func DoMulti(ctx context.Context, c rueidis.Client, calls []Call) []rueidis.Redi
 		cmds = cmds[:0]
 		for _, i := range again {
 			k := calls[i]
-			cmds = append(cmds, c.B().Eval().Script(k.Script.src).Numkeys(int64(len(k.Keys))).Key(k.Keys...).Arg(k.Args...).Build())
+			cmds = append(cmds, k.Script.eval(c, k.Keys, k.Args))
 		}
 		for j, r := range c.DoMulti(ctx, cmds...) {
 			res[again[j]] = r

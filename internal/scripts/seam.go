@@ -29,6 +29,27 @@ package scripts
 // with a variadic tail (whose longer calls make append allocate).
 const maxArgs = 24
 
+// Flags returns a flags argument: '1' or '0' for each of fs, in order (mutex_acquire.lua's
+// and reentrant_lock.lua's flags, and the single-flag arguments), as a constant string: no
+// allocation on the hot path. It takes up to three flags, as the scripts do.
+func Flags(fs ...bool) string {
+	bits := 0
+	for k, f := range fs {
+		if f {
+			bits |= 1 << k
+		}
+	}
+	return flagSets[len(fs)][bits]
+}
+
+// flagSets[n][bits] is Flags of n flags, the first flag bit 0.
+var flagSets = [4][]string{
+	{""},
+	{"0", "1"},
+	{"00", "10", "01", "11"},
+	{"000", "100", "010", "110", "001", "101", "011", "111"},
+}
+
 // split returns the call of s whose KEYS are the first nk strings of v and ARGV the rest.
 func split(s *Script, v []string, nk int) Call {
 	return Call{Script: s, Keys: v[:nk:nk], Args: v[nk:]}

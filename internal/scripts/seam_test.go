@@ -566,3 +566,24 @@ func TestCallSitesNameTheirArguments(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFlags checks Flags's table against the characters it stands for.
+func TestFlags(t *testing.T) {
+	for n := range 4 {
+		for bits := range 1 << n {
+			fs := make([]bool, n)
+			want := ""
+			for k := range fs {
+				fs[k] = bits&(1<<k) != 0
+				if fs[k] {
+					want += "1"
+				} else {
+					want += "0"
+				}
+			}
+			if got := Flags(fs...); got != want {
+				t.Errorf("Flags(%v) = %q, want %q", fs, got, want)
+			}
+		}
+	}
+}

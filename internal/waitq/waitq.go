@@ -281,10 +281,30 @@ var closedTurn = func() chan struct{} {
 	return c
 }()
 
-// Open is an open gate (a closed channel): what a Hooks.Gate returns while there is no local
-// hold to wait for. A primitive makes its gate's channel only when a goroutine asks for it
-// during a hold, so that an uncontended hold pays for none.
-var Open <-chan struct{} = closedTurn
+// Gate is what a primitive's Hooks.Gate returns for a local hold that one goroutine at a time
+// has (a mutex's, a rwmutex's write hold): a channel closed while there is no hold, and, during
+// one, closed when it ends. The channel of a hold is made only when a goroutine asks for it, so
+// that an uncontended hold pays for none. Its methods are called under the primitive's lock.
+type Gate struct{ ch chan struct{} }
+
+// Wait returns the gate's channel: closed already if held is false, else closed by Open.
+func (g *Gate) Wait(held bool) <-chan struct{} {
+	if !held {
+		return closedTurn
+	}
+	if g.ch == nil {
+		g.ch = make(chan struct{})
+	}
+	return g.ch
+}
+
+// Open opens the gate: the hold it was closed for has ended.
+func (g *Gate) Open() {
+	if g.ch != nil {
+		close(g.ch)
+		g.ch = nil
+	}
+}
 
 // Acquire waits its turn in the Room, then attempts until an attempt acquires, ctx ends or
 // the handle closes. It returns nil on success, ctx's error, core.ErrClosed, or the error of
