@@ -23,8 +23,10 @@
 // process's own, from the next decision of each; and each process learns the values in force
 // from the replies ([Limiter.Limit], [Limiter.Burst]). Without stored settings the bucket's
 // key expires when the bucket would be full again (a full bucket and a missing one are the
-// same). With them, it lives [SettingsRetention] after the limiter's last use; after that the
-// processes' own values apply again.
+// same). With them, it lives [SettingsRetention] after the limiter's last use, and at least
+// until it would be full; after that the processes' own values apply again. A zero limit
+// never refills the bucket: its key expires SettingsRetention after the last use, and its
+// tokens come back then.
 //
 // Precision. A reservation's time to act is decided by Redis's clock and becomes a local
 // time when the reply arrives: the caller acts late by up to the reply's one-way latency,

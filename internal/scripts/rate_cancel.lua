@@ -9,8 +9,7 @@
 -- #include lib/clock.lua
 -- #include lib/rate.lua
 
-local _, now = now()
-local b = load()
+local b, now = begin()
 local limit, burst = settings(b)
 local rlimit = limit_of(A.rlimit)
 if rlimit == math.huge or A.n == 0 or A.at < now or not b.tokens then

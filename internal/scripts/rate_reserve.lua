@@ -12,8 +12,7 @@
 -- #include lib/clock.lua
 -- #include lib/rate.lua
 
-local _, now = now()
-local b = load()
+local b, now = begin()
 local limit, burst = settings(b)
 if b.limit == math.huge then
   return {'1', '0', int(now), flt(b.burst), limit, burst}

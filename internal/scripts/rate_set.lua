@@ -8,8 +8,7 @@
 -- #include lib/clock.lua
 -- #include lib/rate.lua
 
-local _, now = now()
-local b = load()
+local b, now = begin()
 local tokens = advance(b, now)
 if A.new_limit ~= '' then
   redis.call('HSET', KEYS[1], 'limit', A.new_limit)

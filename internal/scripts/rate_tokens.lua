@@ -7,7 +7,6 @@
 -- #include lib/clock.lua
 -- #include lib/rate.lua
 
-local _, now = now()
-local b = load()
+local b, now = begin()
 local limit, burst = settings(b)
 return {flt(advance(b, now)), limit, burst}

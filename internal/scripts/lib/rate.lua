@@ -16,8 +16,12 @@
 --
 -- The bucket expires when it would be full again and no reservation is still ahead: a full
 -- bucket and a missing one mean the same, so nothing is lost. Once it holds settings, it lives
--- for retention after the last script that touched it instead: settings are forgotten a
--- retention after the limiter's last use, and the callers' own apply again. Nothing waits for
+-- for retention after the last script that touched it instead (and until it is full):
+-- settings are forgotten a retention after the limiter's last use, and the callers' own
+-- apply again. A script reads the bucket before the clock (begin): Redis judges a key's
+-- expiry by the script's start, miniredis by the time of the command that reads it, both no
+-- later than a TIME read after it, so a bucket found gone is full by the script's now (read
+-- first, a stalled script could find it gone at a later time than its now). Nothing waits for
 -- anything in Redis: a reservation's waiting is its caller's timer.
 --
 -- Requires lib/clock.lua (now, int).
@@ -54,6 +58,13 @@ local function load()
   return b
 end
 
+-- begin() returns the bucket (load) and the server time in µs, read in that order (above).
+local function begin()
+  local b = load()
+  local _, t = now()
+  return b, t
+end
+
 -- advance() returns the tokens of bucket b at time now (x/time/rate's advance): a missing
 -- bucket is full; an infinite limit fills it in any time at all.
 local function advance(b, now)
@@ -73,15 +84,24 @@ local function advance(b, now)
 end
 
 -- save() writes bucket b's tokens at now, and its latest time to act, and sets its TTL: until
--- it is full again and past event, or retention if it holds settings (or would never fill).
+-- it is full again and past event (a full bucket and a missing one are the same); with stored
+-- settings, or a limit that never refills it, retention, but never less than until it is
+-- full. In whole milliseconds, rounded up: Redis counts a TTL from its command time in whole
+-- milliseconds (at or after now's) and takes a key for gone only in a later millisecond;
+-- miniredis counts it from its own command time, after now. At most 1e12 ms (31 years):
+-- miniredis holds a TTL in a time.Duration (292 years at most).
 local function save(b, tokens, now, event)
   redis.call('HSET', KEYS[1], 'tokens', flt(tokens), 'last', int(now), 'event', int(event))
-  local ms = A.retention
-  if not b.stored and b.limit > 0 then
-    local full = math.max(0, b.burst - tokens) / b.limit * 1e6 -- µs until full
-    ms = math.min(ms, math.floor(math.max(full, event - now) / 1000) + 1)
+  local us = A.retention * 1000
+  if b.limit > 0 then
+    local full = math.max(math.max(0, b.burst - tokens) / b.limit * 1e6, event - now)
+    if b.stored then
+      us = math.max(us, full)
+    else
+      us = full
+    end
   end
-  redis.call('PEXPIRE', KEYS[1], ms)
+  redis.call('PEXPIRE', KEYS[1], math.floor(math.min(us, 1e15) / 1000) + 1)
 end
 
 -- settings() returns the limit and burst in force, as strings, for a reply.
