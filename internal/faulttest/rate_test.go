@@ -334,8 +334,8 @@ func checkRate(s rateSetup, evs []Event, t0 int64) rateResult {
 		x, i, j := maxExcess(w.ts, time.Microsecond, w.limit, float64(s.burst), math.MinInt64)
 		fig("max window excess (Redis's clock): "+w.what, fmt.Sprintf("%.4f tokens", x))
 		if x > 1e-3 {
-			bad("over the rate (Redis's clock, %s): %d times to act in [%d, %d]µs (%dµs), allowed %.2f/s + %d burst",
-				w.what, j-i+1, w.ts[i], w.ts[j], w.ts[j]-w.ts[i], w.limit, s.burst)
+			bad("over the rate (Redis's clock, %s): %d times to act in [%d, %d]µs (%dµs), allowed %.2f/s + %d burst; %s",
+				w.what, j-i+1, w.ts[i], w.ts[j], w.ts[j]-w.ts[i], w.limit, s.burst, shortGaps(adm, w.ts[i], w.ts[j], w.limit))
 		}
 	}
 
@@ -415,6 +415,34 @@ func maxExcess(ts []int64, unit time.Duration, limit, burst float64, from int64)
 		}
 	}
 	return excess, i0, j0
+}
+
+// shortGaps describes, for a failure on Redis's clock, where the admissions in [from, to]
+// (times to act) came sooner than the limit spaces them while they waited (a reservation
+// that waited was made when the bucket was empty, so the next one's time to act is 1/limit
+// later): the first few such pairs, with when each was decided, and how many acted at the
+// moment they were decided (the bucket had tokens: bursts).
+func shortGaps(adm []Event, from, to int64, limit float64) string {
+	var in []Event
+	for _, e := range adm {
+		if e.At >= from && e.At <= to {
+			in = append(in, e)
+		}
+	}
+	sort.Slice(in, func(i, j int) bool { return in[i].At < in[j].At || in[i].At == in[j].At && in[i].Made < in[j].Made })
+	step := int64(1e6/limit) - 1
+	var out []string
+	now := 0
+	for k, e := range in {
+		if e.At == e.Made {
+			now++
+		}
+		if k > 0 && in[k-1].At > in[k-1].Made && e.At > e.Made && e.At-in[k-1].At < step && len(out) < 8 {
+			out = append(out, fmt.Sprintf("%s→%s %dµs apart (decided at %d, %d)",
+				in[k-1].Hold, e.Hold, e.At-in[k-1].At, in[k-1].Made, e.Made))
+		}
+	}
+	return fmt.Sprintf("%d acted when decided; waiting ones closer than 1/limit: %v", now, out)
 }
 
 // maxExcessLate is maxExcess on recorded times ts whose lateness (after the true time, never
