@@ -10,15 +10,7 @@
 
 local b, now = begin()
 local tokens = advance(b, now)
-if A.new_limit ~= '' then
-  redis.call('HSET', KEYS[1], 'limit', A.new_limit)
-  b.slimit, b.limit = A.new_limit, limit_of(A.new_limit)
-end
-if A.new_burst ~= '' then
-  redis.call('HSET', KEYS[1], 'burst', A.new_burst)
-  b.sburst, b.burst = A.new_burst, tonumber(A.new_burst)
-end
-b.stored = true
+store(b, A.new_limit, A.new_burst)
 save(b, tokens, now, b.event)
 local limit, burst = settings(b)
 return {flt(tokens), limit, burst}

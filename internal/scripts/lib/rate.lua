@@ -47,15 +47,29 @@ local function flt(x)
   return string.format('%.17f', x)
 end
 
--- load() returns the bucket: tokens, last and event (nil when there is no bucket), the limit
--- and burst in force (the stored settings, else the caller's) and whether settings are stored.
+-- load() returns the bucket: tokens, last and event (nil when there is no bucket), the
+-- stored settings (hlimit, hburst: nil when not stored), the limit and burst in force (the
+-- stored settings, else the caller's) and whether settings are stored.
 local function load()
   local v = redis.call('HMGET', KEYS[1], 'tokens', 'last', 'event', 'limit', 'burst')
   local b = {tokens = tonumber(v[1]), last = tonumber(v[2]), event = tonumber(v[3]) or 0,
-    stored = (v[4] or v[5]) and true or false}
-  b.slimit, b.sburst = v[4] or A.limit, v[5] or ARGV[2]
+    hlimit = v[4] or nil, hburst = v[5] or nil}
+  b.stored = (b.hlimit or b.hburst) and true or false
+  b.slimit, b.sburst = b.hlimit or A.limit, b.hburst or ARGV[2]
   b.limit, b.burst = limit_of(b.slimit), tonumber(b.sburst)
   return b
+end
+
+-- store() makes settings part of bucket b, for save() to write: a new limit or burst ('' to
+-- keep the one in force).
+local function store(b, limit, burst)
+  if limit ~= '' then
+    b.hlimit, b.slimit, b.limit = limit, limit, limit_of(limit)
+  end
+  if burst ~= '' then
+    b.hburst, b.sburst, b.burst = burst, burst, tonumber(burst)
+  end
+  b.stored = true
 end
 
 -- begin() returns the bucket (load) and the server time in µs, read in that order (above).
@@ -83,15 +97,17 @@ local function advance(b, now)
   return math.min(tokens, b.burst)
 end
 
--- save() writes bucket b's tokens at now, and its latest time to act, and sets its TTL: until
--- it is full again and past event (a full bucket and a missing one are the same); with stored
--- settings, or a limit that never refills it, retention, but never less than until it is
--- full. In whole milliseconds, rounded up: Redis counts a TTL from its command time in whole
--- milliseconds (at or after now's) and takes a key for gone only in a later millisecond;
--- miniredis counts it from its own command time, after now. At most 1e12 ms (31 years):
--- miniredis holds a TTL in a time.Duration (292 years at most).
+-- save() writes bucket b (its tokens at now, its latest time to act, its stored settings) in
+-- one HSET, and sets its TTL: until it is full again and past event (a full bucket and a
+-- missing one are the same); with stored settings, or a limit that never refills it,
+-- retention, but never less than until it is full. In whole milliseconds, rounded up: Redis
+-- counts a TTL from its command time in whole milliseconds (at or after now's) and takes a key
+-- for gone only in a later millisecond; miniredis counts it from its own command time, after
+-- now. At most 1e12 ms (31 years): miniredis holds a TTL in a time.Duration (292 years at
+-- most). Redis expires no key while a script runs; miniredis does, by each command's time,
+-- so a key whose old TTL ran out after the HSET is gone at the PEXPIRE (which then returns 0):
+-- written again, it is a new key without a TTL, and the PEXPIRE finds it.
 local function save(b, tokens, now, event)
-  redis.call('HSET', KEYS[1], 'tokens', flt(tokens), 'last', int(now), 'event', int(event))
   local us = A.retention * 1000
   if b.limit > 0 then
     local full = math.max(math.max(0, b.burst - tokens) / b.limit * 1e6, event - now)
@@ -101,7 +117,20 @@ local function save(b, tokens, now, event)
       us = full
     end
   end
-  redis.call('PEXPIRE', KEYS[1], math.floor(math.min(us, 1e15) / 1000) + 1)
+  local ms = math.floor(math.min(us, 1e15) / 1000) + 1
+  local fields = {'tokens', flt(tokens), 'last', int(now), 'event', int(event)}
+  if b.hlimit then
+    fields[#fields + 1], fields[#fields + 2] = 'limit', b.hlimit
+  end
+  if b.hburst then
+    fields[#fields + 1], fields[#fields + 2] = 'burst', b.hburst
+  end
+  for _ = 1, 2 do
+    redis.call('HSET', KEYS[1], unpack(fields))
+    if redis.call('PEXPIRE', KEYS[1], ms) == 1 then
+      return
+    end
+  end
 end
 
 -- settings() returns the limit and burst in force, as strings, for a reply.
