@@ -22,15 +22,17 @@ local function renewed()
   return 1
 end
 if kind == 's' then
-  if redis.call('GET', key) == owner then
-    redis.call('PEXPIRE', key, ttl)
+  -- PEXPIRE finds no key only on miniredis, which expires keys between a script's commands:
+  -- then the lease is lost, and told so.
+  if redis.call('GET', key) == owner and redis.call('PEXPIRE', key, ttl) == 1 then
     return renewed()
   end
   return 0
 elseif kind == 'h' then
   if redis.call('HEXISTS', key, owner) == 1 and (not ARGV[4] or redis.call('HGET', key, 't') == ARGV[4]) then
-    live_for(key, ttl)
-    return renewed()
+    if live_for(key, ttl) then
+      return renewed()
+    end
   end
   return 0
 elseif kind == 'z' then

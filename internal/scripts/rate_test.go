@@ -3,11 +3,8 @@ package scripts_test
 import (
 	"context"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/alicebob/miniredis/v2/server"
 
 	"github.com/distsync/distsync/internal/redistest"
 	"github.com/distsync/distsync/internal/scripts"
@@ -77,28 +74,6 @@ func TestRateBucketOutlivesTheRetentionUntilItIsFull(t *testing.T) {
 			}
 		}
 	})
-}
-
-// stallOnce makes miniredis b stall the next cmd (one of a script's calls too) for d: with
-// answer, it answers TIME itself with the time of the moment, then stalls; without, it stalls,
-// then runs the command. It returns the function that arms it.
-func stallOnce(t *testing.T, b *redistest.Backend, cmd string, d time.Duration, answer bool) func() {
-	var armed atomic.Bool
-	b.Mini.Server().SetPreHook(func(c *server.Peer, name string, _ ...string) bool {
-		if name != cmd || !armed.CompareAndSwap(true, false) {
-			return false
-		}
-		if answer {
-			ns := time.Now().UnixNano()
-			c.WriteLen(2)
-			c.WriteBulk(strconv.FormatInt(ns/1e9, 10))
-			c.WriteBulk(strconv.FormatInt(ns/1e3%1e6, 10))
-		}
-		time.Sleep(d)
-		return answer
-	})
-	t.Cleanup(func() { b.Mini.Server().SetPreHook(nil) })
-	return func() { armed.Store(true) }
 }
 
 // stalledRefill takes one token of a bucket of 2 at 0.5/s, then, 0.5 s later, while the

@@ -15,9 +15,16 @@ local function int(n)
 end
 
 -- live_for() makes key live at least ms more milliseconds, never shortening its life: a
--- key that holds entries goes away after the last of them could have lapsed.
+-- key that holds entries goes away after the last of them could have lapsed. It returns
+-- whether the key exists: Redis expires no key while a script runs, but miniredis does, by
+-- each command's time, so a key read a moment ago may be gone here.
 local function live_for(key, ms)
-  if redis.call('PTTL', key) < ms then -- -1 (no TTL yet) included
-    redis.call('PEXPIRE', key, ms)
+  local ttl = redis.call('PTTL', key)
+  if ttl == -2 then
+    return false
   end
+  if ttl < ms then -- -1 (no TTL yet) included
+    return redis.call('PEXPIRE', key, ms) == 1
+  end
+  return true
 end
