@@ -44,12 +44,13 @@ func TestRateBucketOutlivesTheRetentionUntilItIsFull(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		c := b.Client(t)
 		for _, stored := range []bool{false, true} {
-			// 0.5 a second, a burst of 2: both taken, the bucket is full again 4 s later.
-			a := scripts.RateArgs{Bucket: b.Prefix(t) + "{r}:rate" + strconv.FormatBool(stored), Limit: "0.5",
+			// 0.25 a second, a burst of 2: both taken, the next token comes 4 s later, and the
+			// bucket is full again 8 s later.
+			a := scripts.RateArgs{Bucket: b.Prefix(t) + "{r}:rate" + strconv.FormatBool(stored), Limit: "0.25",
 				Burst: "2", N: "2", MaxWait: "0", Retention: "300"}
 			if stored {
 				s := a
-				s.NewLimit = "0.5"
+				s.NewLimit = "0.25"
 				if err := s.Exec(context.Background(), c, scripts.RateSet).Error(); err != nil {
 					t.Fatal(err)
 				}
@@ -64,13 +65,13 @@ func TestRateBucketOutlivesTheRetentionUntilItIsFull(t *testing.T) {
 			if v := take(); v[0] != "1" {
 				t.Fatalf("stored %v: the first two tokens of a new bucket refused: %q", stored, v)
 			}
-			time.Sleep(600 * time.Millisecond) // twice the retention; 0.3 token refilled
+			time.Sleep(600 * time.Millisecond) // twice the retention; 0.15 token refilled
 			a.N = "1"
 			if v := take(); v[0] == "1" {
-				t.Fatalf("stored %v: a token taken 0.6 s after the bucket was emptied, at 0.5 a second: %q", stored, v)
+				t.Fatalf("stored %v: a token taken 0.6 s after the bucket was emptied, at 0.25 a second: %q", stored, v)
 			}
-			if pttl, _ := c.Do(context.Background(), c.B().Pttl().Key(a.Bucket).Build()).AsInt64(); pttl < 2000 {
-				t.Fatalf("stored %v: PTTL %d ms, want the 3.4 s until the bucket is full (less the time since)", stored, pttl)
+			if pttl, _ := c.Do(context.Background(), c.B().Pttl().Key(a.Bucket).Build()).AsInt64(); pttl < 4000 {
+				t.Fatalf("stored %v: PTTL %d ms, want the 7.4 s until the bucket is full (less the time since)", stored, pttl)
 			}
 		}
 	})
