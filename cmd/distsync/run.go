@@ -537,14 +537,21 @@ func (r *runner) runClaim(c claim) int {
 }
 
 // rootCause returns the network error in err's chain if there is one ("dial tcp ...:
-// connection refused"), else err: for a message that says in its own words what failed.
+// connection refused"), or says that Redis closed the connection if err is an EOF (a
+// Redis that went away while a command was on its connection), else err: for a message
+// that says in its own words what failed.
 func rootCause(err error) error {
 	var ne *net.OpError
 	if errors.As(err, &ne) {
 		return ne
 	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errClosedByRedis
+	}
 	return err
 }
+
+var errClosedByRedis = errors.New("the Redis server closed the connection")
 
 func (r *runner) release(c claim) error {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
