@@ -26,10 +26,11 @@
 -- #include lib/renew.lua
 
 local lock = KEYS[1]
-if redis.call('GET', lock) ~= ARGV[1] then
+-- PEXPIRE finds no key only on miniredis, which expires keys between a script's commands
+-- (extend.lua): the lease is gone, not renewed.
+if redis.call('GET', lock) ~= ARGV[1] or redis.call('PEXPIRE', lock, ARGV[2]) == 0 then
   return 0
 end
-redis.call('PEXPIRE', lock, ARGV[2])
 local rec = {values = KEYS[4], channel = ARGV[5], live = tonumber(ARGV[2])}
 live_for(rec.values, rec.live)
 crown(rec, ARGV[4], lock, ARGV[6], ARGV[7])

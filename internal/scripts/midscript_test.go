@@ -60,3 +60,59 @@ func TestExtendTellsAKeyGoneInTheScript(t *testing.T) {
 		t.Fatalf("extend of a key that expired during the script: %d (want 0: lost), the key exists: %d", v, n)
 	}
 }
+
+// Every other renewal (and a grant's confirmation) met the same: a lease whose key expired
+// between the script's check of the owner and its PEXPIRE (PTTL in live_for, for a reentrant
+// hold) was reported renewed. Each now reports the loss.
+func TestRenewalsTellAKeyGoneInTheScript(t *testing.T) {
+	b := redistest.Open(t, redistest.Mini)
+	c := b.Client(t)
+	ctx := context.Background()
+	p := b.Prefix(t) + "{r}:"
+	lock := p + "lock"
+	hold := func() { // a string lease of owner "o" with 300 ms left
+		if err := c.Do(ctx, c.B().Set().Key(lock).Value("o").Px(300*time.Millisecond).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		script  *scripts.Script
+		stalled string
+		setup   func()
+		keys    []string
+		args    []string
+	}{
+		{"mutex_renew", scripts.MutexRenew, "PEXPIRE", hold, []string{lock, p + "q", p + "qx"},
+			[]string{"o", "30000", p + "ch", "PUBLISH"}},
+		{"election_renew", scripts.ElectionRenew, "PEXPIRE", hold, []string{lock, p + "q", p + "qx", p + "values"},
+			[]string{"o", "30000", p + "ch", "PUBLISH", p + "obs", "w1", "1"}},
+		{"rwmutex_renew (write)", scripts.RWMutexRenew, "PEXPIRE", hold,
+			[]string{lock, p + "r", p + "ww", p + "rq", p + "ra", p + "fence", p + "ops", p + "wo", p + "rel"},
+			[]string{"w", "o", "", "0", "30000", "100", "100", "60000", "60000", p + "ch", "PUBLISH"}},
+		{"mutex_confirm", scripts.MutexConfirm, "PEXPIRE", hold, []string{lock, p + "fence", p + "q", p + "qx"},
+			[]string{"o", "30000", "w1", "0", "100", p + "ch", "PUBLISH", "", "300", "60000"}},
+		{"reentrant_renew", scripts.ReentrantRenew, "PTTL", func() {
+			if err := c.Do(ctx, c.B().Hset().Key(lock).FieldValue().FieldValue("o:o", "1").FieldValue("t", "7").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Do(ctx, c.B().Pexpire().Key(lock).Milliseconds(300).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{lock, p + "q", p + "qx"}, []string{"o:o", "30000", "7", p + "ch", "PUBLISH"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			arm := stallOnce(t, b, tc.stalled, 600*time.Millisecond, false)
+			tc.setup()
+			arm()
+			v, err := tc.script.Exec(ctx, c, tc.keys, tc.args).AsInt64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, _ := c.Do(ctx, c.B().Exists().Key(lock).Build()).AsInt64()
+			if v != 0 || n != 0 {
+				t.Fatalf("renewal of a lease that expired during the script: %d (want 0: lost), the key exists: %d", v, n)
+			}
+		})
+	}
+}

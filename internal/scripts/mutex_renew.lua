@@ -17,10 +17,11 @@
 -- #include lib/clock.lua
 -- #include lib/renew.lua
 
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+-- PEXPIRE finds no key only on miniredis, which expires keys between a script's commands
+-- (extend.lua): the lease is gone, not renewed.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('PEXPIRE', KEYS[1], ARGV[2]) == 0 then
   return 0
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
 for i = 4, #KEYS do
   live_for(KEYS[i], tonumber(ARGV[2]))
 end

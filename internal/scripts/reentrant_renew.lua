@@ -23,7 +23,9 @@ local lock = KEYS[1]
 if redis.call('HEXISTS', lock, ARGV[1]) == 0 or redis.call('HGET', lock, 't') ~= ARGV[3] then
   return 0
 end
-live_for(lock, tonumber(ARGV[2]))
+if not live_for(lock, tonumber(ARGV[2])) then
+  return 0 -- expired in the script (miniredis only: lib/clock.lua)
+end
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return 1 -- nobody waits
 end
