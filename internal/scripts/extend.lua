@@ -39,8 +39,13 @@ elseif kind == 'z' then
   -- A member whose expiry has passed is a lost share, even if no script has pruned it yet.
   local at = redis.call('ZSCORE', key, owner)
   local now_ms = now()
+  -- ZADD adds the member only if the set expired after the ZSCORE (miniredis only, as above):
+  -- then every share in it had lapsed, this one too.
   if at and tonumber(at) > now_ms then
-    redis.call('ZADD', key, now_ms + ttl, owner)
+    if redis.call('ZADD', key, now_ms + ttl, owner) == 1 then
+      redis.call('DEL', key)
+      return 0
+    end
     live_for(key, ttl)
     return renewed()
   end

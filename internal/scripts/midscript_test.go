@@ -63,7 +63,8 @@ func TestExtendTellsAKeyGoneInTheScript(t *testing.T) {
 
 // Every other renewal (and a grant's confirmation) met the same: a lease whose key expired
 // between the script's check of the owner and its PEXPIRE (PTTL in live_for, for a reentrant
-// hold) was reported renewed. Each now reports the loss.
+// hold; ZADD for a share in a sorted set) was reported renewed. Each now reports the loss,
+// and leaves no key behind.
 func TestRenewalsTellAKeyGoneInTheScript(t *testing.T) {
 	b := redistest.Open(t, redistest.Mini)
 	c := b.Client(t)
@@ -72,6 +73,15 @@ func TestRenewalsTellAKeyGoneInTheScript(t *testing.T) {
 	lock := p + "lock"
 	hold := func() { // a string lease of owner "o" with 300 ms left
 		if err := c.Do(ctx, c.B().Set().Key(lock).Value("o").Px(300*time.Millisecond).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	share := func() { // a sorted set of one share, "o", with 300 ms left, as its key
+		at := time.Now().Add(300 * time.Millisecond).UnixMilli() // miniredis's clock is this process's
+		if err := c.Do(ctx, c.B().Zadd().Key(lock).ScoreMember().ScoreMember(float64(at), "o").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Do(ctx, c.B().Pexpire().Key(lock).Milliseconds(300).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -100,6 +110,15 @@ func TestRenewalsTellAKeyGoneInTheScript(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, []string{lock, p + "q", p + "qx"}, []string{"o:o", "30000", "7", p + "ch", "PUBLISH"}},
+		// Sorted sets of shares, owner -> expiry: the set expires after the ZSCORE, and the
+		// ZADD made it again with the renewed share alone.
+		{"extend (a sorted set of shares)", scripts.Extend, "ZADD", share, []string{lock}, []string{"z", "o", "30000"}},
+		{"rwmutex_renew (read)", scripts.RWMutexRenew, "ZADD", share,
+			[]string{p + "w", lock, p + "ww", p + "rq", p + "ra", p + "fence", p + "ops", p + "wo", p + "rel"},
+			[]string{"r", "o", "", "0", "30000", "100", "100", "60000", "60000", p + "ch", "PUBLISH"}},
+		{"semaphore_renew", scripts.SemaphoreRenew, "ZADD", share,
+			[]string{lock, p + "n", p + "q", p + "qx", p + "qn", p + "size", p + "ops"},
+			[]string{"o", "1", "2", "30000", "300", "100", p + "ch", "PUBLISH", "60000", ""}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			arm := stallOnce(t, b, tc.stalled, 600*time.Millisecond, false)

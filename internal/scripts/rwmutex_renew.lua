@@ -32,7 +32,10 @@ else
   if not at or tonumber(at) <= now_ms then -- a share whose lease passed is lost, pruned or not
     return 0
   end
-  redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[5]), ARGV[2])
+  if redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[5]), ARGV[2]) == 1 then
+    redis.call('DEL', KEYS[2]) -- the set expired after the ZSCORE (miniredis only): every share had lapsed
+    return 0
+  end
   live_for(KEYS[2], tonumber(ARGV[5]))
   if redis.call('EXISTS', KEYS[3]) == 0 then -- ww: no writer waits
     return 1

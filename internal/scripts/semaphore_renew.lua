@@ -22,7 +22,10 @@ if not at or tonumber(at) <= now_ms then
   return 0
 end
 local ttl = tonumber(ARGV[4])
-redis.call('ZADD', KEYS[1], now_ms + ttl, ARGV[1])
+if redis.call('ZADD', KEYS[1], now_ms + ttl, ARGV[1]) == 1 then
+  redis.call('DEL', KEYS[1]) -- h expired after the ZSCORE (miniredis only): every hold had lapsed
+  return 0
+end
 for _, k in ipairs({KEYS[1], KEYS[2], KEYS[6]}) do -- h, n, size
   live_for(k, ttl)
 end
