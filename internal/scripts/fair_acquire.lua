@@ -54,8 +54,10 @@ local cur = redis.call('GET', lock)
 if cur == w then
   -- A retry of a take that went through. It writes (the lease from now), as every reply that
   -- reports a claim does: a WAIT after it (distsync.WithReplicaAck) then waits for the take.
-  redis.call('PEXPIRE', lock, ttl)
-  return {1, tonumber(redis.call('GET', fence) or 0)}
+  if redis.call('PEXPIRE', lock, ttl) == 1 then
+    return {1, tonumber(redis.call('GET', fence) or 0)}
+  end
+  cur = false -- the hold expired after the GET (miniredis only: extend.lua): the lock is free
 end
 if cur and granted_to(cur, w) then
   -- A grant whose message the waiter missed, or could not use in time: adopt it.

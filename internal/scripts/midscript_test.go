@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2/server"
+	"github.com/redis/rueidis"
 
 	"github.com/distsync/distsync/internal/redistest"
 	"github.com/distsync/distsync/internal/scripts"
@@ -132,6 +133,95 @@ func TestRenewalsTellAKeyGoneInTheScript(t *testing.T) {
 			if v != 0 || n != 0 {
 				t.Fatalf("renewal of a lease that expired during the script: %d (want 0: lost), the key exists: %d", v, n)
 			}
+		})
+	}
+}
+
+// An acquisition that finds the caller's own hold (a retried take, a re-entry) and extends it
+// met the same: with the hold's key expired after the script read it, the reply reported a
+// claim that no key carried. Now the caller gets what it would get from the free mutex on
+// Redis: the lock taken again with its key (fair), a re-entry refused or a look again at once
+// (reentrant); never a hold without its key.
+func TestAcquisitionsOfAnOwnHoldGoneInTheScript(t *testing.T) {
+	b := redistest.Open(t, redistest.Mini)
+	c := b.Client(t)
+	ctx := context.Background()
+	p := b.Prefix(t) + "{a}:"
+	lock := p + "lock"
+	do := func(cmd rueidis.Completed) {
+		t.Helper()
+		if err := c.Do(ctx, cmd).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// check fails if reply claims a hold that holds does not find.
+	check := func(t *testing.T, reply []int64, holds func() bool) {
+		t.Helper()
+		if len(reply) > 0 && reply[0] == 1 && !holds() {
+			t.Fatalf("reply %v claims a hold, and no key carries it", reply)
+		}
+	}
+	t.Run("fair_acquire's retry of a take", func(t *testing.T) {
+		const w = "p1/1"
+		do(c.B().Set().Key(lock).Value(w).Px(300 * time.Millisecond).Build())
+		arm := stallOnce(t, b, "PEXPIRE", 600*time.Millisecond, false)
+		arm()
+		reply, err := scripts.FairAcquire.Exec(ctx, c, []string{lock, p + "fence", p + "q", p + "qx"},
+			[]string{w, "30000", "60000", "300", "0", p + "ch", "PUBLISH", "", "100"}).AsIntSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, reply, func() bool {
+			v, _ := c.Do(ctx, c.B().Get().Key(lock).Build()).ToString()
+			return v == w
+		})
+	})
+	reentrant := func(id, expect string) []string {
+		return []string{"o", id, "30000", "60000", "60000", expect, "", "00", "100", p + "ch", "PUBLISH", "", "0"}
+	}
+	rkeys := []string{lock, p + "fence", p + "ops", p + "q", p + "qx"}
+	hash := func() bool {
+		n, _ := c.Do(ctx, c.B().Hexists().Key(lock).Field("o:o").Build()).AsInt64()
+		return n == 1
+	}
+	lockOnce := func(t *testing.T, id string) []int64 {
+		t.Helper()
+		reply, err := scripts.ReentrantLock.Exec(ctx, c, rkeys, reentrant(id, "0")).AsIntSlice()
+		if err != nil || len(reply) < 3 || reply[0] != 1 {
+			t.Fatalf("lock: %v, %v", reply, err)
+		}
+		return reply
+	}
+	t.Run("reentrant_lock's retry of a lock", func(t *testing.T) {
+		do(c.B().Del().Key(lock).Build())
+		lockOnce(t, "r1")
+		do(c.B().Pexpire().Key(lock).Milliseconds(300).Build())
+		arm := stallOnce(t, b, "PEXPIRE", 600*time.Millisecond, false)
+		arm()
+		reply, err := scripts.ReentrantLock.Exec(ctx, c, rkeys, reentrant("r1", "0")).AsIntSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, reply, hash)
+	})
+	for _, expect := range []string{"0", "token"} {
+		t.Run("reentrant_lock's re-entry, expect "+expect, func(t *testing.T) {
+			do(c.B().Del().Key(lock).Build())
+			first := lockOnce(t, "r2"+expect)
+			if expect == "token" {
+				expect = strconv.FormatInt(first[2], 10)
+			}
+			do(c.B().Pexpire().Key(lock).Milliseconds(300).Build())
+			arm := stallOnce(t, b, "HINCRBY", 600*time.Millisecond, false)
+			arm()
+			reply, err := scripts.ReentrantLock.Exec(ctx, c, rkeys, reentrant("r3"+expect, expect)).AsIntSlice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, reply, func() bool {
+				tok, _ := c.Do(ctx, c.B().Hget().Key(lock).Field("t").Build()).ToString()
+				return hash() && tok != ""
+			})
 		})
 	}
 }

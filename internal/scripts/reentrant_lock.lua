@@ -133,8 +133,9 @@ if state == 'applied' then
     -- A retry of a lock that went through (its queue entry was seen to then). It writes (the
     -- lease from now), as every reply that reports a claim does: a WAIT after it
     -- (distsync.WithReplicaAck) then waits for the lock.
-    redis.call('PEXPIRE', lock, ttl)
-    return {1, tonumber(n), tonumber(redis.call('HGET', lock, 't'))}
+    if redis.call('PEXPIRE', lock, ttl) == 1 then
+      return {1, tonumber(n), tonumber(redis.call('HGET', lock, 't'))}
+    end -- else the hold expired after the HGET (miniredis only: extend.lua)
   end
   return wait(redis.call('HGET', lock, 'g'))
 end
@@ -155,6 +156,16 @@ if redis.call('EXISTS', lock) == 0 then
 end
 if redis.call('HEXISTS', lock, field) == 1 then
   local n = redis.call('HINCRBY', lock, field, 1)
+  if n == 1 then
+    -- The hold expired after the HEXISTS (miniredis only: extend.lua), and HINCRBY made a hash
+    -- of its own: the hold a re-entry asked for is gone ({-2}, as above); another caller finds
+    -- the mutex free when it looks again, at once.
+    redis.call('DEL', lock)
+    if ARGV[6] ~= '0' then
+      return {-2}
+    end
+    return wait(false)
+  end
   if redis.call('PTTL', lock) < ttl then
     redis.call('PEXPIRE', lock, ttl)
   end
