@@ -65,8 +65,8 @@ func TestExtendTellsAKeyGoneInTheScript(t *testing.T) {
 // Every other renewal (and a grant's confirmation) met the same: a lease whose key expired
 // between the script's check of the owner and its PEXPIRE (PTTL in live_for, for a reentrant
 // hold; ZADD for a share in a sorted set) was reported renewed. Each now reports the loss,
-// and leaves no key behind.
-func TestRenewalsTellAKeyGoneInTheScript(t *testing.T) {
+// and leaves no key behind. So does a mutex's release, which reported such a lease released.
+func TestLeaseScriptsTellAKeyGoneInTheScript(t *testing.T) {
 	b := redistest.Open(t, redistest.Mini)
 	c := b.Client(t)
 	ctx := context.Background()
@@ -103,6 +103,9 @@ func TestRenewalsTellAKeyGoneInTheScript(t *testing.T) {
 			[]string{"w", "o", "", "0", "30000", "100", "100", "60000", "60000", p + "ch", "PUBLISH"}},
 		{"mutex_confirm", scripts.MutexConfirm, "PEXPIRE", hold, []string{lock, p + "fence", p + "q", p + "qx"},
 			[]string{"o", "30000", "w1", "0", "100", p + "ch", "PUBLISH", "", "300", "60000"}},
+		// A release, which reported a lease that ran out before it freed the lock as released.
+		{"mutex_release", scripts.MutexRelease, "DEL", hold, []string{lock, p + "fence", p + "q", p + "qx", p + "rel"},
+			[]string{"o", "300", "60000", p + "ch", "PUBLISH", "30000"}},
 		{"reentrant_renew", scripts.ReentrantRenew, "PTTL", func() {
 			if err := c.Do(ctx, c.B().Hset().Key(lock).FieldValue().FieldValue("o:o", "1").FieldValue("t", "7").Build()).Error(); err != nil {
 				t.Fatal(err)
@@ -131,7 +134,7 @@ func TestRenewalsTellAKeyGoneInTheScript(t *testing.T) {
 			}
 			n, _ := c.Do(ctx, c.B().Exists().Key(lock).Build()).AsInt64()
 			if v != 0 || n != 0 {
-				t.Fatalf("renewal of a lease that expired during the script: %d (want 0: lost), the key exists: %d", v, n)
+				t.Fatalf("%s of a lease that expired during the script: %d (want 0: lost), the key exists: %d", tc.name, v, n)
 			}
 		})
 	}

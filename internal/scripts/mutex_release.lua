@@ -34,7 +34,9 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 -- Nobody waits: free the lock without making the queue's functions (a Lua closure each).
 if not KEYS[6] and redis.call('EXISTS', KEYS[3]) == 0 then
-  redis.call('DEL', KEYS[1])
+  if redis.call('DEL', KEYS[1]) == 0 then
+    return 0 -- the lease expired after the GET (miniredis only: extend.lua): it was lost
+  end
   record_release(KEYS[5], ARGV[1], ARGV[6])
   return 1
 end
