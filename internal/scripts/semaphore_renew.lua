@@ -23,7 +23,9 @@ if not at or tonumber(at) <= now_ms then
 end
 local ttl = tonumber(ARGV[4])
 if redis.call('ZADD', KEYS[1], now_ms + ttl, ARGV[1]) == 1 then
-  redis.call('DEL', KEYS[1]) -- h expired after the ZSCORE (miniredis only): every hold had lapsed
+  -- h expired after the ZSCORE (miniredis only): every hold had lapsed, and n (which lives as
+  -- long) goes with it.
+  redis.call('DEL', KEYS[1], KEYS[2])
   return 0
 end
 for _, k in ipairs({KEYS[1], KEYS[2], KEYS[6]}) do -- h, n, size
