@@ -228,3 +228,100 @@ func TestAcquisitionsOfAnOwnHoldGoneInTheScript(t *testing.T) {
 		})
 	}
 }
+
+// The releases of the other primitives met the same: a hold whose key expired after the
+// script read it was reported released, and a partial release (a reentrant hold given back
+// by one, a semaphore's permits by some) wrote its count into a hash of its own, without a
+// TTL, which then outlived every hold. Each now reports the loss and leaves no such key.
+func TestReleasesTellAKeyGoneInTheScript(t *testing.T) {
+	b := redistest.Open(t, redistest.Mini)
+	c := b.Client(t)
+	ctx := context.Background()
+	p := b.Prefix(t) + "{l}:"
+	do := func(cmds ...rueidis.Completed) {
+		t.Helper()
+		for _, r := range c.DoMulti(ctx, cmds...) {
+			if err := r.Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	expire := func(keys ...string) { // 300 ms left for each
+		for _, k := range keys {
+			do(c.B().Pexpire().Key(k).Milliseconds(300).Build())
+		}
+	}
+	at := func() float64 { return float64(time.Now().Add(300 * time.Millisecond).UnixMilli()) }
+	rkeys := []string{p + "rlock", p + "fence", p + "ops", p + "q", p + "qx"}
+	wkeys := []string{p + "w", p + "r", p + "ww", p + "rq", p + "ra", p + "fence", p + "ops", p + "wo", p + "rel"}
+	wargs := func(mode string) []string {
+		return []string{mode, "o", "", "0", "30000", "100", "100", "60000", "60000", p + "ch", "PUBLISH"}
+	}
+	skeys := []string{p + "h", p + "n", p + "q", p + "qx", p + "qn", p + "size", p + "ops"}
+	sargs := func(n, id string) []string {
+		return []string{"o", n, "4", "30000", "300", "100", p + "ch", "PUBLISH", "60000", id}
+	}
+	for _, tc := range []struct {
+		name    string
+		stalled string
+		setup   func()
+		script  *scripts.Script
+		keys    []string
+		args    []string
+		gone    []string // keys that must not exist after it
+	}{
+		{"reentrant_unlock, one of two holds", "HSET", func() {
+			do(c.B().Hset().Key(p+"rlock").FieldValue().FieldValue("o:o", "2").FieldValue("t", "7").Build())
+			expire(p + "rlock")
+		}, scripts.ReentrantUnlock, rkeys, []string{"o", "u1", "1", "60000", p + "ch", "PUBLISH", "7", "300", "60000"},
+			[]string{p + "rlock"}},
+		{"reentrant_unlock, the last hold", "DEL", func() {
+			do(c.B().Hset().Key(p+"rlock").FieldValue().FieldValue("o:o", "1").FieldValue("t", "7").Build())
+			expire(p + "rlock")
+		}, scripts.ReentrantUnlock, rkeys, []string{"o", "u2", "1", "60000", p + "ch", "PUBLISH", "7", "300", "60000"},
+			[]string{p + "rlock"}},
+		{"rwmutex_unlock, a write hold", "DEL", func() {
+			do(c.B().Set().Key(p + "w").Value("o").Px(300 * time.Millisecond).Build())
+		}, scripts.RWMutexUnlock, wkeys, wargs("w"), []string{p + "w"}},
+		{"rwmutex_unlock, a read share", "ZREM", func() {
+			do(c.B().Zadd().Key(p+"r").ScoreMember().ScoreMember(at(), "o").Build())
+			expire(p + "r")
+		}, scripts.RWMutexUnlock, wkeys, wargs("r"), []string{p + "r"}},
+		{"semaphore_release, some permits", "HSET", func() {
+			do(c.B().Zadd().Key(p+"h").ScoreMember().ScoreMember(at(), "o").Build(),
+				c.B().Hset().Key(p+"n").FieldValue().FieldValue("o", "2").Build())
+			expire(p+"h", p+"n")
+		}, scripts.SemaphoreRelease, skeys, sargs("1", "s1"), []string{p + "h", p + "n"}},
+		{"semaphore_release, every permit", "ZREM", func() {
+			do(c.B().Zadd().Key(p+"h").ScoreMember().ScoreMember(at(), "o").Build(),
+				c.B().Hset().Key(p+"n").FieldValue().FieldValue("o", "2").Build())
+			expire(p+"h", p+"n")
+		}, scripts.SemaphoreRelease, skeys, sargs("2", "s2"), []string{p + "h", p + "n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			arm := stallOnce(t, b, tc.stalled, 600*time.Millisecond, false)
+			tc.setup()
+			arm()
+			// A reply of 1 (or {1, count}) reports a release; 0 (or {0}) a loss.
+			for try := range 2 { // the second: a retry of the same request reports the loss too
+				r := tc.script.Exec(ctx, c, tc.keys, tc.args)
+				v, err := r.AsInt64()
+				if err != nil {
+					var vs []int64
+					if vs, err = r.AsIntSlice(); err == nil && len(vs) > 0 {
+						v = vs[0]
+					}
+				}
+				if err != nil || v != 0 {
+					t.Fatalf("try %d: release of a hold that expired during the script: %d, %v (want 0: lost)", try+1, v, err)
+				}
+			}
+			for _, k := range tc.gone {
+				if n, _ := c.Do(ctx, c.B().Exists().Key(k).Build()).AsInt64(); n != 0 {
+					ttl, _ := c.Do(ctx, c.B().Pttl().Key(k).Build()).AsInt64()
+					t.Errorf("%s is left (PTTL %d)", k, ttl)
+				}
+			}
+		})
+	}
+}

@@ -19,7 +19,7 @@
 -- release does (lib/queue.lua, pass_on()): the lock becomes the grant 'g' = '~<waiter>:<token>'
 -- for the hand-off window, with the next fencing token, and only that process is woken; its
 -- head adopts the grant (reentrant_lock.lua). Nobody waiting, it is freed without a message.
--- Without waiters this is the calls of lib/ops.lua and HGET, HGET, TIME, EXISTS, DEL.
+-- Without waiters this is the calls of lib/ops.lua and HGET, HGET, EXISTS, DEL, TIME.
 
 -- #include lib/clock.lua
 -- #include lib/ops.lua
@@ -34,16 +34,26 @@ if not n or redis.call('HGET', lock, 't') ~= ARGV[7] then
   return {0}
 end
 n = n - tonumber(ARGV[3])
-op_mark(ops, '', id, now(), tonumber(ARGV[4]))
+-- An HSET that adds the field, or a DEL that finds no key: the hold expired after the HGETs
+-- (miniredis only: extend.lua). It was lost; a hash the HSET made of its own goes, and the
+-- request is not marked applied (a retry reports the loss too).
 if n > 0 then
-  redis.call('HSET', lock, field, n)
+  if redis.call('HSET', lock, field, n) == 1 then
+    redis.call('DEL', lock)
+    return {0}
+  end
+  op_mark(ops, '', id, now(), tonumber(ARGV[4]))
   return {1, n}
 end
 -- Nobody waits: free the mutex without making the queue's functions (a Lua closure each).
 if redis.call('EXISTS', KEYS[4]) == 0 then
-  redis.call('DEL', lock)
+  if redis.call('DEL', lock) == 0 then
+    return {0}
+  end
+  op_mark(ops, '', id, now(), tonumber(ARGV[4]))
   return {1, 0}
 end
+op_mark(ops, '', id, now(), tonumber(ARGV[4]))
 
 -- #include lib/fence.lua
 -- #include lib/queue.lua

@@ -22,10 +22,17 @@ if not held then
 end
 local back = math.min(A.n, held)
 if held > back then
-  redis.call('HSET', K.n, A.id, held - back)
+  if redis.call('HSET', K.n, A.id, held - back) == 1 then
+    -- n expired after the HGET (miniredis only: extend.lua), h with it (they live as long):
+    -- the hold had lapsed, and the hash the HSET made of its own, with no TTL, must not stay.
+    redis.call('DEL', K.n, K.h)
+    return 0
+  end
 else
   redis.call('HDEL', K.n, A.id)
-  redis.call('ZREM', K.h, A.id)
+  if redis.call('ZREM', K.h, A.id) == 0 then
+    return 0 -- h expired after the ZSCORE (miniredis only: extend.lua): the hold had lapsed
+  end
 end
 op_mark(K.ops, '', A.extra, now_ms, A.ops_ttl)
 -- The permits in use are summed (and lapsed holders dropped) only if someone waits for them.
