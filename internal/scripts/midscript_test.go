@@ -40,6 +40,21 @@ func stallOnce(t *testing.T, b *redistest.Backend, cmd string, d time.Duration, 
 	return func() { armed.Store(true) }
 }
 
+// clearPrefix deletes the keys under prefix p: each case of a table starts with no key of the last
+// (a release record of owner "o", say).
+func clearPrefix(t *testing.T, c rueidis.Client, p string) {
+	t.Helper()
+	keys, err := c.Do(context.Background(), c.B().Keys().Pattern(p+"*").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if err := c.Do(context.Background(), c.B().Del().Key(k).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A lease renewed while its key's TTL runs out between the script's GET and its PEXPIRE
 // (miniredis expires keys between a script's commands; Redis never does): the renewal
 // reported success for a key that was gone, hiding the loss. Now it reports the loss.
@@ -125,6 +140,7 @@ func TestLeaseScriptsTellAKeyGoneInTheScript(t *testing.T) {
 			[]string{"o", "1", "2", "30000", "300", "100", p + "ch", "PUBLISH", "60000", ""}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			clearPrefix(t, c, p)
 			arm := stallOnce(t, b, tc.stalled, 600*time.Millisecond, false)
 			tc.setup()
 			arm()
@@ -280,6 +296,20 @@ func TestReleasesTellAKeyGoneInTheScript(t *testing.T) {
 			expire(p + "rlock")
 		}, scripts.ReentrantUnlock, rkeys, []string{"o", "u2", "1", "60000", p + "ch", "PUBLISH", "7", "300", "60000"},
 			[]string{p + "rlock"}},
+		// With a waiter, the lock is passed on all the same (to a grant: lib/queue.lua), and
+		// the release reports the loss.
+		{"mutex_release, a waiter queued", "EXISTS", func() {
+			do(c.B().Set().Key(p+"lock").Value("o").Px(300*time.Millisecond).Build(),
+				c.B().Zadd().Key(p+"q").ScoreMember().ScoreMember(1, "w1").Build(),
+				c.B().Zadd().Key(p+"qx").ScoreMember().ScoreMember(float64(time.Now().Add(time.Minute).UnixMilli()), "w1").Build())
+		}, scripts.MutexRelease, []string{p + "lock", p + "fence", p + "q", p + "qx", p + "rel"},
+			[]string{"o", "300", "60000", p + "ch", "PUBLISH", "30000"}, nil},
+		{"reentrant_unlock, the last hold, a waiter queued", "EXISTS", func() {
+			do(c.B().Hset().Key(p+"rlock").FieldValue().FieldValue("o:o", "1").FieldValue("t", "7").Build(),
+				c.B().Zadd().Key(p+"q").ScoreMember().ScoreMember(1, "w1").Build(),
+				c.B().Zadd().Key(p+"qx").ScoreMember().ScoreMember(float64(time.Now().Add(time.Minute).UnixMilli()), "w1").Build())
+			expire(p + "rlock")
+		}, scripts.ReentrantUnlock, rkeys, []string{"o", "u3", "1", "60000", p + "ch", "PUBLISH", "7", "300", "60000"}, nil},
 		{"rwmutex_unlock, a write hold", "DEL", func() {
 			do(c.B().Set().Key(p + "w").Value("o").Px(300 * time.Millisecond).Build())
 		}, scripts.RWMutexUnlock, wkeys, wargs("w"), []string{p + "w"}},
@@ -299,6 +329,7 @@ func TestReleasesTellAKeyGoneInTheScript(t *testing.T) {
 		}, scripts.SemaphoreRelease, skeys, sargs("2", "s2"), []string{p + "h", p + "n"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			clearPrefix(t, c, p)
 			arm := stallOnce(t, b, tc.stalled, 600*time.Millisecond, false)
 			tc.setup()
 			arm()
