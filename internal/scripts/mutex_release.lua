@@ -22,7 +22,8 @@
 -- value: a loss is never reported as a release, and a release is reported as a loss only if
 -- more than a handful of other releases of the name came in between (lib/rel.lua).
 --
--- Without waiters this is six calls: GET, EXISTS, DEL, LPUSH, LTRIM, PEXPIRE.
+-- Without waiters this is five calls: GET, EXISTS, DEL, LPUSH, PEXPIRE (and an LTRIM one release
+-- in sixteen: lib/rel.lua).
 
 -- #include lib/rel.lua
 
