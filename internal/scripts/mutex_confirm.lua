@@ -34,8 +34,13 @@ if ARGV[4] == '1' then
     return 0
   end
 end
--- (a PEXPIRE that finds no key: the grant expired in the script, on miniredis; extend.lua)
-if cur ~= ARGV[1] or redis.call('PEXPIRE', lock, ARGV[2]) == 0 then
+if cur ~= ARGV[1] then
+  return 0
+end
+if redis.call('PEXPIRE', lock, ARGV[2]) == 0 then
+  -- The grant expired after the GET (miniredis only: extend.lua): it is lost, and the free lock
+  -- is handed on, as above.
+  pass_on(lock, fence, q, qx, ARGV[9], ARGV[10], ARGV[6], ARGV[7])
   return 0
 end
 if KEYS[5] then

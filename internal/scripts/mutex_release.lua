@@ -46,14 +46,11 @@ end
 -- #include lib/fence.lua
 -- #include lib/queue.lua
 
--- A lock that expired after the GET (miniredis only: extend.lua) is passed on all the same, and
--- reported lost.
-local gone = redis.call('EXISTS', KEYS[1]) == 0
 local rec = record(6, 7)
 forget(rec, ARGV[9])
-pass_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5], rec)
-if gone then
-  return 0
+local _, had = pass_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5], rec)
+if not had then
+  return 0 -- expired after the GET (miniredis only: extend.lua): passed on all the same, and lost
 end
 record_release(KEYS[5], ARGV[1], ARGV[6])
 return 1

@@ -75,7 +75,9 @@ if tonumber(redis.call('HGET', lock, 't') or 0) >= (tonumber(applied) + 1) * 100
 end
 if n <= 1 then
   hand_on() -- the hold was the attempt's alone: the next waiting process gets the mutex
-else
-  redis.call('HSET', lock, field, n - 1)
+elseif redis.call('HSET', lock, field, n - 1) == 1 then
+  -- The hold expired after the HGETs (miniredis only: extend.lua): the hash the HSET made of
+  -- its own, without a token or a TTL, must not stay.
+  redis.call('DEL', lock)
 end
 return {1, given}

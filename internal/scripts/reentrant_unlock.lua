@@ -53,15 +53,13 @@ if redis.call('EXISTS', KEYS[4]) == 0 then
   op_mark(ops, '', id, now(), tonumber(ARGV[4]))
   return {1, 0}
 end
--- A hold that expired after the HGETs (miniredis only) is passed on all the same, and reported lost.
-local gone = redis.call('EXISTS', lock) == 0
 
 -- #include lib/fence.lua
 -- #include lib/queue.lua
 
-pass_on(lock, fence, KEYS[4], KEYS[5], ARGV[8], ARGV[9], ARGV[5], ARGV[6], nil, true)
-if gone then
-  return {0}
+local _, had = pass_on(lock, fence, KEYS[4], KEYS[5], ARGV[8], ARGV[9], ARGV[5], ARGV[6], nil, true)
+if not had then
+  return {0} -- expired after the HGETs (miniredis only: extend.lua): passed on all the same, and lost
 end
 op_mark(ops, '', id, now(), tonumber(ARGV[4]))
 return {1, 0}

@@ -146,6 +146,9 @@ end
 -- the new holder has adopted the grant and recorded itself (crown()), and the values of dead
 -- waiters are dropped. With hash (a reentrant mutex, whose lock is a hash of owner counts),
 -- the grant is the lock's only field, 'g' = '~<waiter>:<token>', instead of its string value.
+-- It returns the waiter granted ('' if none), and whether lock was there when it was written:
+-- a release that found its claim a moment before and sees it gone here had it expire in the
+-- script (miniredis only: extend.lua).
 local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub, rec, hash)
   local now_ms, now_us
   for _ = 1, 1000 do
@@ -161,17 +164,18 @@ local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub, rec, 
     if tonumber(redis.call('ZSCORE', qx, head) or '0') > now_ms then
       local token = next_token(fence, fence_ttl, now_us)
       if not token then
-        redis.call('DEL', lock)
+        local had = redis.call('DEL', lock) == 1
         tell(pub, prefix, head, 'r')
-        return ''
+        return '', had
       end
       token = int(token)
+      local had
       if hash then
-        redis.call('DEL', lock)
+        had = redis.call('DEL', lock) == 1
         redis.call('HSET', lock, 'g', '~' .. head .. ':' .. token)
         redis.call('PEXPIRE', lock, window)
       else
-        redis.call('SET', lock, '~' .. head .. ':' .. token, 'PX', window)
+        had = redis.call('SET', lock, '~' .. head .. ':' .. token, 'PX', window, 'GET') ~= false
       end
       -- The watchers are the next two live waiters: a dead one would watch nothing.
       local watchers = {}
@@ -191,11 +195,10 @@ local function pass_on(lock, fence, q, qx, window, fence_ttl, prefix, pub, rec, 
       for i, w in ipairs(watchers) do
         tell(pub, prefix, w, 'w ' .. int(i * tonumber(window)))
       end
-      return head
+      return head, had
     end
     redis.call('ZREM', qx, head) -- dead: its process stopped re-checking
     forget(rec, head)
   end
-  redis.call('DEL', lock)
-  return ''
+  return '', redis.call('DEL', lock) == 1
 end
