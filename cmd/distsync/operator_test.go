@@ -149,10 +149,16 @@ func TestFailedReleaseIsOneMessage(t *testing.T) {
 	bin := cliBin(t, redistest.Open(t, redistest.Standalone))
 	p := redistest.StartRedis(t)
 	dir := t.TempDir()
-	started := filepath.Join(dir, "started")
-	proc := start(t, bin, "lock", "--redis", "redis://"+p.Addr(), "n", "--", "sh", "-c", `touch "$1"; sleep 1`, "sh", started)
+	started, killed := filepath.Join(dir, "started"), filepath.Join(dir, "killed")
+	// The command ends once Redis is gone (a fixed sleep, outlived by a slow Kill, would let the
+	// release succeed), or after 30 s at most.
+	proc := start(t, bin, "lock", "--redis", "redis://"+p.Addr(), "n", "--", "sh", "-c",
+		`touch "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done`, "sh", started, killed)
 	waitFile(t, started)
 	p.Kill()
+	if err := os.WriteFile(killed, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if status := proc.wait(t); status != 0 {
 		t.Errorf("status %d, want the command's 0", status)
 	}
