@@ -176,6 +176,11 @@ type midscriptCase struct {
 }
 
 func (m *midscriptCase) run(t *testing.T, mt *midscript) {
+	// The helpers of mt (setup's) fail this subtest, not its parent, which FailNow must not be
+	// called on from here.
+	parent := mt.t
+	mt.t = t
+	defer func() { mt.t = parent }()
 	var reply []int64
 	var err error
 	args := m.args
