@@ -158,8 +158,8 @@ if redis.call('HEXISTS', lock, field) == 1 then
   local n = redis.call('HINCRBY', lock, field, 1)
   if n == 1 and not redis.call('HGET', lock, 't') then
     -- The hold expired after the HEXISTS (miniredis only: extend.lua), and HINCRBY made a hash
-    -- of its own, without the token: the hold a re-entry asked for is gone ({-2}, as above); another caller finds
-    -- the mutex free when it looks again, at once.
+    -- of its own, without the token: the hold a re-entry asked for is gone ({-2}, as above);
+    -- another caller finds the mutex free when it looks again, at once.
     redis.call('DEL', lock)
     if ARGV[6] ~= '0' then
       return {-2}
