@@ -46,6 +46,7 @@ func sig(in []reflect.Type, out ...reflect.Type) string {
 // lock a sync.Locker, every lock and semaphore says who holds it (Holders), every constructor takes the shared distsync.Option. A primitive that
 // lacks one, or a method with another signature, fails here.
 func TestEveryPrimitiveHasTheAgreedShape(t *testing.T) {
+	t.Parallel()
 	holdersSig := sig([]reflect.Type{ctxType}, reflect.TypeFor[[]distsync.Holder](), errType)
 	lockShape := map[string]string{
 		"Lock":         sig([]reflect.Type{ctxType}, errType),
@@ -139,6 +140,7 @@ func TestEveryPrimitiveHasTheAgreedShape(t *testing.T) {
 // No public package declares its own Option type or a per-package copy of a shared option,
 // and no exported declaration shows a type from internal/ (go doc would print it).
 func TestNoPackageCopiesTheSharedOptions(t *testing.T) {
+	t.Parallel()
 	shared := map[string]bool{"WithTTL": true, "WithLeaseTTL": true, "WithFixedLease": true,
 		"WithWaiterLease": true, "WithHandoffWindow": true}
 	dirs := []string{".", "mutex", "fair", "reentrant", "rwmutex", "semaphore", "once", "fenced", "election", "waitgroup"}
@@ -240,6 +242,7 @@ func exportedRecv(recv *ast.FieldList) bool {
 
 // An option given where it does not apply is an error that names it, never ignored.
 func TestOptionsThatDoNotApplyAreErrors(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		h := b.Pod(t, b.Prefix(t)).H
 		cases := []struct {
@@ -287,6 +290,7 @@ func second[T any](_ T, err error) error { return err }
 
 // Errors say kind, name and what happened once: no "distsync: distsync:", no kind twice.
 func TestErrorsDoNotStutter(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		h := b.Pod(t, prefix).H

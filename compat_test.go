@@ -27,6 +27,7 @@ import (
 // Unlock, and every waiter stalled until its backstop). The lease is long, so only the
 // message can wake the waiter in time.
 func TestUnlockWakesWaiterOnEveryServer(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		ma, err := mutex.New(b.Pod(t, prefix).H, "handoff", distsync.WithLeaseTTL(30*time.Second))
@@ -193,6 +194,7 @@ func fakeClient(t *testing.T, info string) rueidis.Client {
 // found and the version needed; 6.2 and later, and Valkey (which reports redis_version
 // 7.2.4), are taken.
 func TestNewRefusesAnOldServer(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		info string
 		ok   bool
@@ -223,6 +225,7 @@ func TestNewRefusesAnOldServer(t *testing.T) {
 // The embedded miniredis, whose INFO has no server section, is taken as supported (with plain
 // pub/sub); so is a server that refuses INFO.
 func TestNewTakesServersThatDoNotSayTheirVersion(t *testing.T) {
+	t.Parallel()
 	srv, err := embedded.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -251,6 +254,7 @@ func TestNewTakesServersThatDoNotSayTheirVersion(t *testing.T) {
 // it was given, an error that says so (and is not ErrUnsupported); it hands out no Handle
 // whose pub/sub it could not choose.
 func TestNewOnAnUnreachableServer(t *testing.T) {
+	t.Parallel()
 	srv, err := embedded.Start()
 	if err != nil {
 		t.Fatal(err)

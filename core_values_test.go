@@ -9,6 +9,7 @@ import (
 // The core's event kinds and errors are this package's: its constants are written here, with
 // their docs, and must keep the core's values.
 func TestEventKindsAreTheCores(t *testing.T) {
+	t.Parallel()
 	for k, c := range map[EventKind]int{
 		EventAcquireStarted: core.EventAcquireStarted, EventAcquired: core.EventAcquired,
 		EventNotAcquired: core.EventNotAcquired, EventReleased: core.EventReleased, EventLost: core.EventLost,
@@ -28,6 +29,7 @@ func TestEventKindsAreTheCores(t *testing.T) {
 }
 
 func TestErrorsAreTheCores(t *testing.T) {
+	t.Parallel()
 	for e, c := range map[error]error{
 		ErrNotAcquired: core.ErrNotAcquired, ErrNotHeld: core.ErrNotHeld, ErrLost: core.ErrLost,
 		ErrReleased: core.ErrReleased, ErrInvalid: core.ErrInvalid, ErrClosed: core.ErrClosed,
@@ -40,12 +42,14 @@ func TestErrorsAreTheCores(t *testing.T) {
 }
 
 func TestMinLeaseTTLIsTheCores(t *testing.T) {
+	t.Parallel()
 	if MinLeaseTTL != core.MinLease {
 		t.Errorf("MinLeaseTTL %v, the core's %v", MinLeaseTTL, core.MinLease)
 	}
 }
 
 func TestMaxIdentityLenIsTheCores(t *testing.T) {
+	t.Parallel()
 	if MaxIdentityLen != core.MaxIdentity {
 		t.Errorf("MaxIdentityLen %d, the core's %d", MaxIdentityLen, core.MaxIdentity)
 	}

@@ -21,6 +21,7 @@ const oddIdentity = "pod:7 50%~{x}\tcaf\u00e9/\u65e5\u672c,a.b@c+d=e"
 // identity, the hold's token as its holder has it, the lease Redis keeps, and the count;
 // nothing once it is given back. A Holders call from another process sees the same.
 func TestHoldersSayWhoHoldsAName(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 20 * time.Second
 		prefix := b.Prefix(t)

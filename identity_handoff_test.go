@@ -23,6 +23,7 @@ import (
 // lease, so by the release's message (or hand-off), not by its backstop re-check; Holders and
 // inspect then name it.
 func TestOddIdentitiesWaitAndHandOff(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 20 * time.Second // a waiter's backstop re-check: far past the limit below
 		prefix := b.Prefix(t)

@@ -47,6 +47,7 @@ func TestWithIdentityIsValidated(t *testing.T) {
 // By default a Handle is named by its host and process: "<host name>:<pid>". The last of two
 // identities given wins.
 func TestDefaultIdentityIsHostAndPID(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Standalone)
 	host, err := os.Hostname()
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 // Deadline says how long the holder surely has; Refresh renews now and moves it; a Refresh
 // that finds the claim gone reports the loss at once and ends the lease.
 func TestLeaseRefreshReportsALossSynchronously(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		h := b.Pod(t, prefix, distsync.WithLeaseTTL(30*time.Second)).H
@@ -74,6 +75,7 @@ func TestLeaseRefreshReportsALossSynchronously(t *testing.T) {
 
 // Extend changes a fixed lease in Redis and here, shorter or longer; a renewed lease refuses it.
 func TestLeaseExtendOfAFixedLease(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		h := b.Pod(t, prefix).H
@@ -145,6 +147,7 @@ func TestLeaseExtendOfAFixedLease(t *testing.T) {
 // Every acquire's lease-returning form gives a live lease with the hold's token; the semaphore's
 // try form too (before, TryAcquire gave no lease at all).
 func TestLeaseReturningForms(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		h := b.Pod(t, b.Prefix(t)).H
 		ctx := context.Background()

@@ -84,6 +84,7 @@ type ctxKey struct{}
 // released; a TryLock that found it held and a Lock whose ctx ended are not acquired, with
 // why.
 func TestObserverSeesAContendedMutexInOrder(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		var rec recorder
@@ -207,6 +208,7 @@ func (h *logRecords) WithGroup(string) slog.Handler      { return h }
 // long it was held, and logged at Warn; its Unlock reports the loss, and the hold reports no
 // second end.
 func TestObserverAndLogTellALoss(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		var rec recorder
@@ -262,6 +264,7 @@ func TestObserverAndLogTellALoss(t *testing.T) {
 // Every primitive reports its calls and holds: the kind, the weight a semaphore call asks
 // for, a read lock's Shared, once's roles.
 func TestObserverSeesEveryPrimitive(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Standalone)
 	prefix := b.Prefix(t)
 	var rec recorder

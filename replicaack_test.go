@@ -360,6 +360,7 @@ func TestReplicaAck(t *testing.T) {
 }
 
 func TestReplicaAckOption(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Mini)
 	c := b.Client(t)
 	for _, o := range []distsync.Option{distsync.WithReplicaAck(0, time.Second), distsync.WithReplicaAck(1, 0)} {

@@ -78,6 +78,7 @@ func waitQueued(t *testing.T, b *redistest.Backend, prefix, name string, n int) 
 // in which each believed it led never overlap, and the terms increase in the order of the
 // intervals.
 func TestAtMostOneLeader(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		type interval struct {
@@ -146,6 +147,7 @@ func TestAtMostOneLeader(t *testing.T) {
 // Resign hands leadership to the waiting candidate at once (well under the lease), and
 // Leader and observers tell of the new leader.
 func TestResignHandsOverPromptly(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		opts := []distsync.Option{distsync.WithLeaseTTL(20 * time.Second)}
@@ -208,6 +210,7 @@ func TestResignHandsOverPromptly(t *testing.T) {
 // the loss, its Resign reports an error (it is not told it resigned), and its term is smaller
 // than its successor's.
 func TestCutOffLeaderIsReplaced(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = time.Second
 		prefix := b.Prefix(t)
@@ -274,6 +277,7 @@ func TestCutOffLeaderIsReplaced(t *testing.T) {
 // background retries do not keep it), so that it stops acting as the leader no later than
 // Redis may let another candidate lead.
 func TestResignThatFailsIsReported(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 3 * time.Second
 		prefix := b.Prefix(t)
@@ -310,6 +314,7 @@ func TestResignThatFailsIsReported(t *testing.T) {
 // A leader's term is read from the record, not from the fence key, which may expire during a
 // long term (its retention counts from the last acquisition).
 func TestLeaderTermOutlivesTheFenceKey(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p := b.Pod(t, prefix, distsync.WithFenceRetention(100*time.Millisecond))
@@ -344,6 +349,7 @@ func TestLeaderTermOutlivesTheFenceKey(t *testing.T) {
 
 // A candidate whose context ends leaves no queue entry, no value and no key behind.
 func TestCancelledCandidateLeavesNothing(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		a := newElection(t, b.Pod(t, prefix), "cancel")
@@ -391,6 +397,7 @@ func TestCancelledCandidateLeavesNothing(t *testing.T) {
 
 // TryCampaign leads only when nobody leads or waits, and a failed try leaves nothing.
 func TestTryCampaign(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		a := newElection(t, b.Pod(t, prefix), "try")
@@ -422,6 +429,7 @@ func TestTryCampaign(t *testing.T) {
 
 // Bad input is refused at once.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		p := b.Pod(t, b.Prefix(t))
 		if _, err := election.New(p.H, ""); !errors.Is(err, distsync.ErrInvalid) {

@@ -21,6 +21,7 @@ import (
 // Campaigns of one value that wait at the same time share the outcome: the value is one
 // candidate.
 func TestCampaignWhileLeadingReturnsTheTerm(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		e := newElection(t, b.Pod(t, prefix), "again")
@@ -103,6 +104,7 @@ func TestCampaignWhileLeadingReturnsTheTerm(t *testing.T) {
 // dead candidate never does, and the next candidate leads within the waiter lease (etcd
 // #21128 named such a candidate).
 func TestDeadCandidateIsNeverNamedLeader(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const wlease = time.Second
 		prefix := b.Prefix(t)
@@ -163,6 +165,7 @@ func TestDeadCandidateIsNeverNamedLeader(t *testing.T) {
 // renewal tells the first candidate when the lease now ends, so it campaigns again right
 // after that, not up to a third of a lease later, nor at its place's next renewal.
 func TestDeadLeaderIsReplacedAtItsExpiry(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 3 * time.Second
 		prefix := b.Prefix(t)
@@ -215,6 +218,7 @@ func TestDeadLeaderIsReplacedAtItsExpiry(t *testing.T) {
 // Every candidate leads in turn, and none is left waiting while nobody leads (the issue's
 // report: one Campaign still waiting 40 s later while Leader returned ErrNoLeader).
 func TestBurstOnAnEmptyElection(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const candidates, rounds = 8, 3
 		for r := range rounds {

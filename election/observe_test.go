@@ -165,6 +165,7 @@ func TestObserverSeesEveryLeaderInOrder(t *testing.T) {
 // Idle candidates renew their places and nothing else; an idle observer sends one read per
 // lease at most.
 func TestIdleCandidatesAndObserversDoNotPoll(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl, wlease, waiters = 3 * time.Second, 900 * time.Millisecond, 2
 		prefix := b.Prefix(t)

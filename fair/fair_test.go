@@ -77,6 +77,7 @@ func waitQueued(t *testing.T, b *redistest.Backend, prefix, name string, n int) 
 // Waiters from several processes, two goroutines each, are granted the lock exactly in the
 // order their requests arrived at Redis (read from the queue there).
 func TestGrantsFollowArrivalOrder(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		holder := newFair(t, b.Pod(t, prefix), "order")
@@ -127,6 +128,7 @@ func TestGrantsFollowArrivalOrder(t *testing.T) {
 
 // A hand-off wakes the head waiter only: the other waiting processes send nothing for it.
 func TestHandoffWakesOnlyTheHead(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		// Long waiter leases, so that no renewal of a place falls inside the window watched.
@@ -189,6 +191,7 @@ func TestHandoffWakesOnlyTheHead(t *testing.T) {
 // A head waiter whose process died (network cut) is skipped within about a waiter lease: the
 // lock handed to it comes back, and the next waiter gets it.
 func TestDeadHeadWaiterIsSkipped(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const wlease = time.Second
 		prefix := b.Prefix(t)
@@ -236,6 +239,7 @@ func TestDeadHeadWaiterIsSkipped(t *testing.T) {
 // Waiters whose context ends leave the queue at once; nothing of theirs stays but a void mark
 // with a TTL, and the next Lock is not held up by them.
 func TestCancelledWaitersLeaveNoEntry(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		holder := newFair(t, b.Pod(t, prefix), "cancel")
@@ -273,6 +277,7 @@ func TestCancelledWaitersLeaveNoEntry(t *testing.T) {
 
 // Several pods × goroutines: never two holders, tokens strictly increase.
 func TestMutualExclusion(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const pods, goroutines, rounds = 3, 3, 8
 		prefix := b.Prefix(t)
@@ -325,6 +330,7 @@ func TestMutualExclusion(t *testing.T) {
 // Idle waiters send nothing but the renewals of their places, batched per handle (one
 // pipeline per tick for all of a process's waiters), and the backstop re-check.
 func TestIdleWaitersOnlyRenewTheirPlaces(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		// The holder's lease is long enough for a loaded machine never to lose it.
 		const ttl, wlease, waiters = 3 * time.Second, 900 * time.Millisecond, 3
@@ -377,6 +383,7 @@ func TestIdleWaitersOnlyRenewTheirPlaces(t *testing.T) {
 
 // Deleting the lock behind the holder's back fires its loss signal; Unlock reports it.
 func TestLossIsSignalled(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 900 * time.Millisecond
 		prefix := b.Prefix(t)
@@ -396,6 +403,7 @@ func TestLossIsSignalled(t *testing.T) {
 }
 
 func TestBadInputAndLocker(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		p := b.Pod(t, b.Prefix(t))
 		if _, err := fair.New(p.H, ""); !errors.Is(err, distsync.ErrInvalid) {
@@ -423,6 +431,7 @@ func TestBadInputAndLocker(t *testing.T) {
 // A cancelled Lock has left the queue when it returns: after the holder's Unlock right after
 // it, TryLock succeeds at once.
 func TestCancelledLockHasLeftWhenItReturns(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		holder := newFair(t, b.Pod(t, prefix), "gone")
@@ -460,6 +469,7 @@ func TestCancelledLockHasLeftWhenItReturns(t *testing.T) {
 // live (rueidis fails every command queued on a connection that another command's deadline
 // closed) does not end a Lock: only the caller's context does.
 func TestForeignDeadlineDoesNotEndLock(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		holder := newFair(t, b.Pod(t, prefix), "foreign")
@@ -493,6 +503,7 @@ func TestForeignDeadlineDoesNotEndLock(t *testing.T) {
 // waiter behind them still gets the lock within about a waiter lease and a renewal period
 // (its own place renewal hands the free lock on), not at its backstop, a holder's lease later.
 func TestDeadWaitersInARowDoNotStallTheQueue(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const wlease = time.Second
 		prefix := b.Prefix(t)
@@ -540,6 +551,7 @@ func TestDeadWaitersInARowDoNotStallTheQueue(t *testing.T) {
 // give-back could not be sent at once tries again only after the give-back is done: the
 // give-back, under the same waiter id, must not release the hold the retry gets.
 func TestRetryAfterALateClaimKeepsItsHold(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		// Long enough that the retry's hold, renewed every 500 ms, cannot lapse on a loaded
 		// machine while the test looks at it (400 ms did, with two suites running).
@@ -564,6 +576,7 @@ func TestRetryAfterALateClaimKeepsItsHold(t *testing.T) {
 
 // A Lock blocked when its Handle closes returns ErrClosed, having left the queue.
 func TestCloseEndsBlockedLock(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		holder := newFair(t, b.Pod(t, prefix), "closing")
@@ -594,6 +607,7 @@ func TestCloseEndsBlockedLock(t *testing.T) {
 // re-checks right after that, not up to a third of a lease later (its backstop), nor at its
 // place's next renewal (a third of the waiter lease, long here).
 func TestDeadHoldersLockIsTakenAtItsExpiry(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 3 * time.Second
 		prefix := b.Prefix(t)

@@ -76,6 +76,7 @@ func pttl(t *testing.T, b *redistest.Backend, key string) time.Duration {
 // A write with a token below the largest accepted is refused and changes nothing; an equal or
 // larger token is accepted.
 func TestStaleTokenIsRefused(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		p := b.Pod(t, b.Prefix(t))
 		v := newValue(t, p.H, "balance")
@@ -104,6 +105,7 @@ func TestStaleTokenIsRefused(t *testing.T) {
 // Tokens are compared exactly over the whole int64 range: by their digits, not as Lua numbers
 // (doubles, which round above 2^53), and 9 is below 10.
 func TestTokensAreComparedExactly(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		p := b.Pod(t, b.Prefix(t))
 		small := newValue(t, p.H, "small")
@@ -134,6 +136,7 @@ func TestTokensAreComparedExactly(t *testing.T) {
 // Delete takes the same check, removes the value and keeps the token, with the fence retention
 // as TTL, so that a stale holder cannot write after it; a Set brings the value back for good.
 func TestDeleteKeepsTheToken(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p := b.Pod(t, prefix, distsync.WithFenceRetention(time.Hour))
@@ -187,6 +190,7 @@ func TestDeleteKeepsTheToken(t *testing.T) {
 // A Delete never shortens the life of a token record, and the record is gone after the
 // retention: the value then accepts any token, as one never set.
 func TestTokenRecordLivesForTheRetention(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		long := b.Pod(t, prefix, distsync.WithFenceRetention(time.Hour)).H
@@ -214,6 +218,7 @@ func TestTokenRecordLivesForTheRetention(t *testing.T) {
 // The end-to-end case fencing is for: holder A's lease runs out, B takes the lock and writes,
 // then A's late write, with its old token, is refused.
 func TestLateWriteOfALostHolderIsRefused(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		pa, pb := b.Pod(t, prefix), b.Pod(t, prefix)
@@ -267,6 +272,7 @@ func TestLateWriteOfALostHolderIsRefused(t *testing.T) {
 // Writers racing with tokens in any order: the value ends with the largest token, and with the
 // value written with it.
 func TestConcurrentWritersEndWithTheLargestToken(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		const pods, writers, writes = 3, 4, 25
@@ -302,6 +308,7 @@ func TestConcurrentWritersEndWithTheLargestToken(t *testing.T) {
 
 // Bad input returns ErrInvalid and sends nothing; refused and failed writes change nothing.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p := b.Pod(t, prefix)
@@ -350,6 +357,7 @@ func TestBadInput(t *testing.T) {
 // Values are any bytes; an empty value is a value, not an absent one; names with braces and
 // binary bytes keep to one key, in the name's slot.
 func TestValuesAndNames(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p := b.Pod(t, prefix)
@@ -374,6 +382,7 @@ func TestValuesAndNames(t *testing.T) {
 
 // On a closed Handle every call returns ErrClosed.
 func TestClosedHandle(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Mini)
 	p := b.Pod(t, b.Prefix(t))
 	v := newValue(t, p.H, "x")
@@ -398,6 +407,7 @@ func TestClosedHandle(t *testing.T) {
 // A token field that holds no token (someone else wrote the key) is an error, and no write
 // goes over it.
 func TestForeignTokenIsAnError(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p := b.Pod(t, prefix)

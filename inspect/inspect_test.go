@@ -320,6 +320,7 @@ func checkQueue(t *testing.T, what string, got []inspect.Waiter, handles ...stri
 }
 
 func TestMutex(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := newEnv(t, b)
 		ctx := context.Background()
@@ -357,6 +358,7 @@ func TestMutex(t *testing.T) {
 // NewAll's order, read in the same step as its holder; an ordinary hold, and a hold taken
 // after a set's (whose record lingers until its lease would have ended), have none.
 func TestMutexHeldWithOthers(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := newEnv(t, b)
 		ctx := context.Background()
@@ -412,6 +414,7 @@ func TestMutexHeldWithOthers(t *testing.T) {
 }
 
 func TestReentrant(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := newEnv(t, b)
 		a, other := e.pod(), e.pod()
@@ -448,6 +451,7 @@ func TestReentrant(t *testing.T) {
 }
 
 func TestRWMutex(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := newEnv(t, b)
 		ctx := context.Background()
@@ -498,6 +502,7 @@ func TestRWMutex(t *testing.T) {
 }
 
 func TestFair(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := newEnv(t, b)
 		ctx := context.Background()
@@ -532,6 +537,7 @@ func TestFair(t *testing.T) {
 }
 
 func TestSemaphore(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := newEnv(t, b)
 		ctx := context.Background()
@@ -573,6 +579,7 @@ func TestSemaphore(t *testing.T) {
 }
 
 func TestOnce(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := newEnv(t, b)
 		ctx := context.Background()
@@ -636,6 +643,7 @@ func TestOnce(t *testing.T) {
 }
 
 func TestElection(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := newEnv(t, b)
 		ctx := context.Background()
@@ -679,6 +687,7 @@ func TestElection(t *testing.T) {
 }
 
 func TestWaitGroup(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := newEnv(t, b)
 		ctx := context.Background()
@@ -722,6 +731,7 @@ func TestWaitGroup(t *testing.T) {
 // A rate limiter's bucket: its tokens (exact once both settings are stored, else as its last
 // write left them), its stored settings, and its latest time to act while one is ahead.
 func TestRate(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := newEnv(t, b)
 		ctx := context.Background()
@@ -783,6 +793,7 @@ func TestRate(t *testing.T) {
 // Name finds every kind a name has keys of; List finds every primitive under the prefix, by
 // name, and filters by pattern; names with braces and percent signs come back as given.
 func TestNameAndList(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := newEnv(t, b)
 		ctx := context.Background()
@@ -888,6 +899,7 @@ func TestNameAndList(t *testing.T) {
 // A name Redis has nothing of gives an empty report and no kinds; bad input is an error
 // matching ErrInvalid, and sends nothing to Redis.
 func TestNothingAndBadInput(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		pod := b.Pod(t, prefix)

@@ -7,6 +7,7 @@ import (
 )
 
 func TestGlobMatchesAsRedisDoes(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		p, s string
 		want bool
@@ -37,6 +38,7 @@ func TestGlobMatchesAsRedisDoes(t *testing.T) {
 // parseKey reads back the kind and name of every key keys.New makes, for names that need
 // escaping too, and nothing else.
 func TestParseKeyReversesTheLayout(t *testing.T) {
+	t.Parallel()
 	const prefix = "p:"
 	for _, name := range []string{"x", "a:b", "{", "}{", "%7B", "a{b}%c", "\x00\xff", onceName("g:1", "k{}")} {
 		for kind, parts := range layout {

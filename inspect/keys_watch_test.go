@@ -18,6 +18,7 @@ import (
 // out): after a mutex hold and a Once's run, each key Redis has under the name is among
 // them, for its kind and for kind "".
 func TestKeysNameWhatThePrimitivesWrite(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		prefix := b.Prefix(t)
@@ -68,6 +69,7 @@ func cut(key, prefix string) (kind string, rest string, ok bool) {
 
 // Bad input to Keys is an error matching ErrInvalid, and nothing is sent.
 func TestKeysBadInput(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Mini)
 	h := b.Handle(t, b.Client(t))
 	for _, tc := range []struct {

@@ -48,6 +48,7 @@ func sameSlot(prefix string, n int) []string {
 
 // Bad input to NewAll: an error matching ErrInvalid, and nothing sent.
 func TestAllBadInput(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Mini)
 	prefix := b.Prefix(t)
 	p, q := newPod(t, b, prefix), newPod(t, b, prefix)
@@ -93,6 +94,7 @@ func TestAllBadInput(t *testing.T) {
 // A held All excludes the single-name mutexes of its names, and a held single-name mutex
 // excludes an All that names it; a TryLock that fails holds nothing.
 func TestAllInteroperatesWithMutex(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p, q := newPod(t, b, prefix), newPod(t, b, prefix)
@@ -171,6 +173,7 @@ func fenceOf(t *testing.T, b *redistest.Backend, prefix, name string) int64 {
 // Two sets locked in opposite orders, with single-name lockers among them, all finish, and no
 // name ever has two holders.
 func TestAllOppositeOrdersDoNotDeadlock(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		names := []string{"n0", "n1", "n2", "n3"}
@@ -238,6 +241,7 @@ func TestAllOppositeOrdersDoNotDeadlock(t *testing.T) {
 // A Lock cancelled while it waits for one name holds none of the others when it returns, and
 // has left that name's queue.
 func TestAllCancelledLockHoldsNothing(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p, q := newPod(t, b, prefix), newPod(t, b, prefix)
@@ -277,6 +281,7 @@ func TestAllCancelledLockHoldsNothing(t *testing.T) {
 // A set whose member is lost is lost: Done closes with ErrLost, naming it, and Unlock reports
 // the loss and releases the others.
 func TestAllLossOfOneMemberIsTheSetsLoss(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p := newPod(t, b, prefix, distsync.WithLeaseTTL(300*time.Millisecond))
@@ -308,6 +313,7 @@ func TestAllLossOfOneMemberIsTheSetsLoss(t *testing.T) {
 // Uncontended, Lock is one round trip: one script per run of one slot, all in one pipeline
 // (one run on a Redis that is not a Cluster).
 func TestAllUncontendedIsOneRoundTrip(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p := newPod(t, b, prefix)
@@ -348,6 +354,7 @@ func TestAllUncontendedIsOneRoundTrip(t *testing.T) {
 // A set waits for a busy member in that member's queue, in its order: a single-name waiter
 // that came first is served first, one that came after is served after.
 func TestAllWaitsInTheMembersQueue(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -406,6 +413,7 @@ func TestAllWaitsInTheMembersQueue(t *testing.T) {
 // someone else held the name since, with a larger token) is taken again before Lock returns:
 // the set's token for it is above every earlier token of the name.
 func TestAllRetakesAMemberLostWhileWaiting(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		early, late := "w0", "w1"

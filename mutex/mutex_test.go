@@ -23,6 +23,7 @@ import (
 // Several pods, several goroutines each, one mutex: never two inside at once, and every
 // acquisition's fencing token is larger than the one before it.
 func TestMutualExclusionAndIncreasingTokens(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const pods, goroutines, rounds = 4, 4, 15
 		prefix := b.Prefix(t)
@@ -81,6 +82,7 @@ func TestMutualExclusionAndIncreasingTokens(t *testing.T) {
 
 // Tokens increase across clients taking turns, and across a lock that expired.
 func TestFencingTokensIncreaseAcrossClients(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		ms := []*mutex.Mutex{
@@ -109,6 +111,7 @@ func TestFencingTokensIncreaseAcrossClients(t *testing.T) {
 
 // A waiter sends nothing while the lock is held, apart from one re-check per lease.
 func TestIdleWaiterDoesNotPoll(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = time.Second
 		prefix := b.Prefix(t)
@@ -151,6 +154,7 @@ func TestIdleWaiterDoesNotPoll(t *testing.T) {
 // tells the head waiter when the lease now ends, so the head re-checks right after that, not
 // up to a third of a lease later as a waiter that only knows the lease it saw must.
 func TestDeadHoldersLockIsTakenAtItsExpiry(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 3 * time.Second
 		prefix := b.Prefix(t)
@@ -192,6 +196,7 @@ func TestDeadHoldersLockIsTakenAtItsExpiry(t *testing.T) {
 
 // With a long lease, Unlock wakes the waiter at once: no waiting for the lease to run out.
 func TestWaiterWakesPromptlyOnUnlock(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 30 * time.Second
 		prefix := b.Prefix(t)
@@ -272,6 +277,7 @@ func TestNoLostWakeUpWhenSubscriptionDrops(t *testing.T) {
 // A holder that cannot reach Redis learns that its claim is lost no later than its lease's
 // deadline, even though it never hears back from Redis.
 func TestLossWhenRedisIsUnreachable(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = time.Second
 		prefix := b.Prefix(t)
@@ -303,6 +309,7 @@ func TestLossWhenRedisIsUnreachable(t *testing.T) {
 // A holder that vanishes without Unlock (cut off from Redis: no renewal) is replaced once its
 // lease runs out, not before; it learns of the loss itself.
 func TestCrashedHolderIsReplacedAfterTTL(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = time.Second
 		prefix := b.Prefix(t)
@@ -343,6 +350,7 @@ func TestCrashedHolderIsReplacedAfterTTL(t *testing.T) {
 // Deleting or overwriting the lock behind the holder's back ends its lease within one renewal
 // period, and its Unlock reports the loss.
 func TestLossIsSignalled(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 900 * time.Millisecond
 		for _, how := range []string{"deleted", "overwritten"} {
@@ -394,6 +402,7 @@ func TestLossIsSignalled(t *testing.T) {
 // A Lock on a Mutex value that is held waits for its Unlock, as with sync.Mutex, even when
 // the hold was lost in Redis: otherwise that Unlock would release the new hold.
 func TestLockWaitsForLocalUnlockAfterLoss(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 600 * time.Millisecond
 		prefix := b.Prefix(t)
@@ -426,6 +435,7 @@ func TestLockWaitsForLocalUnlockAfterLoss(t *testing.T) {
 
 // A held lock stays held past many TTLs while the Handle renews it.
 func TestRenewalKeepsTheLock(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 600 * time.Millisecond
 		prefix := b.Prefix(t)
@@ -451,6 +461,7 @@ func TestRenewalKeepsTheLock(t *testing.T) {
 // A fixed lease is not renewed: it ends (as a loss) when its TTL passes, and Redis frees the
 // lock then.
 func TestFixedLeaseExpires(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 400 * time.Millisecond
 		prefix := b.Prefix(t)
@@ -542,6 +553,7 @@ func TestCancelledWaiterLeavesNothingBehind(t *testing.T) {
 
 // Waiting processes get the lock in the order they started waiting.
 func TestWaitingProcessesAreServedInOrder(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		holder := newPod(t, b, prefix).mutex(t, "order")
@@ -575,6 +587,7 @@ func TestWaitingProcessesAreServedInOrder(t *testing.T) {
 // A waiter whose process died while queued costs the others at most one hand-off window: the
 // next waiter in line watches the grant and takes the lock when it lapses.
 func TestDeadWaiterCostsOneHandoffWindow(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl, window = 30 * time.Second, 300 * time.Millisecond
 		prefix := b.Prefix(t)
@@ -617,6 +630,7 @@ func TestDeadWaiterCostsOneHandoffWindow(t *testing.T) {
 
 // Goroutines of one process get the lock in the order they called Lock.
 func TestGoroutinesOfOneProcessAreServedInOrder(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Mini)
 	prefix := b.Prefix(t)
 	p := newPod(t, b, prefix)
@@ -650,6 +664,7 @@ func TestGoroutinesOfOneProcessAreServedInOrder(t *testing.T) {
 // Close releases what the Handle holds, so waiters elsewhere get it at once, and ends the
 // waits of its own primitives with ErrClosed.
 func TestHandleCloseReleasesAndEndsWaits(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 30 * time.Second
 		prefix := b.Prefix(t)
@@ -688,6 +703,7 @@ func TestHandleCloseReleasesAndEndsWaits(t *testing.T) {
 }
 
 func TestTryLock(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		m1 := newPod(t, b, prefix).mutex(t, "try")
@@ -717,6 +733,7 @@ func TestTryLock(t *testing.T) {
 
 // Bad input: a clear error at once, and nothing written to Redis.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p := newPod(t, b, prefix)
@@ -772,6 +789,7 @@ func TestBadInput(t *testing.T) {
 
 // The sync.Locker adapter locks and unlocks, and panics where sync.Mutex would be misused.
 func TestLocker(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Mini)
 	prefix := b.Prefix(t)
 	m := newPod(t, b, prefix).mutex(t, "locker")
@@ -792,6 +810,7 @@ func TestLocker(t *testing.T) {
 // Names with braces, percent signs or binary bytes work on Cluster (every key of a mutex in
 // one slot) and do not collide with each other.
 func TestAnyNameWorks(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p := newPod(t, b, prefix)
@@ -814,6 +833,7 @@ func TestAnyNameWorks(t *testing.T) {
 // the leases have run out, the library's keyspace is empty: every key it wrote had a TTL (the
 // fence counter too, after its retention).
 func TestNoLeakedKeys(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = time.Second // renewed every 333 ms: a loaded machine does not lose it
 		prefix := b.Prefix(t)
@@ -872,6 +892,7 @@ func TestNoLeakedKeys(t *testing.T) {
 
 // Leases held together are renewed together: one pipeline per tick, not one command each.
 func TestRenewalsAreBatched(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		// The property, whatever the machine's load: the loop sends a renewal pipeline at most
 		// once per eighth of a renewal period (it renews every lease due within the next
@@ -917,6 +938,7 @@ func TestRenewalsAreBatched(t *testing.T) {
 // the departed waiter and everyone waiting out the hand-off window (set long here, so that a
 // stranded grant cannot go unnoticed).
 func TestUnlockRightAfterACancelledLockFreesTheLock(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		window := distsync.WithHandoffWindow(time.Minute)
@@ -955,6 +977,7 @@ func TestUnlockRightAfterACancelledLockFreesTheLock(t *testing.T) {
 // says it did not acquire, the lock is free again at once, and Lock tries again and returns
 // with a live lease.
 func TestAcquisitionTooLateToUseIsGivenBack(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 400 * time.Millisecond
 		prefix := b.Prefix(t)
@@ -1086,6 +1109,7 @@ func (s *grantScene) lateMessageIsNotTaken(t *testing.T, token int64, what strin
 // on. (Here the grant is written and its message published by the test, so that the message
 // surely comes after the clean-up; in the field, pub/sub delivers it whenever it does.)
 func TestStaleGrantAfterACancelIsNotTaken(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		s := newGrantScene(t, b, "stale")
 		otherRes := lockAsync(context.Background(), s.other)
@@ -1110,6 +1134,7 @@ func TestStaleGrantAfterACancelIsNotTaken(t *testing.T) {
 // not taken when its message comes at last, even by a Lock that queued again since: a grant
 // older than the queueing is looked for in Redis, never taken as held.
 func TestLateMessageOfALapsedGrantIsNotTaken(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		s := newGrantScene(t, b, "lapsed")
 		// A release grants the lock to m's process, as Unlock would (computing the token into

@@ -114,6 +114,7 @@ func exclusive(t *testing.T, holds []hold) {
 // when its context ends and leaves nothing held on the one that is up; a holder whose quorum
 // goes away is told, and its Unlock reports the loss.
 func TestQuorum(t *testing.T) {
+	t.Parallel()
 	ps := primaries(t, 3)
 	ttl := 2 * time.Second
 	a, ha := quorumPod(t, ps, "q", distsync.WithLeaseTTL(ttl))
@@ -220,6 +221,7 @@ func TestQuorum(t *testing.T) {
 }
 
 func TestQuorumOptions(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Mini)
 	h1, h2, h3 := b.Handle(t, b.Client(t)), b.Handle(t, b.Client(t)), b.Handle(t, b.Client(t))
 	for _, c := range []struct {
@@ -313,6 +315,7 @@ func TestQuorumWaiterDoesNotPoll(t *testing.T) {
 // the holder unlocks before a renewal tells it: the releases find the claims gone, and Unlock
 // reports the loss (another process could have held a majority meanwhile).
 func TestQuorumUnlockReportsLoss(t *testing.T) {
+	t.Parallel()
 	ps := primaries(t, 3)
 	a, _ := quorumPod(t, ps, "r")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -341,6 +344,7 @@ func TestQuorumUnlockReportsLoss(t *testing.T) {
 // cut off) does not stop gathering meanwhile: when the primaries it waits for come free, it
 // takes its majority at once, not when the slow primary answers the give-back.
 func TestQuorumGivesBackWithoutStalling(t *testing.T) {
+	t.Parallel()
 	ps := primaries(t, 3)
 	var hs []*distsync.Handle
 	f := redistest.NewFaulty(ps[0].Client(t))

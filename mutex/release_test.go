@@ -19,6 +19,7 @@ import (
 // before a background attempt gets through (here: deleted), that attempt finds it gone, and
 // the hold ends as lost, not as released: a loss is never reported as a release.
 func TestBackgroundReleaseThatFindsTheLockGoneReportsALoss(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		f := redistest.NewFaulty(b.Client(t))
@@ -59,6 +60,7 @@ func TestBackgroundReleaseThatFindsTheLockGoneReportsALoss(t *testing.T) {
 // releases of the name the record no longer has it: the retry then reports a loss, the safe
 // side.
 func TestRetriedReleaseTellsItsOwnReleaseFromALoss(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		for _, c := range []struct {
 			others int
@@ -115,6 +117,7 @@ func TestRetriedReleaseTellsItsOwnReleaseFromALoss(t *testing.T) {
 // lease: the release grants the lock to the first, asks the second to watch the grant for a
 // window and the third for two; the third, alive, takes the lock once both have lapsed.
 func TestTwoDeadWaitersInARowCostTwoWindows(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl, window = 30 * time.Second, 300 * time.Millisecond
 		prefix := b.Prefix(t)

@@ -44,6 +44,7 @@ var waits = []struct {
 // gets an error matching both ErrNotAcquired and the context's error, from every way in: Do,
 // DoChan, Once.Do, OnceFunc, OnceValue and OnceValues. The call goes on for the others.
 func TestCancelledWaitIsNotAcquired(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		pa, pb := b.Pod(t, prefix), b.Pod(t, prefix)

@@ -39,6 +39,7 @@ func recv[T any](t *testing.T, what string, ch <-chan once.Result[T]) once.Resul
 // a call after Forget runs its own fn although the forgotten call is still in flight, and a
 // call after that joins it.
 func TestForget(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		g := group[int](t, b.Pod(t, b.Prefix(t)), "forget")
 		ctx, cancel := bg(30 * time.Second)
@@ -89,6 +90,7 @@ func TestForget(t *testing.T) {
 // that was in flight during the Forget: it waits for that flight's lead to end, then leads.
 // The callers that joined the flight before the Forget get its result.
 func TestForgetAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		ga := group[string](t, b.Pod(t, prefix), "fx")
@@ -126,6 +128,7 @@ func TestForgetAcrossProcesses(t *testing.T) {
 // result (its callers came before the Forget), but is no longer joined once the Forget's
 // notice reaches its process: a later Do there runs fn for itself.
 func TestForgetDetachesWaitersInOtherProcesses(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		ga := group[string](t, b.Pod(t, prefix), "fd")
@@ -177,6 +180,7 @@ func keptKeys(t *testing.T, b *redistest.Backend, prefix string) []string {
 // leave its result kept, whichever of its finish and the Forget reaches Redis first: the next
 // Do runs fn.
 func TestForgetInFlightKeepsNothing(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		ga := group[int](t, b.Pod(t, prefix), "fk", once.WithKeep(time.Minute))
@@ -227,6 +231,7 @@ func TestForgetInFlightKeepsNothing(t *testing.T) {
 // A Once run in flight during Reset, in its process or another, does not set the done-marker:
 // its callers get its outcome, Done reports false, and the next Do runs fn again.
 func TestResetDuringRunLeavesNotDone(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		ctx, cancel := bg(30 * time.Second)
@@ -281,6 +286,7 @@ func TestResetDuringRunLeavesNotDone(t *testing.T) {
 // done-marker of the Once that is done; once the leases, the result linger, the keep period
 // and the fence retention have passed, only that marker is left.
 func TestNoLeakedKeys(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = time.Second
 		prefix := b.Prefix(t)

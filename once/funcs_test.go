@@ -18,6 +18,7 @@ import (
 // OnceFunc: a failure goes to its callers and is retried; the first success runs once across
 // processes and is remembered, in the Once of the same name too, until its Reset.
 func TestOnceFunc(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		notReady := errors.New("database not ready")
@@ -91,6 +92,7 @@ func TestOnceFunc(t *testing.T) {
 // A failure in the process that runs fn reaches the callers waiting in another as
 // ErrLeaderFailed with its message, and is not kept.
 func TestOnceFuncFailureReachesOtherProcesses(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		entered, release := make(chan struct{}), make(chan struct{})
@@ -143,6 +145,7 @@ type endpoint struct {
 // OnceValues: the first successful pair is computed once across processes, kept, and given to
 // every later call, in every process, as it was returned; a failure is not kept.
 func TestOnceValues(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		var runs atomic.Int32
@@ -216,6 +219,7 @@ func TestOnceValues(t *testing.T) {
 // OnceValues bounds the encoded pair (WithMaxValueSize), and a pair JSON cannot encode is an
 // ErrCodec error.
 func TestOnceValuesTooLargeAndCodecErrors(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		p := b.Pod(t, b.Prefix(t))
 		ctx, cancel := bg(10 * time.Second)

@@ -33,6 +33,7 @@ func leads(t *testing.T, b *redistest.Backend, prefix string) []string {
 // an error matching ErrGoexit, nothing is kept, the lead is given up in Redis when Do returns,
 // and the next call runs fn again at once, not when the lease would have run out.
 func TestGoexitInFnIsAnErrorAndFreesTheLead(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p := b.Pod(t, prefix)
@@ -83,6 +84,7 @@ func TestGoexitInFnIsAnErrorAndFreesTheLead(t *testing.T) {
 // A process that waits for a call that ends in Goexit in another process gets an error
 // matching ErrGoexit, not a success, and its next call leads at once.
 func TestGoexitReachesOtherProcesses(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		ga := group[string](t, b.Pod(t, prefix), "goexit", distsync.WithLeaseTTL(goexitLease))

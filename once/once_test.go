@@ -33,6 +33,7 @@ func bg(d time.Duration) (context.Context, context.CancelFunc) {
 // Many callers in several processes, one key, a slow fn: fn runs once and every caller gets
 // its value.
 func TestOneCallForManyCallers(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const pods, callers = 4, 25
 		prefix := b.Prefix(t)
@@ -83,6 +84,7 @@ func TestOneCallForManyCallers(t *testing.T) {
 // fn's error reaches every waiting caller: the leader's process gets the error itself, the
 // others one matching ErrLeaderFailed with its message. It is not kept: the next call runs fn.
 func TestErrorsAreSharedNotKept(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		ga := group[int](t, b.Pod(t, prefix), "err")
@@ -121,6 +123,7 @@ func TestErrorsAreSharedNotKept(t *testing.T) {
 
 // A panic in fn panics in the callers of its process and reaches the others as ErrPanicked.
 func TestPanicInFn(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		ga := group[int](t, b.Pod(t, prefix), "panic")
@@ -151,6 +154,7 @@ func TestPanicInFn(t *testing.T) {
 
 // A follower whose context ends leaves at once; the others still get the result.
 func TestCancelledFollowerLeaves(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		ga := group[string](t, b.Pod(t, prefix), "cancel")
@@ -187,6 +191,7 @@ func TestCancelledFollowerLeaves(t *testing.T) {
 // A leader that dies mid-fn (its process cut off) is replaced by exactly one follower, and
 // everyone waiting gets that follower's result.
 func TestLeaderDeathTakeover(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = time.Second
 		prefix := b.Prefix(t)
@@ -249,6 +254,7 @@ func TestLeaderDeathTakeover(t *testing.T) {
 // With WithKeep, callers within the window get the kept result without fn; after it, one
 // caller runs fn again; Forget drops the kept result.
 func TestKeepAndForget(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const keep = 700 * time.Millisecond
 		prefix := b.Prefix(t)
@@ -281,6 +287,7 @@ func TestKeepAndForget(t *testing.T) {
 
 // Results too large to share, and results the codec cannot encode, are clear errors.
 func TestTooLargeAndCodecErrors(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		ctx, cancel := bg(10 * time.Second)
@@ -311,6 +318,7 @@ func TestTooLargeAndCodecErrors(t *testing.T) {
 // Once: exactly one success across processes; a failure lets the next caller try; Reset
 // forgets the success.
 func TestOnce(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		var attempts, successes atomic.Int32
@@ -380,6 +388,7 @@ func TestOnce(t *testing.T) {
 // A leader whose Handle closes mid-fn gives the lead up: a waiter takes over at once and gets
 // its own result, not an error made of the closing leader's cancelled context.
 func TestLeaderHandleClosesMidCall(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		lp := b.Pod(t, prefix)
@@ -421,6 +430,7 @@ func TestLeaderHandleClosesMidCall(t *testing.T) {
 // Calls cancelled while their first script is in flight leave no lead behind: the next
 // caller leads at once.
 func TestCancelledCallsLeaveNoLead(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		g := group[int](t, b.Pod(t, prefix), "brief")
@@ -446,6 +456,7 @@ func TestCancelledCallsLeaveNoLead(t *testing.T) {
 // On a closed Handle, Do and Once.Do return ErrClosed and never run fn: fn would run without
 // any coordination with the other processes.
 func TestClosedHandleRunsNothing(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p := b.Pod(t, prefix)
@@ -477,6 +488,7 @@ func TestClosedHandleRunsNothing(t *testing.T) {
 // cause, its Do returns an error matching ErrLost, not fn's success, and its result is not
 // shared (the other process gets its own leader's).
 func TestLeaderThatLostItsLeadIsTold(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 400 * time.Millisecond
 		prefix := b.Prefix(t)

@@ -15,6 +15,7 @@ import (
 // An option given where it does not apply is an error matching ErrInvalid that names it, for
 // every constructor of the package; nothing is sent to Redis.
 func TestOptionsThatDoNotApply(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Mini)
 	h := b.Pod(t, b.Prefix(t)).H
 	intFn := func(context.Context) (int, error) { return 1, nil }
@@ -92,6 +93,7 @@ func TestOptionsThatDoNotApply(t *testing.T) {
 // runs (fn's context ends, with a cause matching ErrLost), another process may lead then, and
 // the first leader's Do reports the loss.
 func TestFixedLeaseEndsTheLead(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 300 * time.Millisecond
 		prefix := b.Prefix(t)
@@ -151,6 +153,7 @@ func TestFixedLeaseEndsTheLead(t *testing.T) {
 // The leader's fn finds its lease in its context: held, with a fencing token that grows from
 // one lead to the next and a deadline ahead; released when the call is done.
 func TestLeaderSeesItsLease(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 5 * time.Second
 		g := group[int64](t, b.Pod(t, b.Prefix(t)), "lease", distsync.WithLeaseTTL(ttl))

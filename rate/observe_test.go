@@ -50,6 +50,7 @@ func (d *decisions) take() []distsync.Event {
 // with the tokens asked as Weight, the delay as Wait, the call's ctx, and the refusal's error;
 // a reservation given back reports EventCanceled with its decision's Call.
 func TestObserverReportsDecisions(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		d := &decisions{}
 		p := b.Pod(t, b.Prefix(t), distsync.WithObserver(d.observe))

@@ -44,6 +44,7 @@ func allow(t *testing.T, l *rate.Limiter, n int) bool {
 
 // TestBadInput: bad arguments give ErrInvalid and send nothing.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Mini)
 	p := b.Pod(t, b.Prefix(t))
 	ctx := ctxFor(t, 10*time.Second)
@@ -82,6 +83,7 @@ func TestBadInput(t *testing.T) {
 // TestWaitersWakeEachAtTheirTime: n waiters in two processes send one script each and wake
 // one at a time, a token's time apart: no polling, no herd.
 func TestWaitersWakeEachAtTheirTime(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		pods := []*redistest.Pod{b.Pod(t, prefix), b.Pod(t, prefix)}
@@ -126,6 +128,7 @@ func TestWaitersWakeEachAtTheirTime(t *testing.T) {
 // admitted by any time t since the start are at most limit·t + burst, and, demand exceeding
 // the rate, most of that.
 func TestNeverOverTheRate(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		const limit, burst, run = 50, 5, 2 * time.Second
@@ -174,6 +177,7 @@ func TestNeverOverTheRate(t *testing.T) {
 // TestRedisson1524AcquireBlocksForever: a Wait on an empty bucket returns once a token is
 // due, and does not block forever.
 func TestRedisson1524AcquireBlocksForever(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		l := newLimiter(t, b.Pod(t, b.Prefix(t)), "r1524", 10, 1)
 		for range 3 {
@@ -191,6 +195,7 @@ func TestRedisson1524AcquireBlocksForever(t *testing.T) {
 // TestRedisson1659TryAcquireWithTimeoutBlocksForever: a Wait with a deadline returns by it:
 // at once if the token is due after it, with the token if before.
 func TestRedisson1659TryAcquireWithTimeoutBlocksForever(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		p := b.Pod(t, b.Prefix(t))
 		slow := newLimiter(t, p, "r1659-slow", rate.Every(time.Minute), 1)
@@ -219,6 +224,7 @@ func TestRedisson1659TryAcquireWithTimeoutBlocksForever(t *testing.T) {
 // TestRedisson2072FirstCallExceedsPermits: a new limiter's first calls get the burst, no
 // more, even all at once.
 func TestRedisson2072FirstCallExceedsPermits(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		p := b.Pod(t, b.Prefix(t))
 		l := newLimiter(t, p, "r2072", rate.Every(time.Minute), 3)
@@ -250,6 +256,7 @@ func TestRedisson2072FirstCallExceedsPermits(t *testing.T) {
 // TestRedisson2931RateExceededAcrossIntervals: no window of a second, wherever it starts,
 // admits more than limit + burst: a fixed window would admit 2·burst around its boundary.
 func TestRedisson2931RateExceededAcrossIntervals(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		l := newLimiter(t, b.Pod(t, b.Prefix(t)), "r2931", 10, 5)
 		start := time.Now()
@@ -275,6 +282,7 @@ func TestRedisson2931RateExceededAcrossIntervals(t *testing.T) {
 // TestRedisson5687PermitsStopRefreshing: the bucket refills, cycle after cycle, and after its
 // key expired.
 func TestRedisson5687PermitsStopRefreshing(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		l := newLimiter(t, b.Pod(t, prefix), "r5687", 20, 2)
@@ -297,6 +305,7 @@ func TestRedisson5687PermitsStopRefreshing(t *testing.T) {
 // TestRedisson5487SetRateBreaksTryAcquire: after SetLimit and SetBurst, in another process,
 // Allow follows the new settings.
 func TestRedisson5487SetRateBreaksTryAcquire(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		a := newLimiter(t, b.Pod(t, prefix), "r5487", rate.Every(time.Minute), 1)
@@ -338,6 +347,7 @@ func TestRedisson5487SetRateBreaksTryAcquire(t *testing.T) {
 // TestClosedHandle: a Wait sleeping for its token returns ErrClosed when the Handle closes,
 // having given its reservation back.
 func TestClosedHandle(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Mini)
 	prefix := b.Prefix(t)
 	p, other := b.Pod(t, prefix), b.Pod(t, prefix)
@@ -384,6 +394,7 @@ func (c lateReply) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisR
 // A Wait cancelled while its reservation is on its way reads the reply and gives the
 // reservation back before it returns: the tokens are not lost.
 func TestWaitCancelledInFlightGivesTheTokensBack(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		slow := lateReply{Client: b.Client(t), delay: 300 * time.Millisecond,

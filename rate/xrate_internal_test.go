@@ -146,6 +146,7 @@ func eachBackend(t *testing.T, f func(t *testing.T, mk maker)) {
 }
 
 func TestLimiterBurst1(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		c := newClock(t, mk(per(10), 1))
 		c.allow(1, true)
@@ -163,6 +164,7 @@ func TestLimiterBurst1(t *testing.T) {
 }
 
 func TestLimiterBurst3(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		c := newClock(t, mk(per(10), 3))
 		c.allow(2, true)
@@ -187,6 +189,7 @@ func TestLimiterBurst3(t *testing.T) {
 }
 
 func TestSimpleReserve(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		c := newClock(t, mk(per(10), 2))
 		c.reserve(2, -1, 0, true)
@@ -197,6 +200,7 @@ func TestSimpleReserve(t *testing.T) {
 }
 
 func TestMix(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		c := newClock(t, mk(per(10), 2))
 		c.reserve(3, -1, 1, false) // n > burst
@@ -211,6 +215,7 @@ func TestMix(t *testing.T) {
 }
 
 func TestCancelInvalid(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		c := newClock(t, mk(per(10), 2))
 		c.reserve(2, -1, 0, true)
@@ -221,6 +226,7 @@ func TestCancelInvalid(t *testing.T) {
 }
 
 func TestCancelLast(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		c := newClock(t, mk(per(10), 2))
 		c.reserve(2, -1, 0, true)
@@ -232,6 +238,7 @@ func TestCancelLast(t *testing.T) {
 }
 
 func TestCancelTooLate(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		c := newClock(t, mk(per(10), 2))
 		c.reserve(2, -1, 0, true)
@@ -243,6 +250,7 @@ func TestCancelTooLate(t *testing.T) {
 }
 
 func TestCancel0Tokens(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		c := newClock(t, mk(per(10), 2))
 		c.reserve(2, -1, 0, true)
@@ -254,6 +262,7 @@ func TestCancel0Tokens(t *testing.T) {
 }
 
 func TestCancel1Token(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		c := newClock(t, mk(per(10), 2))
 		c.reserve(2, -1, 0, true)
@@ -269,6 +278,7 @@ func TestCancel1Token(t *testing.T) {
 }
 
 func TestCancelMulti(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		c := newClock(t, mk(per(10), 4))
 		c.reserve(4, -1, 0, true)
@@ -286,6 +296,7 @@ func TestCancelMulti(t *testing.T) {
 // the tokens that refilled at the old limit in between move the time to act later by half
 // that (in steps). The slack allows for 0.4 steps (100ms) of it.
 func TestReserveSetLimit(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		c := newClock(t, mk(per(5), 2))
 		c.slack = 0.4
@@ -300,6 +311,7 @@ func TestReserveSetLimit(t *testing.T) {
 }
 
 func TestReserveSetBurst(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		c := newClock(t, mk(per(5), 2))
 		c.reserve(2, -1, 0, true)
@@ -317,6 +329,7 @@ func TestReserveSetBurst(t *testing.T) {
 
 // TestReserveSetLimitCancel: as TestReserveSetLimit, with its slack.
 func TestReserveSetLimitCancel(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		c := newClock(t, mk(per(5), 2))
 		c.slack = 0.4
@@ -332,6 +345,7 @@ func TestReserveSetLimitCancel(t *testing.T) {
 }
 
 func TestReserveMax(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		c := newClock(t, mk(per(10), 2))
 		c.reserve(2, d, 0, true)
@@ -341,6 +355,7 @@ func TestReserveMax(t *testing.T) {
 }
 
 func TestZeroLimit(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		c := newClock(t, mk(0, 1))
 		c.allow(1, true)  // the bucket starts full
@@ -350,6 +365,7 @@ func TestZeroLimit(t *testing.T) {
 }
 
 func TestTinyLimit(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		c := newClock(t, mk(1e-10, 1))
 		c.allow(1, true)
@@ -360,6 +376,7 @@ func TestTinyLimit(t *testing.T) {
 // TestSimultaneousRequests: 15 goroutines Allow at once on a bucket of 5 that refills once a
 // second: exactly 5 get through.
 func TestSimultaneousRequests(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		lim := mk(Every(10*time.Second), 5)
 		var wg sync.WaitGroup
@@ -384,6 +401,7 @@ func TestSimultaneousRequests(t *testing.T) {
 
 // TestWaitSimple: a cancelled ctx, n over the burst, and a wait of two steps.
 func TestWaitSimple(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		lim := mk(per(10), 3)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -412,6 +430,7 @@ func TestWaitSimple(t *testing.T) {
 // TestWaitCancel: a Wait cancelled while it sleeps gives its 3 tokens back, so 2 are there at
 // once after it.
 func TestWaitCancel(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		lim := mk(per(10), 3)
 		bg := context.Background()
@@ -437,6 +456,7 @@ func TestWaitCancel(t *testing.T) {
 // TestWaitTimeout: a Wait whose deadline is before its time to act fails at once, and takes
 // nothing.
 func TestWaitTimeout(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		lim := mk(per(10), 3)
 		ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -460,6 +480,7 @@ func TestWaitTimeout(t *testing.T) {
 
 // TestWaitInf: with an infinite limit, the burst is ignored.
 func TestWaitInf(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		lim := mk(Inf, 0)
 		if err := lim.WaitN(context.Background(), 3); err != nil {
@@ -473,6 +494,7 @@ func TestWaitInf(t *testing.T) {
 
 // TestSetAfterZeroLimit: a limit set above zero refills the bucket from then on.
 func TestSetAfterZeroLimit(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, mk maker) {
 		c := newClock(t, mk(0, 1))
 		c.allow(1, true)

@@ -59,6 +59,7 @@ func grantOf(t *testing.T, b *redistest.Backend, prefix, name string) string {
 
 // Waiting processes get the mutex in the order they started waiting, one hold each.
 func TestWaitingProcessesAreServedInOrder(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		holder := newMutex(t, b.Pod(t, prefix), "order")
@@ -173,6 +174,7 @@ func overtakes(log []int, w waitRec) map[int]int {
 // called Lock). Holds are long against a round trip, so that a Lock that reaches Redis a little
 // late on a loaded machine is not overtaken for that.
 func TestWaitingProcessesTakeTurns(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const procs, rounds, hold = 4, 10, 100 * time.Millisecond
 		prefix := b.Prefix(t)
@@ -199,6 +201,7 @@ func TestWaitingProcessesTakeTurns(t *testing.T) {
 // waiting processes are served in turn again, and none starves: the fault suite's case (five
 // processes, lease 2 s), where one process waited 13 s while the others took the lock 14 times.
 func TestWaitersAreServedInOrderAfterARestart(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartRedis(t)
 	const procs, hold, ttl = 5, 100 * time.Millisecond, 2 * time.Second
 	var ms []*reentrant.Mutex
@@ -257,6 +260,7 @@ func TestWaitersAreServedInOrderAfterARestart(t *testing.T) {
 // A waiter whose process died while queued costs the others at most one hand-off window: the
 // next waiter in line watches the grant and takes the mutex when it lapses.
 func TestDeadWaiterCostsOneHandoffWindow(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl, window = 30 * time.Second, 300 * time.Millisecond
 		prefix := b.Prefix(t)
@@ -303,6 +307,7 @@ func TestDeadWaiterCostsOneHandoffWindow(t *testing.T) {
 // tells the head waiter when the lease now ends, so the head re-checks right after that, not
 // up to a third of a lease later as a waiter that only knows the lease it saw must.
 func TestDeadHoldersLockIsTakenAtItsExpiry(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 3 * time.Second
 		prefix := b.Prefix(t)
@@ -348,6 +353,7 @@ func TestDeadHoldersLockIsTakenAtItsExpiry(t *testing.T) {
 // it up, passes the grant on before it returns: the next waiter gets the mutex at once, not
 // after the hand-off window (a minute here, so that a stranded grant cannot go unnoticed).
 func TestCancelledLockPassesOnTheGrantItGot(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		window := distsync.WithHandoffWindow(time.Minute)
@@ -425,6 +431,7 @@ func TestCancelledLockPassesOnTheGrantItGot(t *testing.T) {
 // A re-entry, and a Lock of an owner that holds the mutex through another process, never wait
 // in the queue, however many processes wait in it; nor do they change it.
 func TestJoiningAHoldDoesNotQueue(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p1 := newMutex(t, b.Pod(t, prefix), "join")
@@ -477,6 +484,7 @@ func TestJoiningAHoldDoesNotQueue(t *testing.T) {
 // other: once one of them takes the mutex, the others re-enter its hold at once, even while it
 // holds on for them (here: until they are in).
 func TestGoroutinesOfAnOwnerWaitingTogetherEnterTogether(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		other := newMutex(t, b.Pod(t, prefix), "together")
@@ -519,6 +527,7 @@ func TestGoroutinesOfAnOwnerWaitingTogetherEnterTogether(t *testing.T) {
 // once (the hand-off window is a minute: a grant stranded on the closing process would show),
 // and ends the waits of its own Mutex values with ErrClosed.
 func TestHandleCloseReleasesAndEndsWaits(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		window := distsync.WithHandoffWindow(time.Minute)
@@ -557,6 +566,7 @@ func TestHandleCloseReleasesAndEndsWaits(t *testing.T) {
 // After contention, cancelled waiters and a crashed holder, every key of the mutex has a TTL,
 // and the queue is gone once nobody waits.
 func TestQueueLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = time.Second
 		prefix := b.Prefix(t)

@@ -83,6 +83,7 @@ func count(t *testing.T, b *redistest.Backend, prefix, name string, o reentrant.
 // Nested calls by one owner count up and down in Redis; another owner is kept out until the
 // last Unlock; every nested Lock has the outermost Lock's token.
 func TestReentryCountsNestedCalls(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		m := newMutex(t, b.Pod(t, prefix), "nest")
@@ -134,6 +135,7 @@ func TestReentryCountsNestedCalls(t *testing.T) {
 // Goroutines sharing one owner re-enter each other's hold concurrently; the count ends
 // where it started and another owner never gets in while any of them holds.
 func TestGoroutinesSharingAnOwner(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const goroutines, rounds = 8, 10
 		prefix := b.Prefix(t)
@@ -188,6 +190,7 @@ func TestGoroutinesSharingAnOwner(t *testing.T) {
 // A second process given the owner re-enters the first's hold; the mutex is free (and a
 // waiter woken) only when both have unlocked.
 func TestTwoProcessesShareAnOwner(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p1 := newMutex(t, b.Pod(t, prefix), "handover")
@@ -239,6 +242,7 @@ func TestTwoProcessesShareAnOwner(t *testing.T) {
 // Several pods, several owners each, nested Locks of random depth: never two owners inside at
 // once, and each outermost acquisition's token is above the one before.
 func TestOwnersExcludeEachOther(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const pods, goroutines, rounds = 3, 3, 8
 		prefix := b.Prefix(t)
@@ -298,6 +302,7 @@ func TestOwnersExcludeEachOther(t *testing.T) {
 
 // A Lock or Unlock whose reply is lost is retried and still counts once.
 func TestLostRepliesCountOnce(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		d := redistest.NewFaulty(b.Client(t))
@@ -347,6 +352,7 @@ func must(n int64, err error) int64 {
 // Unlock by an owner that does not hold, more Unlocks than Locks, a call without an owner:
 // clear errors, and Redis unchanged.
 func TestMisuse(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p := b.Pod(t, prefix)
@@ -401,6 +407,7 @@ func TestMisuse(t *testing.T) {
 // An idle waiter sends at most the backstop re-check (one per lease) while the holder renews,
 // and is woken soon after the Unlock, long before the lease would have run out.
 func TestIdleWaiterDoesNotPollAndWakesPromptly(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = time.Second
 		prefix := b.Prefix(t)
@@ -450,6 +457,7 @@ func TestIdleWaiterDoesNotPollAndWakesPromptly(t *testing.T) {
 // error, and leaves no count behind: the holder's count is untouched, and after the holder's
 // Unlock the mutex is free.
 func TestCancelledWaiterLeavesNothing(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		holder := newMutex(t, b.Pod(t, prefix), "cancel")
@@ -487,6 +495,7 @@ func TestCancelledWaiterLeavesNothing(t *testing.T) {
 // Deleting the hold behind the holder's back fires its loss signal within a renewal period;
 // Unlock then reports the loss, and re-entering a lost hold fails rather than hide it.
 func TestLossIsSignalled(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 900 * time.Millisecond
 		prefix := b.Prefix(t)
@@ -523,6 +532,7 @@ func TestLossIsSignalled(t *testing.T) {
 
 // A holder that vanishes (network cut: no renewal, no Unlock) is replaced after its lease.
 func TestCrashedHolderIsReplacedAfterTTL(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = time.Second
 		prefix := b.Prefix(t)
@@ -548,6 +558,7 @@ func TestCrashedHolderIsReplacedAfterTTL(t *testing.T) {
 }
 
 func TestLocker(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		m := newMutex(t, b.Pod(t, b.Prefix(t)), "locker")
 		l := m.Locker(reentrant.NewOwner())
@@ -569,6 +580,7 @@ func TestLocker(t *testing.T) {
 // the Unlocks still to come report it too, the local count and Redis's never diverge, no
 // token is handed out twice, and other owners get the mutex once the old hold lapsed.
 func TestReentryInFlightAcrossALostLease(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Standalone)
 	const ttl = 600 * time.Millisecond
 	prefix := b.Prefix(t)
@@ -642,6 +654,7 @@ func ownerOf(ctx context.Context) reentrant.Owner {
 // attempts could not be sent) waits for it, and starts a new hold with a new token: it never
 // joins the hold being released and reuses its token.
 func TestLockAfterAnUnfinishedUnlockStartsANewHold(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		f := redistest.NewFaulty(b.Client(t))
@@ -670,6 +683,7 @@ func TestLockAfterAnUnfinishedUnlockStartsANewHold(t *testing.T) {
 // re-enters it: no call fails, every Unlock finds its hold, tokens change only with a new hold,
 // and nothing is left in Redis at the end.
 func TestGoroutinesSharingAnOwnerWithoutABaseHold(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const goroutines, rounds = 8, 30
 		prefix := b.Prefix(t)

@@ -67,6 +67,7 @@ func exists(t *testing.T, b *redistest.Backend, k string) bool {
 // Readers and writers from several pods: readers are inside together (really: several at
 // once), never with a writer; writers are alone; write tokens strictly increase.
 func TestReadersShareWritersExclude(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const pods, goroutines, rounds = 3, 4, 12
 		prefix := b.Prefix(t)
@@ -142,6 +143,7 @@ func TestReadersShareWritersExclude(t *testing.T) {
 
 // Readers in different processes hold at the same time: each waits inside for all the others.
 func TestReadersHoldTogether(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const n = 4
 		prefix := b.Prefix(t)
@@ -183,6 +185,7 @@ func TestReadersHoldTogether(t *testing.T) {
 // With readers continuously re-acquiring, their holds overlapping so that some reader is
 // always inside, a writer still gets in: once it waits, new readers wait behind it.
 func TestWriterIsNotStarvedByReaders(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		stop := make(chan struct{})
@@ -231,6 +234,7 @@ func TestWriterIsNotStarvedByReaders(t *testing.T) {
 // With writers continuously re-acquiring, a reader still gets in: a writer's Unlock admits
 // the readers waiting then, before the next writer.
 func TestReaderIsNotStarvedByWriters(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		stop := make(chan struct{})
@@ -277,6 +281,7 @@ func TestReaderIsNotStarvedByWriters(t *testing.T) {
 // A reader that vanishes (network cut) gives its share back after its lease: a waiting writer
 // proceeds then, and not before.
 func TestCrashedReaderExpires(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = time.Second
 		prefix := b.Prefix(t)
@@ -303,6 +308,7 @@ func TestCrashedReaderExpires(t *testing.T) {
 // A writer that vanishes while waiting holds new readers back only until its waiting mark
 // lapses (about a lease), not forever.
 func TestCrashedWaitingWriterDoesNotBlockReaders(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = time.Second
 		prefix := b.Prefix(t)
@@ -334,6 +340,7 @@ func TestCrashedWaitingWriterDoesNotBlockReaders(t *testing.T) {
 // Idle waiters, reader and writer, send at most the backstop re-check (one per lease) while a
 // writer holds and renews; the writer's Unlock wakes the readers promptly.
 func TestIdleWaitersDoNotPoll(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = time.Second
 		prefix := b.Prefix(t)
@@ -369,6 +376,7 @@ func TestIdleWaitersDoNotPoll(t *testing.T) {
 // Waiters whose context ends leave no waiting mark: readers are not held back by a writer that
 // gave up, and after the holder leaves only keys with a TTL remain.
 func TestCancelledWaitersLeaveNothing(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		holder := newRW(t, b.Pod(t, prefix), "cancel")
@@ -421,6 +429,7 @@ func TestCancelledWaitersLeaveNothing(t *testing.T) {
 
 // Misuse: clear errors, and Redis unchanged.
 func TestMisuse(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p := b.Pod(t, prefix)
@@ -473,6 +482,7 @@ func TestMisuse(t *testing.T) {
 
 // Write holds get increasing tokens; a read hold carries the last write's token.
 func TestTokens(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		a, c := newRW(t, b.Pod(t, prefix), "tok"), newRW(t, b.Pod(t, prefix), "tok")
@@ -495,6 +505,7 @@ func TestTokens(t *testing.T) {
 // Deleting the holds behind their holders' backs fires the loss signals; the releases then
 // report the loss.
 func TestLossIsSignalled(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 900 * time.Millisecond
 		prefix := b.Prefix(t)
@@ -527,6 +538,7 @@ func TestLossIsSignalled(t *testing.T) {
 }
 
 func TestRLocker(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		m := newRW(t, b.Pod(t, b.Prefix(t)), "rlocker")
 		l := m.RLocker()
@@ -546,6 +558,7 @@ func TestRLocker(t *testing.T) {
 // A reader admitted by a writer's Unlock that never comes (its process died) holds the next
 // writer back for one admission window, not for a lease.
 func TestAdmittedReaderThatNeverComes(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		w1 := newRW(t, b.Pod(t, prefix), "admit") // default 10 s lease, 500 ms window
@@ -581,6 +594,7 @@ func TestAdmittedReaderThatNeverComes(t *testing.T) {
 // long against a round trip, so that a Lock that reaches Redis late on a loaded machine is not
 // overtaken for that; each writer's first Lock, which starts with its process, is not counted.
 func TestWritersAreServedInTurn(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const writers, rounds, hold = 3, 10, 20 * time.Millisecond
 		prefix := b.Prefix(t)
@@ -637,6 +651,7 @@ func TestWritersAreServedInTurn(t *testing.T) {
 // reader takes one from the server clock, later readers share it, and the next write's is
 // larger again.
 func TestReadTokenAfterTheFenceIsGone(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		a, c := newRW(t, b.Pod(t, prefix), "lost"), newRW(t, b.Pod(t, prefix), "lost")
@@ -728,6 +743,7 @@ func within(t *testing.T, what string, res <-chan error, expiry time.Time, limit
 // gets in first (writers are preferred, and a lapsed hold admits nobody, as an Unlock would),
 // and the readers follow its Unlock.
 func TestDeadWritersLockIsTakenAtItsExpiry(t *testing.T) {
+	t.Parallel()
 	const ttl = 3 * time.Second
 	const margin = 350 * time.Millisecond
 	opts := []distsync.Option{distsync.WithLeaseTTL(ttl)}
@@ -796,6 +812,7 @@ func TestDeadWritersLockIsTakenAtItsExpiry(t *testing.T) {
 // out, and the waiting writer gets in a round trip after that: each renewal of a share tells
 // the first waiting writer when the last live share now lapses.
 func TestDeadReadersShareIsTakenAtItsExpiry(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 3 * time.Second
 		prefix := b.Prefix(t)
@@ -830,6 +847,7 @@ func TestDeadReadersShareIsTakenAtItsExpiry(t *testing.T) {
 // writer waits for them (that writer then overtakes it). Holds are long against a round trip,
 // so that none begins and ends while the reader's first request is on its way.
 func TestReaderIsOvertakenByAtMostOneWrite(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const writerPods, perPod, reads, hold = 3, 2, 12, 40 * time.Millisecond
 		prefix := b.Prefix(t)
@@ -926,6 +944,7 @@ func TestReaderIsOvertakenByAtMostOneWrite(t *testing.T) {
 // end) while two readers, out of phase, hold and renew; the last RUnlock wakes the first
 // writer.
 func TestIdleWritersBehindReadersDoNotPoll(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl, window = time.Second, 3 * time.Second
 		prefix := b.Prefix(t)

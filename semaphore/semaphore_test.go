@@ -78,6 +78,7 @@ func waitQueued(t *testing.T, b *redistest.Backend, prefix, name string, n int64
 // Pods × goroutines acquiring random weights: the permits held never add up to more than the
 // size, and they do add up to more than one at times (the semaphore is not a mutex).
 func TestNeverMoreThanSize(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const size, pods, goroutines, rounds = 5, 3, 4, 8
 		prefix := b.Prefix(t)
@@ -129,6 +130,7 @@ func TestNeverMoreThanSize(t *testing.T) {
 // A release hands permits to the waiters at the head whose requests fit, in order: a small
 // request behind a large one that does not fit yet waits (no overtaking).
 func TestReleaseServesTheHeadInOrder(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		holder := newSem(t, b.Pod(t, prefix), "fifo", 3)
@@ -151,6 +153,7 @@ func TestReleaseServesTheHeadInOrder(t *testing.T) {
 
 // A large request at the head is not starved by a stream of small ones from other pods.
 func TestLargeRequestIsNotStarved(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const size = 4
 		prefix := b.Prefix(t)
@@ -195,6 +198,7 @@ func TestLargeRequestIsNotStarved(t *testing.T) {
 
 // Permits of a holder that vanished (network cut) come back after their lease.
 func TestCrashedHoldersPermitsReturn(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = time.Second
 		prefix := b.Prefix(t)
@@ -215,6 +219,7 @@ func TestCrashedHoldersPermitsReturn(t *testing.T) {
 
 // Bad input and misuse: clear errors, Redis unchanged.
 func TestMisuse(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		p := b.Pod(t, prefix)
@@ -289,6 +294,7 @@ func TestMisuse(t *testing.T) {
 
 // Two programs that disagree on the size get a clear error; Resize changes it on purpose.
 func TestSizeIsPartOfTheIdentity(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		three := newSem(t, b.Pod(t, prefix), "sized", 3)
@@ -319,6 +325,7 @@ func TestSizeIsPartOfTheIdentity(t *testing.T) {
 
 // Waiters whose context ends leave no entry; permits granted to them go on to others.
 func TestCancelledWaitersLeaveNothing(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		holder := newSem(t, b.Pod(t, prefix), "cancel", 2)
@@ -362,6 +369,7 @@ func TestCancelledWaitersLeaveNothing(t *testing.T) {
 
 // Idle waiters send nothing but the renewals of their places (batched) and the backstop.
 func TestIdleWaitersDoNotPoll(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		// The holder's lease is long enough for a loaded machine never to lose it.
 		const ttl, wlease, waiters = 3 * time.Second, 900 * time.Millisecond, 3
@@ -403,6 +411,7 @@ func TestIdleWaitersDoNotPoll(t *testing.T) {
 
 // Permits lost behind their holder's back end its lease; Release reports the loss.
 func TestLossIsSignalled(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 900 * time.Millisecond
 		prefix := b.Prefix(t)
@@ -428,6 +437,7 @@ func TestLossIsSignalled(t *testing.T) {
 // free right after, TryAcquire of all of them succeeds at once. (x/sync promises the same:
 // go.dev/issue/63615.)
 func TestCancelledAcquireHasLeftWhenItReturns(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		s := newSem(t, b.Pod(t, prefix), "gone", 2)
@@ -466,6 +476,7 @@ func TestCancelledAcquireHasLeftWhenItReturns(t *testing.T) {
 // (its own place renewal, once it is the head, serves the queue), not at its backstop, a
 // holder's lease later.
 func TestDeadWaitersInARowDoNotStallTheQueue(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const wlease = time.Second
 		prefix := b.Prefix(t)
@@ -506,6 +517,7 @@ func TestDeadWaitersInARowDoNotStallTheQueue(t *testing.T) {
 
 // An Acquire blocked when its Handle closes returns ErrClosed, having left the queue.
 func TestCloseEndsBlockedAcquire(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		holder := newSem(t, b.Pod(t, prefix), "closing", 1)
@@ -533,6 +545,7 @@ func TestCloseEndsBlockedAcquire(t *testing.T) {
 
 // Status counts the permits in use and the waiters across processes, and changes nothing.
 func TestStatus(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		a := newSem(t, b.Pod(t, prefix), "status", 4)
@@ -593,6 +606,7 @@ func lastExpiry(t *testing.T, b *redistest.Backend, k string) time.Time {
 // of a lease later). The waiter lease is long, so that the head's place renewal (which also
 // serves the queue) does not mask it.
 func TestDeadHoldersPermitsAreServedAtTheirExpiry(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 3 * time.Second
 		prefix := b.Prefix(t)
@@ -643,6 +657,7 @@ func TestDeadHoldersPermitsAreServedAtTheirExpiry(t *testing.T) {
 // first, which changes at every renewal. (The waiter lease is long: its place renewal, once
 // per 20 s, is what the head may send.)
 func TestIdleHeadSendsNothingWhileHoldersRenew(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl, window = 2 * time.Second, 6 * time.Second
 		prefix := b.Prefix(t)

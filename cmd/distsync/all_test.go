@@ -21,6 +21,7 @@ import (
 // The forms that name several mutexes leave every earlier form as it was: without --all, CMD
 // starts at the first argument after NAME that is not a flag, "--" or not after it.
 func TestSeveralNamesParse(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in, names, cmd string
 	}{
@@ -64,6 +65,7 @@ func fenceOf(t *testing.T, b *redistest.Backend, prefix, name string) int64 {
 // Two names locked by one distsync exclude a lock of either; a set that finds one of its
 // names held takes none of them.
 func TestSeveralNamesExcludeEachName(t *testing.T) {
+	t.Parallel()
 	bin, common, prefix, b, dir := cliSetup(t)
 	h, release := holder(t, bin, common, dir, "set:a", "--also", "set:b")
 	try := func(a ...string) (int, string) {
@@ -108,6 +110,7 @@ func TestSeveralNamesExcludeEachName(t *testing.T) {
 // Two distsync processes that lock the same two names in opposite orders both finish, one
 // at a time: no deadlock, and the commands never overlap.
 func TestSeveralNamesInOppositeOrders(t *testing.T) {
+	t.Parallel()
 	bin, common, _, _, dir := cliSetup(t)
 	script := `mkdir "$1/in" || echo overlap >> "$1/bad"; echo run >> "$1/runs"; sleep 0.05; rmdir "$1/in"`
 	const rounds = 3
@@ -132,6 +135,7 @@ func TestSeveralNamesInOppositeOrders(t *testing.T) {
 // DISTSYNC_TOKEN_1.., in that order: the tokens Redis keeps as the names' fences. One name
 // gets the same variables.
 func TestSeveralNamesInEnvironment(t *testing.T) {
+	t.Parallel()
 	bin, common, prefix, b, _ := cliSetup(t)
 	names := []string{"env:a", "env: b", "env:c"}
 	script := `printf '%s\n' "$DISTSYNC_NAME" "$DISTSYNC_TOKEN" "$DISTSYNC_TOKEN_1" "$DISTSYNC_TOKEN_2" "$DISTSYNC_TOKEN_3" "${DISTSYNC_TOKEN_4-none}"; printf '%s' "$DISTSYNC_NAMES"`
@@ -164,6 +168,7 @@ func TestSeveralNamesInEnvironment(t *testing.T) {
 
 // The loss of any one of the names kills CMD, as for one name.
 func TestSeveralNamesLossOfOneKillsTheCommand(t *testing.T) {
+	t.Parallel()
 	bin, common, prefix, b, dir := cliSetup(t)
 	s, _ := keys.New(prefix, "mutex", "loss:b")
 	p := start(t, bin, args(common, "lock", "--ttl", "1s", "--kill-grace", "300ms", "loss:a", "--also", "loss:b", "--",
@@ -183,6 +188,7 @@ func TestSeveralNamesLossOfOneKillsTheCommand(t *testing.T) {
 // Several names where they do not apply, or a name given twice, are a usage error of one
 // line, and nothing is written to Redis.
 func TestSeveralNamesBadInput(t *testing.T) {
+	t.Parallel()
 	bin, common, prefix, b, _ := cliSetup(t)
 	for _, tc := range []struct {
 		args  []string

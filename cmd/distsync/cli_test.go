@@ -185,6 +185,7 @@ func holder(t *testing.T, bin string, common []string, dir, name string, flags .
 }
 
 func TestLockNeverRunsTwoCommandsAtOnce(t *testing.T) {
+	t.Parallel()
 	bin, common, _, _, dir := cliSetup(t)
 	// Each command makes a directory that must not exist: a second command inside at the same
 	// time fails its mkdir and exits 99.
@@ -218,6 +219,7 @@ func TestLockNeverRunsTwoCommandsAtOnce(t *testing.T) {
 }
 
 func TestLockTimeoutZeroWhileHeld(t *testing.T) {
+	t.Parallel()
 	bin, common, _, _, dir := cliSetup(t)
 	h, release := holder(t, bin, common, dir, "busy")
 	ran := filepath.Join(dir, "ran")
@@ -257,6 +259,7 @@ func TestLockTimeoutZeroWhileHeld(t *testing.T) {
 }
 
 func TestTokenAndNameInEnvironment(t *testing.T) {
+	t.Parallel()
 	bin, common, _, _, _ := cliSetup(t)
 	var last int64
 	for i := range 3 {
@@ -277,6 +280,7 @@ func TestTokenAndNameInEnvironment(t *testing.T) {
 }
 
 func TestLossKillsTheCommand(t *testing.T) {
+	t.Parallel()
 	bin, common, prefix, b, dir := cliSetup(t)
 	key := prefix + "{doomed}:mutex"
 	// The command ignores SIGTERM (it records it and goes on), so only SIGKILL ends it.
@@ -312,6 +316,7 @@ func TestLossKillsTheCommand(t *testing.T) {
 }
 
 func TestSignalIsForwardedAndTheLockFreedAtOnce(t *testing.T) {
+	t.Parallel()
 	bin, common, prefix, b, dir := cliSetup(t)
 	key := prefix + "{sig}:mutex"
 	script := `trap 'echo got-term > "$1/trapped"; exit 3' TERM; touch "$1/started"; while :; do sleep 0.02; done`
@@ -336,6 +341,7 @@ func TestSignalIsForwardedAndTheLockFreedAtOnce(t *testing.T) {
 }
 
 func TestSignalWhileWaitingEndsTheWait(t *testing.T) {
+	t.Parallel()
 	bin, common, prefix, b, dir := cliSetup(t)
 	h, release := holder(t, bin, common, dir, "queue")
 	defer func() {
@@ -361,6 +367,7 @@ func TestSignalWhileWaitingEndsTheWait(t *testing.T) {
 }
 
 func TestSemaphoreLimitsConcurrency(t *testing.T) {
+	t.Parallel()
 	bin, common, _, _, dir := cliSetup(t)
 	// Two slots: a third command inside at the same time finds both taken and exits 99.
 	script := `if mkdir "$1/s1" 2>/dev/null; then s=s1; elif mkdir "$1/s2" 2>/dev/null; then s=s2; else exit 99; fi
@@ -386,6 +393,7 @@ echo "$DISTSYNC_TOKEN" >> "$1/runs"; sleep 0.2; rmdir "$1/$s"`
 }
 
 func TestOnceRunsTheCommandOnce(t *testing.T) {
+	t.Parallel()
 	bin, common, _, _, dir := cliSetup(t)
 	script := `echo run >> "$1/runs"; echo "shared output"; sleep 0.3; exit 7`
 	var ps []*proc
@@ -414,6 +422,7 @@ func TestOnceRunsTheCommandOnce(t *testing.T) {
 }
 
 func TestExitStatuses(t *testing.T) {
+	t.Parallel()
 	bin, common, _, _, dir := cliSetup(t)
 	notExec := filepath.Join(dir, "not-executable")
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
@@ -462,6 +471,7 @@ func TestExitStatuses(t *testing.T) {
 // A duration in seconds that is not a finite number, or is beyond a time.Duration, is told as
 // such (it was "negative duration": the float's conversion wrapped).
 func TestTimeoutThatIsNotAFiniteDuration(t *testing.T) {
+	t.Parallel()
 	bin, common, _, _, _ := cliSetup(t)
 	for v, want := range map[string]string{
 		"NaN": "not a number of seconds", "Inf": "longer than the longest duration",
@@ -478,6 +488,7 @@ func TestTimeoutThatIsNotAFiniteDuration(t *testing.T) {
 // nothing else, on stdout, with exit status 0; it lists every flag CMD takes, long and short,
 // and no flag CMD does not take.
 func TestHelpOfEachCommand(t *testing.T) {
+	t.Parallel()
 	var all []*flagSet
 	sets := map[string]*flagSet{}
 	for _, cmd := range []string{"lock", "sem", "once", "inspect", "ls", "demo"} {

@@ -46,6 +46,7 @@ func keepKey(t *testing.T, b *redistest.Backend) func() {
 }
 
 func TestDemoLeavesNoKeys(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{redistest.Standalone, redistest.ClusterB} {
 		t.Run(name, func(t *testing.T) {
 			b := redistest.Open(t, name)
@@ -80,6 +81,7 @@ func TestDemoLeavesNoKeys(t *testing.T) {
 }
 
 func TestDemoInterruptedLeavesNoKeys(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Standalone)
 	stillThere := keepKey(t, b)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -12,6 +12,7 @@ import (
 // The parser of lock, sem and once: flags anywhere before CMD, GNU long flags and flock's
 // short ones, CMD after "--" or at the first argument after NAME that is not a flag.
 func TestParseRunArgs(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		cmd, in     string
 		names, argv string
@@ -50,6 +51,7 @@ func TestParseRunArgs(t *testing.T) {
 
 // Every malformed flag or value is one line that names the flag as the user spelled it.
 func TestParseErrorsNameTheFlag(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"--bogus n true":                 "unknown flag --bogus",
 		"-bogus n true":                  "unknown flag -b",

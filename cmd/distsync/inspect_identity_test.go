@@ -22,6 +22,7 @@ import (
 // second after the row's role, a field
 // "identity" in the JSON.
 func TestInspectCommandShowsIdentities(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Standalone)
 	prefix := b.Prefix(t)
 	ctx := context.Background()

@@ -160,6 +160,7 @@ func runInspectCmd(f func(context.Context, []string, io.Writer, io.Writer) int, 
 }
 
 func TestInspectCommand(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Standalone)
 	prefix := b.Prefix(t)
 	st := makeInspectState(t, b, prefix)
@@ -291,6 +292,7 @@ func fieldLines(out string) string {
 }
 
 func TestLsCommand(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{redistest.Standalone, redistest.ClusterB} {
 		t.Run(name, func(t *testing.T) {
 			b := redistest.Open(t, name)

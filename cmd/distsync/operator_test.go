@@ -27,6 +27,7 @@ import (
 
 // inspect NAME finds what "once NAME" ran, and ls lists it under that name.
 func TestInspectFindsOnceByItsName(t *testing.T) {
+	t.Parallel()
 	bin, common, _, _, _ := cliSetup(t)
 	if status, _, stderr := runCLI(t, bin, args(common, "once", "nightly-report", "--keep", "1m", "--", "echo", "report")...); status != 0 {
 		t.Fatalf("once: status %d\n%s", status, stderr)
@@ -43,6 +44,7 @@ func TestInspectFindsOnceByItsName(t *testing.T) {
 
 // once --forget drops a kept result: the next caller within --keep runs the command again.
 func TestOnceForgetRunsTheCommandAgain(t *testing.T) {
+	t.Parallel()
 	bin, common, _, _, dir := cliSetup(t)
 	runs := filepath.Join(dir, "runs")
 	run := func() {
@@ -110,6 +112,7 @@ func hungServer(t *testing.T) string {
 // Before, a Redis that never answered kept it 5 s past --timeout 1, and one stopped while
 // distsync waited about 1.8 s past it.
 func TestTimeoutBoundsTheWholeWait(t *testing.T) {
+	t.Parallel()
 	bin := cliBin(t, redistest.Open(t, redistest.Standalone))
 	const timeout = time.Second
 	bound := timeout + closeTimeout + time.Second
@@ -146,6 +149,7 @@ func TestTimeoutBoundsTheWholeWait(t *testing.T) {
 // whole chain ("unlock: release not confirmed (finishing in the background): EOF"), which
 // speaks of a background the command does not have.
 func TestFailedReleaseIsOneMessage(t *testing.T) {
+	t.Parallel()
 	bin := cliBin(t, redistest.Open(t, redistest.Standalone))
 	p := redistest.StartRedis(t)
 	dir := t.TempDir()
@@ -176,6 +180,7 @@ func TestFailedReleaseIsOneMessage(t *testing.T) {
 
 // rootCause names a transport error in its own words, whatever the library wrapped it in.
 func TestRootCause(t *testing.T) {
+	t.Parallel()
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	for _, tc := range []struct {
 		err  error
@@ -195,6 +200,7 @@ func TestRootCause(t *testing.T) {
 // The demo follows the exit table: 64 for a bad flag (one line on stderr, nothing on
 // stdout), 130 for SIGINT.
 func TestDemoExitStatuses(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Standalone)
 	bin := cliBin(t, b)
 	status, stdout, stderr := runCLI(t, bin, "demo", "--bogus")
@@ -216,6 +222,7 @@ func TestDemoExitStatuses(t *testing.T) {
 // The flock spellings behave as flock's, and a command line given as one argument is
 // pointed to -c.
 func TestFlockSpellings(t *testing.T) {
+	t.Parallel()
 	bin, common, _, _, dir := cliSetup(t)
 	h, release := holder(t, bin, common, dir, "busy")
 	for _, tc := range []struct {
@@ -248,6 +255,7 @@ func TestFlockSpellings(t *testing.T) {
 // A signal to distsync ends a command that is stopped (SIGSTOP to its group): it is followed
 // by SIGCONT. Before, the command stayed stopped and distsync kept the lock.
 func TestSignalEndsAStoppedCommand(t *testing.T) {
+	t.Parallel()
 	bin, common, prefix, b, dir := cliSetup(t)
 	pidFile := filepath.Join(dir, "pid")
 	p := start(t, bin, args(common, "lock", "--ttl", "30s", "stopped", "--", "sh", "-c", `echo $$ > "$1"; while :; do sleep 0.05; done`, "sh", pidFile)...)
@@ -318,6 +326,7 @@ func TestInspectWatch(t *testing.T) {
 // under the test's prefix nor the default one, listed after each (other tests' keys expire
 // meanwhile, so the whole keyspace is not compared).
 func TestBadInputIsOneLineAndWritesNothing(t *testing.T) {
+	t.Parallel()
 	bin, common, prefix, b, _ := cliSetup(t)
 	long := strings.Repeat("x", 65)
 	for _, tc := range []struct {
@@ -399,6 +408,7 @@ func wantUsageError(t *testing.T, bin string, b *redistest.Backend, prefix strin
 // Help goes to stdout with exit 0 for every command, and is that command's only: before,
 // "inspect -h" and "ls -h" printed to stderr, and "lock --help" the whole manual.
 func TestHelpOfTheBinary(t *testing.T) {
+	t.Parallel()
 	bin := cliBin(t, redistest.Open(t, redistest.Standalone))
 	for _, cmd := range []string{"lock", "sem", "once", "inspect", "ls", "demo"} {
 		for _, flag := range []string{"-h", "--help"} {
@@ -418,6 +428,7 @@ func TestHelpOfTheBinary(t *testing.T) {
 // distsync version names the module version ("(devel)" for a build from a checkout, the tag
 // for go install ...@vX.Y.Z) and the commit the binary was built from.
 func TestVersionNamesTheCommit(t *testing.T) {
+	t.Parallel()
 	bin := cliBin(t, redistest.Open(t, redistest.Standalone))
 	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 
 // --limit's spellings, and what they are per second.
 func TestParseRateLimit(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]float64{
 		"10/s": 10, "100/m": 100.0 / 60, "5/h": 5.0 / 3600, "3/500ms": 6, "1/10s": 0.1, "20/ms": 20000,
 		"2.5": 2.5, "10": 10, "7/sec": 7, "60/min": 1, "1/hour": 1.0 / 3600, "1/1m30s": 1.0 / 90,
@@ -66,6 +67,7 @@ func startTimes(t *testing.T, path string) []float64 {
 // the margin for the time between a turn and its command's first instruction (a process
 // start on a loaded machine); and they do not start much slower either.
 func TestRateSpacesStarts(t *testing.T) {
+	t.Parallel()
 	bin, common, _, _, dir := cliSetup(t)
 	starts := filepath.Join(dir, "starts")
 	const (
@@ -108,6 +110,7 @@ func TestRateSpacesStarts(t *testing.T) {
 // -n runs CMD only if the limiter allows it now, else exits with the conflict status;
 // --timeout does not wait for a turn that would come after it, and waits for one before.
 func TestRateNonblockAndTimeout(t *testing.T) {
+	t.Parallel()
 	bin, common, _, _, dir := cliSetup(t)
 	ran := filepath.Join(dir, "ran")
 	rateRun := func(name string, flags ...string) (int, string, time.Duration) {
@@ -166,6 +169,7 @@ func TestRateNonblockAndTimeout(t *testing.T) {
 // A signal while rate waits ends the wait (128+N) and gives the turn back before distsync
 // exits: the bucket has its token again.
 func TestRateSignalGivesTheTurnBack(t *testing.T) {
+	t.Parallel()
 	bin, common, prefix, b, dir := cliSetup(t)
 	ran := filepath.Join(dir, "ran")
 	lim, err := rate.NewLimiter(b.Pod(t, prefix).H, "sig", rate.Every(10*time.Second), 1)
@@ -210,6 +214,7 @@ func TestRateSignalGivesTheTurnBack(t *testing.T) {
 // CMD gets DISTSYNC_NAME and no DISTSYNC_TOKEN (not even an outer distsync's), runs with -c,
 // and its status is distsync's.
 func TestRateCommandEnvironmentAndStatus(t *testing.T) {
+	t.Parallel()
 	bin, common, _, _, _ := cliSetup(t)
 	p := start(t, "/usr/bin/env", append([]string{"DISTSYNC_TOKEN=7", bin}, args(common, "rate", "env", "--limit", "inf", "--",
 		"sh", "-c", `echo "$DISTSYNC_NAME ${DISTSYNC_TOKEN-none}"; exit 5`)...)...)
@@ -228,6 +233,7 @@ func TestRateCommandEnvironmentAndStatus(t *testing.T) {
 // Every malformed rate flag, value and name is refused with exit status 64 and one line on
 // stderr that names it, and nothing is written to Redis (as TestBadInputIsOneLineAndWritesNothing).
 func TestRateBadInputIsOneLineAndWritesNothing(t *testing.T) {
+	t.Parallel()
 	bin, common, prefix, b, _ := cliSetup(t)
 	for _, tc := range []struct {
 		args  []string
@@ -273,6 +279,7 @@ func TestRateBadInputIsOneLineAndWritesNothing(t *testing.T) {
 // "distsync help rate", "distsync rate --help" and "-h" print rate's help on stdout with exit
 // status 0: every flag rate takes, and none of those of a claim that it does not take.
 func TestRateHelp(t *testing.T) {
+	t.Parallel()
 	bin := cliBin(t, redistest.Open(t, redistest.Standalone))
 	var first string
 	for _, a := range [][]string{{"help", "rate"}, {"rate", "--help"}, {"rate", "-h"}, {"rate", "--limit", "1/s", "--help"}} {

@@ -44,6 +44,7 @@ func TestCommandOverTLS(t *testing.T) {
 // The command runs as the user of docs/acl.md's library, inspect and --watch lines, and the
 // server refuses it nothing: lock, sem and once, ls, inspect and inspect --watch.
 func TestCommandAsACLUser(t *testing.T) {
+	t.Parallel()
 	bin, _, prefix, b, dir := cliSetup(t)
 	var rules []string
 	for _, line := range []string{"library", "inspect", "watch"} {
@@ -101,6 +102,7 @@ func TestCommandAsACLUser(t *testing.T) {
 // inspect --watch as a user without the transaction its tracked reads are wrapped in says
 // which permissions it needs, where rueidis's error names none.
 func TestWatchWithoutMultiNamesIt(t *testing.T) {
+	t.Parallel()
 	bin, _, prefix, b, _ := cliSetup(t)
 	var rules []string
 	for _, line := range []string{"library", "inspect", "watch"} {

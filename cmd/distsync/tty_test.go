@@ -188,6 +188,7 @@ func ttySetup(t *testing.T) (*shell, string, func() bool) {
 
 // A command that reads the terminal can: its group has the terminal while it runs.
 func TestCommandCanReadTheTerminal(t *testing.T) {
+	t.Parallel()
 	sh, lock, held := ttySetup(t)
 	sh.send(lock + " tty -- " + prompter + "\n")
 	sh.expect(`Proceed\? `)
@@ -205,6 +206,7 @@ func TestCommandCanReadTheTerminal(t *testing.T) {
 
 // Ctrl-C at the prompt ends the command, and distsync, which releases the lock.
 func TestCtrlCEndsACommandAtItsPrompt(t *testing.T) {
+	t.Parallel()
 	sh, lock, held := ttySetup(t)
 	sh.send(lock + " tty -- " + prompter + "\n")
 	sh.expect(`Proceed\? `)
@@ -219,6 +221,7 @@ func TestCtrlCEndsACommandAtItsPrompt(t *testing.T) {
 
 // kill -TERM to distsync ends a command that waits at its prompt, and the lock is freed.
 func TestTermToDistsyncEndsACommandAtItsPrompt(t *testing.T) {
+	t.Parallel()
 	sh, lock, held := ttySetup(t)
 	sh.send(lock + " tty -- " + prompter + "\n")
 	pid, _ := strconv.Atoi(sh.expect(`pp=(\d+)\.`)[1])
@@ -237,6 +240,7 @@ func TestTermToDistsyncEndsACommandAtItsPrompt(t *testing.T) {
 // Ctrl-Z stops the command and distsync: the shell gets the terminal back, and fg resumes
 // both, the command with the terminal.
 func TestCtrlZStopsTheJobAndFgResumesIt(t *testing.T) {
+	t.Parallel()
 	sh, lock, held := ttySetup(t)
 	sh.send(lock + " --ttl 30s tty -- " + prompter + "\n")
 	pid, _ := strconv.Atoi(sh.expect(`pp=(\d+)\.`)[1])
@@ -262,6 +266,7 @@ func TestCtrlZStopsTheJobAndFgResumesIt(t *testing.T) {
 // Started in the background, a command that reads the terminal stops, distsync with it, and
 // the shell says so; fg gives it the terminal.
 func TestBackgroundReadStopsTheJobUntilFg(t *testing.T) {
+	t.Parallel()
 	sh, lock, _ := ttySetup(t)
 	// set -b: bash reports a background job's change of state at once, not only before its
 	// next prompt (an Enter typed before distsync stopped would let the report wait for the
@@ -283,6 +288,7 @@ func TestBackgroundReadStopsTheJobUntilFg(t *testing.T) {
 // script's terminal: its prompt works, and Ctrl-C ends the whole script, as it would
 // without distsync (the script's "after" is never printed).
 func TestCtrlCInAScriptEndsTheScript(t *testing.T) {
+	t.Parallel()
 	sh, lock, held := ttySetup(t)
 	script := lock + ` tty -- ` + prompter + `; echo "af""ter=$?."`
 	sh.send("sh -c '" + strings.ReplaceAll(script, "'", `'\''`) + "'\n")

@@ -36,6 +36,7 @@ func checkIdentityID(t *testing.T, identity string) {
 }
 
 func TestIdentityRoundTripsThroughIDs(t *testing.T) {
+	t.Parallel()
 	for _, identity := range []string{
 		"web-1", "host:4242", "a", "pod/with/slashes", "a,b", "50%", "~tilde", "{tag}", "sp ace",
 		"tab\tnl\n", "caf\u00e9 \u65e5\u672c", "dot.ted.", ".", "%41", "\x00\xff",
@@ -51,6 +52,7 @@ func TestIdentityRoundTripsThroughIDs(t *testing.T) {
 // Ids written before identities ('<random>:<n>', '<random>:<n>/<random>:<m>', grants) carry
 // none; nor does what this package never writes.
 func TestIdentityOfOldIDsIsEmpty(t *testing.T) {
+	t.Parallel()
 	for _, id := range []string{
 		"AAECAwQFBgcICQoL", "AAECAwQFBgcICQoL:1", "AAECAwQFBgcICQoL:1/AAECAwQFBgcICQoL:2",
 		"~AAECAwQFBgcICQoL:1:55", "~AAECAwQFBgcICQoL:1/AAECAwQFBgcICQoL:2", "", "~", ":", "x:y.z",
@@ -64,6 +66,7 @@ func TestIdentityOfOldIDsIsEmpty(t *testing.T) {
 }
 
 func TestCheckIdentity(t *testing.T) {
+	t.Parallel()
 	for identity, ok := range map[string]bool{
 		"": false, "a": true, strings.Repeat("x", MaxIdentity): true, strings.Repeat("x", MaxIdentity+1): false,
 		DefaultIdentity(): true,

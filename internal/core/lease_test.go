@@ -17,6 +17,7 @@ import (
 // first look after it resumes, even if the renewal loop has not run since. Here the loop is
 // not running at all.
 func TestLeaseReadsItsDeadlineWhenAsked(t *testing.T) {
+	t.Parallel()
 	for _, look := range []struct {
 		name string
 		lost func(l *Lease) bool
@@ -63,6 +64,7 @@ func TestLeaseReadsItsDeadlineWhenAsked(t *testing.T) {
 // An acquisition whose reply came after its lease's local deadline is refused, ended, and
 // given back at once; a waiter's place (Place) is not refused for that.
 func TestHoldRefusesALateClaim(t *testing.T) {
+	t.Parallel()
 	h := &Handle{}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	defer h.cancel()
@@ -88,6 +90,7 @@ func TestHoldRefusesALateClaim(t *testing.T) {
 // is reported lost, whatever the first attempt's error, since a lost reply and a lost claim
 // (Redis restarted empty) cannot be told apart, and a loss is never hidden.
 func TestGiveBackReportsAGoneClaimAsLost(t *testing.T) {
+	t.Parallel()
 	h := &Handle{}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	defer h.cancel()
@@ -111,6 +114,7 @@ func TestGiveBackReportsAGoneClaimAsLost(t *testing.T) {
 // returned as it is and not tried again in the background, where each try would be refused
 // alike until the lease ran out.
 func TestGiveBackDoesNotRetryARefusal(t *testing.T) {
+	t.Parallel()
 	h := &Handle{Config: Config{Logger: slog.New(slog.DiscardHandler)}}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	defer h.cancel()

@@ -5,6 +5,7 @@ import "testing"
 // INFO server is read for the name and version a user knows (Valkey's own) and the Redis
 // version the server is compatible with, which is what the minimum is checked against.
 func TestParseInfo(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		info                  string
 		name, version, compat string
@@ -21,6 +22,7 @@ func TestParseInfo(t *testing.T) {
 }
 
 func TestAtLeast(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		v, want string
 		ok      bool

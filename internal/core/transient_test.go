@@ -11,6 +11,7 @@ import (
 )
 
 func TestTransient(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		err  error
 		want bool

@@ -20,7 +20,9 @@ import (
 	"github.com/distsync/distsync/mutex"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) {
+	redistest.MainLong(m, "deployments: ACL users, TLS, script flushes, server swaps")
+}
 
 // userClient returns a function making clients of addrs as u, with rueidis's defaults
 // (client-side caching on, as a user's client has it).

@@ -19,7 +19,7 @@ import (
 	"github.com/distsync/distsync/mutex"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) { redistest.MainLong(m, "failover under Sentinel and Cluster") }
 
 // topology is what a failover test needs of a replicated topology.
 type topology struct {

@@ -7,34 +7,36 @@
 // once primitives ran and returned, and what is left in Redis and in the process table at
 // the end. In every fault some worker begins its first call while the fault is in effect.
 //
-// Run it with the rest: go test -race ./... (DISTSYNC_REQUIRE_REDIS=1 makes a missing
-// redis-server a failure). FAULTTEST_FIGURES=<file> appends the measured figures there as
-// JSON lines. FAULTTEST_KEEP=<dir> keeps the histories of the scenarios that failed there
-// (FAULTTEST_KEEP_ALL=1: of every scenario); FAULTTEST_VERBOSE=1 makes every worker log its
-// Handle's messages and observer events to its stderr, which is kept with them.
+// It is of the long tier (internal/testrun): DISTSYNC_LONG=1 go test -race ./... runs it
+// (DISTSYNC_REQUIRE_REDIS=1 makes a missing redis-server a failure). FAULTTEST_FIGURES=<file>
+// appends the measured figures there as JSON lines. FAULTTEST_KEEP=<dir> keeps the histories
+// of the scenarios that failed there (FAULTTEST_KEEP_ALL=1: of every scenario);
+// FAULTTEST_VERBOSE=1 makes every worker log its Handle's messages and observer events to its
+// stderr, which is kept with them.
 package faulttest
 
 import (
-	"flag"
 	"os"
 	"testing"
+
+	"github.com/distsync/distsync/internal/redistest"
+	"github.com/distsync/distsync/internal/testrun"
 )
 
 // scenarioParallel is how many scenarios run at once when -test.parallel is not given. They
 // mostly wait for leases to run out, so more of them than cores fit; each one's bounds are
 // far above what that load costs.
-const scenarioParallel = "6"
+const scenarioParallel = 6
 
 func TestMain(m *testing.M) {
 	if raw := os.Getenv(envWorker); raw != "" {
 		os.Exit(workerMain(raw))
 	}
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		_ = flag.Set("test.parallel", scenarioParallel)
-	}
+	testrun.MainLong(m, "fault injection with real processes", runSuite)
+}
+
+func runSuite(m *testing.M) {
+	testrun.SetParallel(scenarioParallel)
 	code := m.Run()
 	if storeProc != nil {
 		storeProc.Stop()
@@ -42,5 +44,6 @@ func TestMain(m *testing.M) {
 	if clusterB != nil {
 		clusterB.Cluster.Stop()
 	}
+	testrun.Report(testrun.PackagePath() + ": long tier (fault injection with real processes) ran on " + redistest.ServerName())
 	os.Exit(code)
 }

@@ -6,6 +6,7 @@ import (
 )
 
 func TestSlotMatchesRedis(t *testing.T) {
+	t.Parallel()
 	// Values from CLUSTER KEYSLOT on Redis 7.0.
 	for key, want := range map[string]int{"foo": 12182, "bar": 5061, "{user1000}.following": 3443, "{}foo": 9500} {
 		if got := Slot(key); got != want {
@@ -48,6 +49,7 @@ func FuzzKeysShareOneSlot(f *testing.F) {
 }
 
 func TestBadPrefix(t *testing.T) {
+	t.Parallel()
 	for _, p := range []string{"a{", "}", "{x}"} {
 		if _, err := New(p, "mutex", "x"); err == nil {
 			t.Errorf("prefix %q accepted", p)
@@ -58,6 +60,7 @@ func TestBadPrefix(t *testing.T) {
 // Parse reads back the kind and the name of every key New makes, braces and percents
 // included, and refuses what New never makes.
 func TestParseReadsBackNew(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"a", "orders:42", "{x}", "%7B", "a}b{c", "100%"} {
 		s, err := New("p:", "mutex", name)
 		if err != nil {

@@ -74,6 +74,7 @@ func FuzzSpace(f *testing.F) {
 
 // A name of megabytes (the fuzzer's inputs stay small) is encoded like any other.
 func TestSpaceOfAHugeName(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{strings.Repeat("{", 1<<20), strings.Repeat("}%{\x00", 1<<17)} {
 		h := &core.Handle{Config: core.Config{Prefix: "distsync:"}}
 		s, err := h.Space("mutex", name, time.Second)

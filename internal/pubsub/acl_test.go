@@ -14,6 +14,7 @@ import (
 // error, naming the command, instead of leaving the caller to wait for a confirmation that
 // never comes (it retried for ever, and a Lock waited until its context ended).
 func TestSubscribeRefusedByACL(t *testing.T) {
+	t.Parallel()
 	redistest.EachServer(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		for _, c := range []struct {

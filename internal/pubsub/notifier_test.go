@@ -112,6 +112,7 @@ func TestOneSubscriptionPerChannel(t *testing.T) {
 // A channel whose last listener left stays subscribed for the linger period; a listener that
 // comes back within it attaches without a round trip.
 func TestLingerKeepsTheSubscription(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		client := counting.New(b.Client(t))
 		n := pubsub.New(client, b.Sharded(), nil)
@@ -163,6 +164,7 @@ func TestResubscribedAfterConnectionLoss(t *testing.T) {
 
 // Subscribe gives up when its context ends and leaves nothing registered.
 func TestSubscribeAfterClose(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Mini)
 	n := pubsub.New(b.Client(t), b.Sharded(), nil)
 	n.Close(context.Background())

@@ -13,6 +13,7 @@ import (
 // As finds Redis's error reply through distsync's wrapping, and Transient tells a failover's
 // replies from the rest.
 func TestAsAndTransient(t *testing.T) {
+	t.Parallel()
 	srv, err := embedded.Start()
 	if err != nil {
 		t.Fatal(err)

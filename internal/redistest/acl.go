@@ -19,13 +19,11 @@ import (
 // ACL users: tests that run as a Redis user whose permissions are limited, as a deployment's
 // would be (docs/acl.md).
 
-// EachServer runs f as a subtest on the real backends, a redis-server and a Cluster, for
-// what miniredis does not have (ACLs).
+// EachServer runs f as a subtest on the real backends, a redis-server and a Cluster, in
+// parallel as [Each] does, for what miniredis does not have (ACLs).
 func EachServer(t *testing.T, f func(t *testing.T, b *Backend)) {
 	t.Helper()
-	for _, name := range []string{Standalone, ClusterB} {
-		t.Run(name, func(t *testing.T) { f(t, Open(t, name)) })
-	}
+	each(t, []string{Standalone, ClusterB}, f)
 }
 
 // User is a Redis ACL user that [CreateUser] made on some servers for one test.

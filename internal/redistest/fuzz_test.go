@@ -12,6 +12,7 @@ import (
 // The fuzz harness writes each kind of foreign value as its doc says, and Snapshot tells them
 // apart; Next gives a name of its own and counts only the commands that name it.
 func TestFuzzRedisWritesAndCounts(t *testing.T) {
+	t.Parallel()
 	r := redistest.StartFuzz(t)
 	name := r.Next()
 	if other := r.Next(); other == name {

@@ -16,6 +16,7 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // nothing of it runs afterwards (a cut-off waiter must not take a lock handed out after the
 // cut), and the client gets no reply.
 func TestCutLeavesNothingToRunLater(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		key := b.Prefix(t) + "{cut}:n"
 		for round := range 20 {

@@ -35,6 +35,7 @@ func StartRedis(tb testing.TB, extra ...string) *Proc {
 	if err != nil {
 		tb.Fatalf("start redis-server: %v", err)
 	}
+	noteOwn("servers of a test's own")
 	tb.Cleanup(p.Stop)
 	return p
 }

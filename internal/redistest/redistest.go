@@ -60,6 +60,7 @@ import (
 
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/embedded"
+	"github.com/distsync/distsync/internal/testrun"
 )
 
 // EnvRequire names the environment variable that, set to 1, makes a missing redis-server a
@@ -126,9 +127,23 @@ var (
 	prefixSeq      atomic.Int64
 )
 
-// Main runs the tests of a package and stops the servers they started. Call it from TestMain.
+// Main runs the tests of a package and stops the servers they started, then prints the
+// package's line: what it ran on and what it skipped (internal/testrun). Call it from
+// TestMain. Unless -test.parallel is given, [testrun.DefaultParallel] tests run at once; a
+// test that needs a shared server or the process to itself does not call t.Parallel.
+//
+// When the server binaries are there, the shared redis-server and Cluster start at once, in
+// the background, while the first tests run on miniredis.
 func Main(m *testing.M) {
-	code := m.Run()
+	WatchStalls()
+	if haveBinaries() {
+		go standaloneOnce.Do(startStandalone)
+		go clusterOnce.Do(startSharedCluster)
+	}
+	code := testrun.Run(m, describe)
+	// Wait for a start still under way, so that what it started is stopped too.
+	standaloneOnce.Do(func() {})
+	clusterOnce.Do(func() {})
 	if standalone != nil {
 		standalone.Stop()
 	}
@@ -137,6 +152,13 @@ func Main(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// MainLong is [Main] for a package of the long tier (internal/testrun): without
+// DISTSYNC_LONG=1 it runs none of its tests and says so in its line; what names the suite.
+func MainLong(m *testing.M, what string) { testrun.MainLong(m, what, Main) }
+
+func startStandalone()    { standalone, standaloneErr = startServer(false) }
+func startSharedCluster() { cluster, clusterErr = startCluster(nil) }
 
 // Backend is one Redis a test talks to.
 type Backend struct {
@@ -149,11 +171,21 @@ type Backend struct {
 	embedded *embedded.Server
 }
 
-// Each runs f as a subtest on every backend.
+// Each runs f as a subtest on every backend, the three in parallel (each test isolates itself
+// by key prefix, and each backend is a server of its own). They run once the calling test's
+// function has returned, so that function must do nothing after Each that they need.
 func Each(t *testing.T, f func(t *testing.T, b *Backend)) {
 	t.Helper()
-	for _, name := range All {
-		t.Run(name, func(t *testing.T) { f(t, Open(t, name)) })
+	each(t, All, f)
+}
+
+func each(t *testing.T, names []string, f func(t *testing.T, b *Backend)) {
+	t.Helper()
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f(t, Open(t, name))
+		})
 	}
 }
 
@@ -172,14 +204,14 @@ func Open(tb testing.TB, name string) *Backend {
 		b.Mini = srv.Miniredis()
 	case Standalone:
 		requireBinaries(tb)
-		standaloneOnce.Do(func() { standalone, standaloneErr = startServer(false) })
+		standaloneOnce.Do(startStandalone)
 		if standaloneErr != nil {
 			tb.Fatalf("start redis-server: %v", standaloneErr)
 		}
 		b.Server = standalone
 	case ClusterB:
 		requireBinaries(tb)
-		clusterOnce.Do(func() { cluster, clusterErr = startCluster(nil) })
+		clusterOnce.Do(startSharedCluster)
 		if clusterErr != nil {
 			tb.Fatalf("start cluster: %v", clusterErr)
 		}
@@ -187,6 +219,7 @@ func Open(tb testing.TB, name string) *Backend {
 	default:
 		tb.Fatalf("redistest: unknown backend %q", name)
 	}
+	noteBackend(tb, name)
 	return b
 }
 
@@ -200,8 +233,8 @@ func requireBinaries(tb testing.TB) {
 			if os.Getenv(EnvRequire) == "1" {
 				tb.Fatalf("redistest: %v, and %s=1", err, EnvRequire)
 			}
-			tb.Skipf("redistest: %v (install redis-server, or set %s and %s, or set %s=1 to fail instead of skipping)",
-				err, EnvServer, EnvCLI, EnvRequire)
+			skip(tb, reasonNoRedis, fmt.Sprintf("redistest: %v (install redis-server, or set %s and %s, or set %s=1 to fail instead of skipping)",
+				err, EnvServer, EnvCLI, EnvRequire))
 		}
 	}
 }

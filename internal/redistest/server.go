@@ -219,7 +219,9 @@ func (c *Cluster) Addrs() []string {
 // Stop kills every node.
 func (c *Cluster) Stop() {
 	for _, n := range c.Nodes {
-		n.Stop()
+		if n != nil {
+			n.Stop()
+		}
 	}
 }
 
@@ -230,14 +232,17 @@ func startCluster(t *TLS) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{}
-	for range 3 {
-		s, err := launch(true, t)
-		if err != nil {
-			c.Stop()
-			return nil, err
-		}
-		c.Nodes = append(c.Nodes, s)
+	// The three nodes start at once: each one's start is mostly waiting for it to answer.
+	c := &Cluster{Nodes: make([]*Server, 3)}
+	errs := make([]error, len(c.Nodes))
+	var wg sync.WaitGroup
+	for i := range c.Nodes {
+		wg.Go(func() { c.Nodes[i], errs[i] = launch(true, t) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		c.Stop()
+		return nil, err
 	}
 	args := append(t.cliArgs(), append([]string{"--cluster", "create"}, c.Addrs()...)...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")

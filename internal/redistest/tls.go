@@ -212,7 +212,7 @@ func RequireTLS(tb testing.TB) {
 	if os.Getenv(EnvRequire) == "1" && os.Getenv(EnvServer) == "" {
 		tb.Fatalf("redistest: %v, and %s=1 with the default redis-server", err, EnvRequire)
 	}
-	tb.Skipf("redistest: TLS tests skipped: %v", err)
+	skip(tb, "the server binary has no TLS", fmt.Sprintf("redistest: TLS tests skipped: %v", err))
 }
 
 var (
@@ -274,6 +274,7 @@ func StartTLSRedis(tb testing.TB, t *TLS, extra ...string) *Proc {
 	if err != nil {
 		tb.Fatalf("start redis-server with TLS: %v", err)
 	}
+	noteOwn("TLS servers")
 	p := &Proc{s: s}
 	tb.Cleanup(p.Stop)
 	return p
@@ -295,6 +296,7 @@ func StartTLSCluster(tb testing.TB, t *TLS) *Cluster {
 	if err != nil {
 		tb.Fatalf("start TLS cluster: %v", err)
 	}
+	noteOwn("TLS Clusters")
 	tb.Cleanup(c.Stop)
 	return c
 }

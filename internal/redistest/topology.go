@@ -100,8 +100,9 @@ func StartSentinel(tb testing.TB, replicas int) *Sentinel {
 	if v, err := ServerVersion(); err != nil {
 		tb.Fatalf("redistest: %v", err)
 	} else if !v.AtLeast(7, 0) {
-		tb.Skipf("redistest: Sentinel topology SKIPPED on Redis %v: the harness tunes Sentinel with SENTINEL DEBUG (7.0+); Sentinel failover is tested on 7.0+ and Valkey", v)
+		skip(tb, "Sentinel needs Redis 7.0+ here (SENTINEL DEBUG)", fmt.Sprintf("redistest: Sentinel topology SKIPPED on Redis %v: the harness tunes Sentinel with SENTINEL DEBUG (7.0+); Sentinel failover is tested on 7.0+ and Valkey", v))
 	}
+	noteOwn("Sentinel topologies")
 	began := time.Now()
 	s := &Sentinel{down: map[*Server]bool{}, paused: map[*Server]bool{}}
 	primary, err := startServer(false, dataNodeConfig...)
@@ -551,6 +552,7 @@ type ReplicatedCluster struct {
 func StartClusterReplicas(tb testing.TB) *ReplicatedCluster {
 	tb.Helper()
 	RequireRedis(tb)
+	noteOwn("Clusters with replicas")
 	began := time.Now()
 	c := &ReplicatedCluster{down: map[*Server]bool{}, paused: map[*Server]bool{}}
 	for range 6 {

@@ -17,6 +17,8 @@ import (
 // Sentinels follows the primary, the data written before is there, the old primary becomes
 // a replica of the new one, and every process is gone when the test ends.
 func TestSentinelFailoverAndKill(t *testing.T) {
+	Long(t, "a replicated topology of its own, failed over")
+	t.Parallel()
 	var topo *Sentinel
 	t.Cleanup(func() { // runs after the topology's own cleanups
 		if topo != nil {
@@ -74,6 +76,8 @@ func TestSentinelFailoverAndKill(t *testing.T) {
 
 // A paused primary is failed over; once resumed, it replicates from the new primary.
 func TestSentinelPauseResume(t *testing.T) {
+	Long(t, "a replicated topology of its own, failed over")
+	t.Parallel()
 	var topo *Sentinel
 	t.Cleanup(func() {
 		if topo != nil {
@@ -102,6 +106,8 @@ func TestSentinelPauseResume(t *testing.T) {
 // changes to its replica, the cluster client reads the key back and writes it, and every
 // process is gone when the test ends.
 func TestClusterReplicasFailoverAndKill(t *testing.T) {
+	Long(t, "a replicated topology of its own, failed over")
+	t.Parallel()
 	var topo *ReplicatedCluster
 	t.Cleanup(func() {
 		if topo != nil {
@@ -157,6 +163,8 @@ func TestClusterReplicasFailoverAndKill(t *testing.T) {
 
 // A paused cluster primary is replaced by its replica; once resumed, it replicates from it.
 func TestClusterReplicasPauseResume(t *testing.T) {
+	Long(t, "a replicated topology of its own, failed over")
+	t.Parallel()
 	var topo *ReplicatedCluster
 	t.Cleanup(func() {
 		if topo != nil {

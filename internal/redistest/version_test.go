@@ -15,6 +15,7 @@ import (
 // configuration that version takes: Redis 6.2 stops at start on enable-debug-command and
 // cluster-port, which came with 7.0.
 func TestConfigFollowsTheBinaryVersion(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		out  string
 		want Version

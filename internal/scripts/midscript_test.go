@@ -217,6 +217,7 @@ func clearPrefix(t *testing.T, c rueidis.Client, p string) {
 // renewed, hiding the loss: extend.lua, every primitive's renewal, and a grant's
 // confirmation. Each now reports the loss, and leaves no key behind.
 func TestLeaseScriptsTellAKeyGoneInTheScript(t *testing.T) {
+	t.Parallel()
 	m := newMidscript(t, "r")
 	p, lock := m.p, m.p+"lock"
 	hold := func() { m.lease(lock, "o") }
@@ -276,6 +277,7 @@ func TestLeaseScriptsTellAKeyGoneInTheScript(t *testing.T) {
 // reentrant re-entry of a token is refused ({-2}), and another call, or a semaphore's, looks
 // again at once; an undone reentrant attempt leaves no hash behind.
 func TestAcquisitionsOfAnOwnHoldGoneInTheScript(t *testing.T) {
+	t.Parallel()
 	m := newMidscript(t, "a")
 	p, lock := m.p, m.p+"lock"
 	const w = "p1/1"
@@ -345,6 +347,7 @@ func TestAcquisitionsOfAnOwnHoldGoneInTheScript(t *testing.T) {
 // hold. Each now reports the loss, also to a retry of the same request, and leaves no such
 // key; a release that passes the lock on to a waiter still does.
 func TestReleasesTellAKeyGoneInTheScript(t *testing.T) {
+	t.Parallel()
 	m := newMidscript(t, "l")
 	p := m.p
 	rkeys := []string{p + "rlock", p + "fence", p + "ops", p + "q", p + "qx"}

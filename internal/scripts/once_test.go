@@ -78,6 +78,7 @@ func (e *onceEnv) exists(key string) bool {
 // it is forgotten (with its token) until then; a lead that finished before the Forget has its
 // kept result deleted by it. Whichever reaches Redis first, nothing kept survives the Forget.
 func TestOnceForgetAndFinishInEitherOrder(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := newOnceEnv(t, b)
 

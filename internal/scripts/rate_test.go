@@ -41,6 +41,7 @@ func reserveRate(t *testing.T, b *redistest.Backend, bucket, limit, burst, n str
 // settings exactly the retention: at a limit slower than a burst per retention (5 a week
 // with a burst of 10), the tokens came back early.
 func TestRateBucketOutlivesTheRetentionUntilItIsFull(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		c := b.Client(t)
 		for _, stored := range []bool{false, true} {
@@ -119,6 +120,7 @@ func stalledRefill(t *testing.T, b *redistest.Backend, arm func()) {
 // over the rate on miniredis with two test suites running. Here TIME answers with the time
 // of the moment, then stalls 2 s.
 func TestRateBucketIsReadBeforeTheClock(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Mini)
 	stalledRefill(t, b, stallOnce(t, b, "TIME", 2*time.Second, true))
 }
@@ -128,6 +130,7 @@ func TestRateBucketIsReadBeforeTheClock(t *testing.T) {
 // and the next script found it full (up to a token over the rate; TestRateNeverOver saw 0.11
 // on miniredis with two test suites running). Here PEXPIRE stalls 2 s, past the old TTL.
 func TestRateBucketOutlivesItsOldTTLInAScript(t *testing.T) {
+	t.Parallel()
 	b := redistest.Open(t, redistest.Mini)
 	stalledRefill(t, b, stallOnce(t, b, "PEXPIRE", 2*time.Second, false))
 }

@@ -115,6 +115,7 @@ func (r *reentrant) fields() map[string]string {
 // while it lasts, and the grantee's head adopts it as its owner's hold, with the grant's token,
 // telling the watchers.
 func TestReentrantUnlockGrantsTheHead(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		r := newReentrant(e)
@@ -207,6 +208,7 @@ func TestReentrantUnlockGrantsTheHead(t *testing.T) {
 // A process that takes its turn with more goroutines waiting goes to the tail; one whose
 // owner joins a hold keeps its place.
 func TestReentrantRequeueGoesToTheTail(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		r := newReentrant(e)
@@ -238,6 +240,7 @@ func TestReentrantRequeueGoesToTheTail(t *testing.T) {
 // A waiter that leaves takes its entry out of the queue and passes on a grant made to it;
 // an undone attempt whose hold was its own passes the mutex on too.
 func TestReentrantAbandonPassesOn(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		r := newReentrant(e)
@@ -287,6 +290,7 @@ func TestReentrantAbandonPassesOn(t *testing.T) {
 // A holder's renewal tells the first live waiter when the lease now ends; an Unlock with
 // nobody waiting frees the mutex and tells nobody.
 func TestReentrantRenewTellsTheHead(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		r := newReentrant(e)

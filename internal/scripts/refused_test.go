@@ -16,6 +16,7 @@ import (
 // command refused inside a script names neither the command nor the key, only the line. The
 // error still reads as Redis's (rediserr.As), not as a connection error to retry.
 func TestACLRefusalNamesTheCommand(t *testing.T) {
+	t.Parallel()
 	redistest.EachServer(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		for _, c := range []struct {

@@ -183,6 +183,7 @@ func (e *env) everyKeyExpires() {
 }
 
 func TestAcquireRelease(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		got := e.acquire("o1", "w1", false)
@@ -224,6 +225,7 @@ func TestAcquireRelease(t *testing.T) {
 // line to watch; nobody else can take the lock meanwhile; the grantee's confirm extends the
 // grant to its lease and tells the watcher.
 func TestGrantGoesToTheHeadOnly(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		e.acquire("o1", "", false)
@@ -261,6 +263,7 @@ func TestGrantGoesToTheHeadOnly(t *testing.T) {
 // A grant whose message was missed is adopted by its waiter's next attempt, unless the
 // attempt says that the process took that grant already.
 func TestGrantIsAdoptedOnce(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		e.acquire("o1", "", false)
@@ -282,6 +285,7 @@ func TestGrantIsAdoptedOnce(t *testing.T) {
 
 // A fencing token is one above the last even when the server clock is behind it.
 func TestTokenNeverGoesBack(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		const ahead = int64(5_000_000_000_000_000) // far past the current clock in µs
@@ -304,6 +308,7 @@ func TestTokenNeverGoesBack(t *testing.T) {
 // Requeue keeps a process queued (at the tail) after it takes the lock, for its other
 // goroutines: on acquiring, and on confirming a grant.
 func TestRequeueGoesToTheTail(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		e.acquire("o1", "w1", false)
@@ -336,6 +341,7 @@ func TestRequeueGoesToTheTail(t *testing.T) {
 // A confirm that arrives after its holder already released (they travel on different
 // connections) requeues the holder's other waiters and, the lock being free, hands it on.
 func TestLateConfirmHandsTheFreeLockOn(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		e.acquire("o1", "", false)
@@ -358,6 +364,7 @@ func TestLateConfirmHandsTheFreeLockOn(t *testing.T) {
 
 // A queued waiter whose entry lapsed (its process stopped re-checking) is skipped.
 func TestDeadWaitersAreSkipped(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		e.acquire("o1", "", false)
@@ -385,6 +392,7 @@ func TestDeadWaitersAreSkipped(t *testing.T) {
 // ran before leave is undone and passed on; a grant to a waiter that leaves is passed on unless
 // one of its process's goroutines took it (its token is not above the process's last).
 func TestLeaveVoidsOrPassesOn(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		if e.leave("", "late", 0) != 0 {
@@ -429,6 +437,7 @@ func TestLeaveVoidsOrPassesOn(t *testing.T) {
 // arriving late, on a lock the pass-on left free, the attempt must not take it. A grant named
 // by its exact token is passed on only while the lock is that grant.
 func TestLeavePassingOnAGrantStillVoidsTheAttempt(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		e.acquire("x", "", false)
@@ -463,6 +472,7 @@ func TestLeavePassingOnAGrantStillVoidsTheAttempt(t *testing.T) {
 // A release retried after its reply was lost knows it went through (rel), while one that finds
 // the lock lost meanwhile (gone without its release: Redis restarted empty, say) reports it.
 func TestRetriedReleaseTellsAReleaseFromALoss(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		e.acquire("a", "", false)
@@ -482,6 +492,7 @@ func TestRetriedReleaseTellsAReleaseFromALoss(t *testing.T) {
 // The record of releases keeps the last 16 at least (a retry after 15 other releases of the
 // name finds its own), and never more than 31 (it is cut back to 16 when it reaches 32).
 func TestReleaseRecordKeepsSixteenToThirtyOne(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		hold := func(owner string) {
@@ -505,6 +516,7 @@ func TestReleaseRecordKeepsSixteenToThirtyOne(t *testing.T) {
 }
 
 func TestExtend(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		e.acquire("o1", "", false)
@@ -572,6 +584,7 @@ func (e *env) fairAcquire(w string, try bool) []int64 {
 // passes it on to the next waiter (not into a void), and a late attempt of a waiter that left
 // does nothing.
 func TestFairHandOffRacingWithLeave(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		if got := e.fairAcquire("p/holder", false); got[0] != 1 {
@@ -618,6 +631,7 @@ func TestFairHandOffRacingWithLeave(t *testing.T) {
 // An undo of a reentrant Lock attempt that was counted in a hold that has since expired does
 // not take a count away from the owner's new hold.
 func TestReentrantUndoSparesALaterHold(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		r := newReentrant(e)
@@ -672,6 +686,7 @@ func (e *env) serverMs() int64 {
 // earliest, not the last). The head's own attempt is told the same. Nobody waiting, nothing
 // is published; a lapsed hold is not renewed.
 func TestSemaphoreRenewalTellsTheHeadWhenItFits(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		base := strings.TrimSuffix(e.k.lock, ":mutex") + ":semaphore" // the mutex's slot: its channel is ours
@@ -758,6 +773,7 @@ func TestSemaphoreRenewalTellsTheHeadWhenItFits(t *testing.T) {
 // end. The attempts of those waiters say they will be told (told = 1); a writer behind another
 // writer's turn is not.
 func TestRWMutexRenewalTellsTheWaiters(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := setup(t, b)
 		base := strings.TrimSuffix(e.k.lock, ":mutex") + ":rwmutex" // the mutex's slot: its channel is ours

@@ -299,6 +299,7 @@ func readHeader(t *testing.T, s *Script) vectors {
 
 // TestSeamMatchesHeaders checks every script's struct against its header.
 func TestSeamMatchesHeaders(t *testing.T) {
+	t.Parallel()
 	for _, sm := range seams {
 		typ := reflect.TypeOf(sm.args)
 		want, err := structEntries(typ)
@@ -316,6 +317,7 @@ func TestSeamMatchesHeaders(t *testing.T) {
 // TestEveryScriptHasASeam checks that every .lua file is loaded, and every script loaded has
 // exactly one struct.
 func TestEveryScriptHasASeam(t *testing.T) {
+	t.Parallel()
 	lua, err := fs.Glob(files, "*.lua")
 	if err != nil {
 		t.Fatal(err)
@@ -387,6 +389,7 @@ func call(v reflect.Value, s *Script) Call {
 // every field set, and with its optional ones left empty. A Call of every field of a struct
 // without a variadic tail is one allocation of the exact size, and fits Exec's buffer.
 func TestSeamSendsInOrder(t *testing.T) {
+	t.Parallel()
 	for _, sm := range seams {
 		for _, opt := range []bool{true, false} {
 			v := reflect.New(reflect.TypeOf(sm.args)).Elem()
@@ -438,6 +441,7 @@ func structEntriesOf(t *testing.T, typ reflect.Type) vectors {
 // TestSharedSeamRefusesOtherScripts checks that a struct shared by a family of scripts
 // panics when it is used for another script.
 func TestSharedSeamRefusesOtherScripts(t *testing.T) {
+	t.Parallel()
 	defer func() {
 		if recover() == nil {
 			t.Error("RWMutexArgs.Call(MutexAcquire) did not panic")
@@ -449,6 +453,7 @@ func TestSharedSeamRefusesOtherScripts(t *testing.T) {
 // TestSeamCheckerFindsMismatches feeds the checker headers that disagree with their structs:
 // it must tell every one.
 func TestSeamCheckerFindsMismatches(t *testing.T) {
+	t.Parallel()
 	src := func(s *Script) string {
 		b, err := files.ReadFile(s.name)
 		if err != nil {
@@ -519,6 +524,7 @@ var positional = regexp.MustCompile(`scripts\.[A-Z]\w*\.Exec\(|\.Script\.Exec\(|
 // TestCallSitesNameTheirArguments checks that the module's code (not its tests, nor the
 // modules under it) runs every script through its struct, never with positional slices.
 func TestCallSitesNameTheirArguments(t *testing.T) {
+	t.Parallel()
 	for line, want := range map[string]bool{
 		`vals, err := scripts.MutexAcquire.Exec(ctx, c, m.keys, []string{owner})`: true,
 		`n, err := call.Script.Exec(ctx, c, call.Keys, call.Args).AsInt64()`:      true,
@@ -569,6 +575,7 @@ func TestCallSitesNameTheirArguments(t *testing.T) {
 
 // TestFlags checks Flags's table against the characters it stands for.
 func TestFlags(t *testing.T) {
+	t.Parallel()
 	for n := range 4 {
 		for bits := range 1 << n {
 			fs := make([]bool, n)

@@ -6,6 +6,7 @@ import (
 )
 
 func TestJain(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		shares []float64
 		want   float64

@@ -14,6 +14,7 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // DeleteKeys reaches every master and no other key: keys spread over every slot range, next
 // to keys that the prefix would match as an unescaped glob.
 func TestDeleteKeysReachesEveryMasterAndNoOtherKey(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		c := b.Client(t)
 		base := b.Prefix(t)
@@ -45,6 +46,7 @@ func TestDeleteKeysReachesEveryMasterAndNoOtherKey(t *testing.T) {
 
 // Scan reaches every master and passes no other key; an error of f ends it.
 func TestScanReachesEveryMasterAndNoOtherKey(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		c := b.Client(t)
 		base := b.Prefix(t)

@@ -1,0 +1,114 @@
+package redistest
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Timing checks on a busy machine.
+//
+// A test that asserts how soon something happens (a waiter woken at a lease's expiry, a loss
+// told within a renewal period) runs on a machine that other work stalls: go test runs
+// packages and tests in parallel, and CI may run two suites at once. Such a test checks its
+// bound with [Late], which allows for what this process was measurably stalled meanwhile,
+// and runs its scenario under [Retry], which runs it again when that check fails, so that a
+// failure must repeat to count. A property broken in the code fails every attempt; a busy
+// moment fails one.
+
+// Stall measurement: a goroutine sleeps stallTick at a time and notes every sleep that overran
+// by stallMin or more. What delays it (the OS running other processes, the Go scheduler busy,
+// a garbage collection) delays every goroutine of the process alike.
+const (
+	stallTick = 5 * time.Millisecond
+	stallMin  = 2 * time.Millisecond
+	stallKeep = 4096 // overruns kept, the latest
+)
+
+type stall struct {
+	at time.Time     // when the sleeper woke
+	d  time.Duration // how late
+}
+
+var stalls struct {
+	once sync.Once
+	mu   sync.Mutex
+	log  []stall
+}
+
+// WatchStalls starts measuring how late this process's goroutines are scheduled, once per
+// process, for [Stalled]. [Main] and [Retry] start it.
+func WatchStalls() {
+	stalls.once.Do(func() {
+		go func() {
+			for {
+				before := time.Now()
+				time.Sleep(stallTick)
+				now := time.Now()
+				if over := now.Sub(before) - stallTick; over >= stallMin {
+					stalls.mu.Lock()
+					if len(stalls.log) == stallKeep {
+						stalls.log = append(stalls.log[:0], stalls.log[stallKeep/2:]...)
+					}
+					stalls.log = append(stalls.log, stall{now, over})
+					stalls.mu.Unlock()
+				}
+			}
+		}()
+	})
+}
+
+// Stalled returns the longest time this process's goroutines waited to run, beyond what they
+// asked, at some moment between from and to (0 if none was seen; see [WatchStalls]).
+func Stalled(from, to time.Time) time.Duration {
+	stalls.mu.Lock()
+	defer stalls.mu.Unlock()
+	var worst time.Duration
+	for _, s := range stalls.log {
+		if s.at.Before(from) || s.at.Add(-s.d).After(to) {
+			continue
+		}
+		worst = max(worst, s.d)
+	}
+	return worst
+}
+
+// Late returns nil if late, how long after its due time something happened, is within margin
+// plus the longest stall of this process between from and to ([Stalled]); otherwise an error
+// that says what was late, by how much, and the stall allowed, for [Retry] to report.
+func Late(what string, late, margin time.Duration, from, to time.Time) error {
+	stalled := Stalled(from, to)
+	if late <= margin+stalled {
+		return nil
+	}
+	return fmt.Errorf("%s %v late, want within %v (+%v this process was stalled meanwhile)",
+		what, late.Round(time.Millisecond), margin, stalled.Round(time.Millisecond))
+}
+
+// Retry runs attempt until it returns nil, at most n times, and fails tb with every attempt's
+// error if none did. attempt fails tb itself (t.Fatal) for what no load can cause, and
+// returns an error for a check a busy machine can fail: a bound on how soon something
+// happened ([Late]), a premise that a sleep was long enough. Each attempt makes its own keys
+// (a new [Backend.Prefix]) and clients, so that none sees what an earlier one left.
+func Retry(tb testing.TB, n int, attempt func() error) {
+	tb.Helper()
+	WatchStalls()
+	var errs []string
+	for i := range n {
+		err := attempt()
+		if err == nil {
+			if i > 0 {
+				tb.Logf("passed at attempt %d of %d; earlier: %s", i+1, n, strings.Join(errs, "; "))
+			}
+			return
+		}
+		if tb.Failed() {
+			return
+		}
+		errs = append(errs, fmt.Sprintf("attempt %d: %v", i+1, err))
+		tb.Logf("attempt %d of %d: %v", i+1, n, err)
+	}
+	tb.Fatalf("failed %d attempts in a row:\n%s", n, strings.Join(errs, "\n"))
+}
