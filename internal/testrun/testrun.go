@@ -61,6 +61,9 @@ func Main(m *testing.M, describe func() string) {
 func Run(m *testing.M, describe func() string) int {
 	SetParallel(DefaultParallel)
 	code := m.Run()
+	if flagValue("test.fuzzworker") == "true" || flagValue("test.list") != "" {
+		return code // a fuzzing worker, or a listing: the coordinator's line is the one
+	}
 	what := "unit tests, no Redis"
 	if describe != nil {
 		what = describe()
@@ -69,7 +72,8 @@ func Run(m *testing.M, describe func() string) int {
 	return code
 }
 
-// SetParallel sets -test.parallel to n unless the command line gave it. Call it from TestMain,
+// SetParallel sets -test.parallel to n unless the command line gave it, or asked for fuzzing
+// (where -parallel counts fuzzing processes, GOMAXPROCS by default). Call it from TestMain,
 // before m.Run.
 func SetParallel(n int) {
 	if !flag.Parsed() {
@@ -77,9 +81,17 @@ func SetParallel(n int) {
 	}
 	given := false
 	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
+	if !given && flagValue("test.fuzz") == "" && flagValue("test.fuzzworker") != "true" {
 		_ = flag.Set("test.parallel", fmt.Sprint(n))
 	}
+}
+
+// flagValue returns the value of the flag called name, or "" if there is none.
+func flagValue(name string) string {
+	if f := flag.Lookup(name); f != nil {
+		return f.Value.String()
+	}
+	return ""
 }
 
 // MainLong is [Main] for a package of the long tier: unless DISTSYNC_LONG=1 it runs no test
