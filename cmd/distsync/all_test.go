@@ -111,24 +111,34 @@ func TestSeveralNamesExcludeEachName(t *testing.T) {
 // at a time: no deadlock, and the commands never overlap.
 func TestSeveralNamesInOppositeOrders(t *testing.T) {
 	t.Parallel()
-	bin, common, _, _, dir := cliSetup(t)
-	script := `mkdir "$1/in" || echo overlap >> "$1/bad"; echo run >> "$1/runs"; sleep 0.05; rmdir "$1/in"`
-	const rounds = 3
-	for range rounds {
-		p1 := start(t, bin, args(common, "lock", "--all", "x", "y", "--", "sh", "-c", script, "sh", dir)...)
-		p2 := start(t, bin, args(common, "lock", "y", "--also", "x", "sh", "-c", script, "sh", dir)...)
-		for _, p := range []*proc{p1, p2} {
-			if status := p.wait(t); status != 0 {
-				t.Fatalf("distsync %q: status %d\n%s", p.cmd.Args[1:], status, p.stderr.String())
+	redistest.Retry(t, 3, func() error {
+		bin, common, _, _, dir := cliSetup(t)
+		script := `mkdir "$1/in" || echo overlap >> "$1/bad"; echo run >> "$1/runs"; sleep 0.05; rmdir "$1/in"`
+		const rounds = 3
+		var lost []string
+		for range rounds {
+			p1 := start(t, bin, args(common, "lock", "--all", "x", "y", "--", "sh", "-c", script, "sh", dir)...)
+			p2 := start(t, bin, args(common, "lock", "y", "--also", "x", "sh", "-c", script, "sh", dir)...)
+			for _, p := range []*proc{p1, p2} {
+				switch status := p.wait(t); {
+				case status == exitLost:
+					lost = append(lost, strings.TrimSpace(p.stderr.String()))
+				case status != 0:
+					t.Fatalf("distsync %q: status %d\n%s", p.cmd.Args[1:], status, p.stderr.String())
+				}
 			}
 		}
-	}
-	if bad := readLines(t, filepath.Join(dir, "bad")); len(bad) > 0 {
-		t.Errorf("the commands overlapped %d times", len(bad))
-	}
-	if runs := readLines(t, filepath.Join(dir, "runs")); len(runs) != 2*rounds {
-		t.Errorf("%d runs, want %d", len(runs), 2*rounds)
-	}
+		if len(lost) > 0 {
+			return lostClaims(lost) // see TestLockNeverRunsTwoCommandsAtOnce
+		}
+		if bad := readLines(t, filepath.Join(dir, "bad")); len(bad) > 0 {
+			t.Errorf("the commands overlapped %d times", len(bad))
+		}
+		if runs := readLines(t, filepath.Join(dir, "runs")); len(runs) != 2*rounds {
+			t.Errorf("%d runs, want %d", len(runs), 2*rounds)
+		}
+		return nil
+	})
 }
 
 // CMD gets every name, one a line, in DISTSYNC_NAMES, and each name's token in
@@ -171,7 +181,9 @@ func TestSeveralNamesLossOfOneKillsTheCommand(t *testing.T) {
 	t.Parallel()
 	bin, common, prefix, b, dir := cliSetup(t)
 	s, _ := keys.New(prefix, "mutex", "loss:b")
-	p := start(t, bin, args(common, "lock", "--ttl", "1s", "--kill-grace", "300ms", "loss:a", "--also", "loss:b", "--",
+	// A lease long enough that a loaded machine does not lose it by itself before the test
+	// takes one name away; its renewal, a second later at most, finds the name gone.
+	p := start(t, bin, args(common, "lock", "--ttl", "3s", "--kill-grace", "300ms", "loss:a", "--also", "loss:b", "--",
 		"sh", "-c", `echo $$ > "$1/pid"; while :; do sleep 0.05; done`, "sh", dir)...)
 	waitFile(t, filepath.Join(dir, "pid"))
 	if err := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Del().Key(s.Key()).Build() }).Error(); err != nil {
