@@ -38,6 +38,10 @@ type demoRecord struct {
 	wait           time.Duration // Lock call to return
 }
 
+// errKeysLeft is the error of a demo that could not delete its keys when it ended: said also
+// when a signal ended the demo.
+var errKeysLeft = errors.New("could not delete the demo's keys")
+
 func demo(ctx context.Context, cfg demoConfig, out io.Writer) (err error) {
 	opt, where, stopServer, err := demoRedis(cfg.redisURL)
 	if err != nil {
@@ -74,7 +78,7 @@ func demo(ctx context.Context, cfg demoConfig, out io.Writer) (err error) {
 		defer cancel()
 		deleted, err = sweep.DeleteKeys(sweepCtx, clients[0].Client, prefix)
 		if err != nil {
-			err = fmt.Errorf("delete the demo's keys (%s*): %w", prefix, err)
+			err = fmt.Errorf("%w (%s*): %w", errKeysLeft, prefix, err)
 		}
 		return deleted, err
 	}
@@ -262,4 +266,17 @@ func inRTT(d, rtt time.Duration) string {
 		return "?"
 	}
 	return fmt.Sprintf("%.1f round trips", float64(d)/float64(rtt))
+}
+
+// leftKeys returns the error of the clean-up in err, a demo's error that matches errKeysLeft:
+// the cancellation that a signal caused says nothing a user needs beside the signal.
+func leftKeys(err error) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if errors.Is(e, errKeysLeft) {
+				return e
+			}
+		}
+	}
+	return err
 }

@@ -118,6 +118,9 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	var sig signalError
 	if errors.As(context.Cause(ctx), &sig) {
 		fmt.Fprintf(stderr, "distsync demo: %v\n", sig)
+		if errors.Is(err, errKeysLeft) {
+			fmt.Fprintln(stderr, "distsync demo:", leftKeys(err))
+		}
 		return 128 + int(sig.sig)
 	}
 	if err != nil {
