@@ -434,7 +434,17 @@ func (b *Backend) KillPubSub(tb testing.TB) {
 	tb.Helper()
 	if b.Name == Mini {
 		b.Mini.Close()
-		if err := b.Mini.Restart(); err != nil {
+		// The port is an ephemeral one: while it is closed, a client reconnecting to it can be
+		// given it as its own source port and connect to itself, holding it until the client
+		// gives that connection up. Try again for a while.
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if err = b.Mini.Restart(); err == nil || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
 			tb.Fatalf("miniredis restart: %v", err)
 		}
 		return
