@@ -75,6 +75,23 @@ func Stalled(from, to time.Time) time.Duration {
 	return worst
 }
 
+// StalledTotal returns how long in all this process's goroutines waited to run, beyond what
+// they asked, between from and to: the sum of the stalls of which [Stalled] gives the longest.
+// A check of how much got done in a while (a throughput) allows for it, as a check of how
+// soon one thing happened ([Late]) allows for the longest.
+func StalledTotal(from, to time.Time) time.Duration {
+	stalls.mu.Lock()
+	defer stalls.mu.Unlock()
+	var total time.Duration
+	for _, s := range stalls.log {
+		if s.at.Before(from) || s.at.Add(-s.d).After(to) {
+			continue
+		}
+		total += s.d
+	}
+	return total
+}
+
 // Late returns nil if late, how long after its due time something happened, is within margin
 // plus the longest stall of this process between from and to ([Stalled]); otherwise an error
 // that says what was late, by how much, and the stall allowed, for [Retry] to report.
@@ -111,4 +128,16 @@ func Retry(tb testing.TB, n int, attempt func() error) {
 		tb.Logf("attempt %d of %d: %v", i+1, n, err)
 	}
 	tb.Fatalf("failed %d attempts in a row:\n%s", n, strings.Join(errs, "\n"))
+}
+
+// RetryScaled is [Retry] for a scenario whose timing scales with a time step, d in the first
+// attempt and twice the last's in each next one: its sleeps and bounds are multiples of the
+// step it is given. A stall that spoiled an attempt is a smaller part of the next one's
+// step; a property broken in the code fails at every step.
+func RetryScaled(tb testing.TB, n int, d time.Duration, attempt func(step time.Duration) error) {
+	tb.Helper()
+	Retry(tb, n, func() error {
+		defer func() { d *= 2 }()
+		return attempt(d)
+	})
 }
