@@ -23,79 +23,83 @@ import (
 func TestCampaignWhileLeadingReturnsTheTerm(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		prefix := b.Prefix(t)
-		e := newElection(t, b.Pod(t, prefix), "again")
-		c := observe(t, newElection(t, b.Pod(t, prefix), "again"))
-		term := campaign(t, e, "v1")
-		c.waitFor(t, "v1")
+		redistest.Retry(t, 3, func() error {
+			prefix := b.Prefix(t)
+			e := newElection(t, b.Pod(t, prefix), "again")
+			c := observe(t, newElection(t, b.Pod(t, prefix), "again"))
+			term := campaign(t, e, "v1")
+			c.waitFor(t, "v1")
 
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		start := time.Now()
-		again, err := e.Campaign(ctx, "v2")
-		if err != nil {
-			t.Fatalf("Campaign by the leader = %v, want its term at once", err)
-		}
-		if again != term || term.Value() != "v2" {
-			t.Fatalf("Campaign by the leader returned %p (value %q), want the term it holds, %p, with value v2", again, term.Value(), term)
-		}
-		if d := time.Since(start); d > 2*time.Second {
-			t.Fatalf("Campaign by the leader took %v", d)
-		}
-		c.waitFor(t, "v2")
-		info, err := e.Leader(ctx)
-		if err != nil || info.Value != "v2" || info.Term != term.Token() {
-			t.Fatalf("Leader after the re-campaign = %+v, %v; want v2 in term %d", info, err, term.Token())
-		}
-		// The same value again announces nothing.
-		if _, err := e.Campaign(ctx, "v2"); err != nil {
-			t.Fatal(err)
-		}
-		if info2, err := e.Leader(ctx); err != nil || info2.Rev != info.Rev {
-			t.Fatalf("re-campaigning with the same value announced something: %+v then %+v (%v)", info, info2, err)
-		}
-		if tt, ok, err := e.TryCampaign(ctx, "v3"); err != nil || !ok || tt != term || term.Value() != "v3" {
-			t.Fatalf("TryCampaign by the leader = %p, %v, %v; want its term with value v3", tt, ok, err)
-		}
-		c.waitFor(t, "v3")
-		resign(t, term)
-
-		// Another candidate leads; two Campaigns of one value wait, and both get the one term
-		// the value wins.
-		other := campaign(t, newElection(t, b.Pod(t, prefix), "again"), "other")
-		var wg sync.WaitGroup
-		terms := make([]*election.Term, 2)
-		errs := make([]error, 2)
-		for i := range terms {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				defer cancel()
-				terms[i], errs[i] = e.Campaign(ctx, fmt.Sprint("w", i))
-			}()
-		}
-		waitQueued(t, b, prefix, "again", 1)
-		resign(t, other)
-		wg.Wait()
-		for i := range terms {
-			if errs[i] != nil {
-				t.Fatalf("Campaign %d: %v", i, errs[i])
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			again, err := e.Campaign(ctx, "v2")
+			returned := time.Now()
+			if err != nil {
+				t.Fatalf("Campaign by the leader = %v, want its term at once", err)
 			}
-		}
-		if terms[0] != terms[1] || terms[0].Token() <= other.Token() {
-			t.Fatalf("two Campaigns of one value got terms %d and %d after %d, want one term, larger", terms[0].Token(), terms[1].Token(), other.Token())
-		}
-		resign(t, terms[0])
-		if err := terms[1].Resign(context.Background()); !errors.Is(err, distsync.ErrNotHeld) {
-			t.Fatalf("a second Resign of the shared term = %v, want ErrNotHeld", err)
-		}
-		// After a resignation, a Campaign starts a new term.
-		next := campaign(t, e, "next")
-		if next == terms[0] || next.Token() <= terms[0].Token() {
-			t.Fatalf("Campaign after Resign returned term %d, after %d", next.Token(), terms[0].Token())
-		}
-		resign(t, next)
+			if again != term || term.Value() != "v2" {
+				t.Fatalf("Campaign by the leader returned %p (value %q), want the term it holds, %p, with value v2", again, term.Value(), term)
+			}
+			if err := redistest.Late("Campaign by the leader returned", returned.Sub(start), 2*time.Second, start, returned); err != nil {
+				return err
+			}
+			c.waitFor(t, "v2")
+			info, err := e.Leader(ctx)
+			if err != nil || info.Value != "v2" || info.Term != term.Token() {
+				t.Fatalf("Leader after the re-campaign = %+v, %v; want v2 in term %d", info, err, term.Token())
+			}
+			// The same value again announces nothing.
+			if _, err := e.Campaign(ctx, "v2"); err != nil {
+				t.Fatal(err)
+			}
+			if info2, err := e.Leader(ctx); err != nil || info2.Rev != info.Rev {
+				t.Fatalf("re-campaigning with the same value announced something: %+v then %+v (%v)", info, info2, err)
+			}
+			if tt, ok, err := e.TryCampaign(ctx, "v3"); err != nil || !ok || tt != term || term.Value() != "v3" {
+				t.Fatalf("TryCampaign by the leader = %p, %v, %v; want its term with value v3", tt, ok, err)
+			}
+			c.waitFor(t, "v3")
+			resign(t, term)
+
+			// Another candidate leads; two Campaigns of one value wait, and both get the one term
+			// the value wins.
+			other := campaign(t, newElection(t, b.Pod(t, prefix), "again"), "other")
+			var wg sync.WaitGroup
+			terms := make([]*election.Term, 2)
+			errs := make([]error, 2)
+			for i := range terms {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					terms[i], errs[i] = e.Campaign(ctx, fmt.Sprint("w", i))
+				}()
+			}
+			waitQueued(t, b, prefix, "again", 1)
+			resign(t, other)
+			wg.Wait()
+			for i := range terms {
+				if errs[i] != nil {
+					t.Fatalf("Campaign %d: %v", i, errs[i])
+				}
+			}
+			if terms[0] != terms[1] || terms[0].Token() <= other.Token() {
+				t.Fatalf("two Campaigns of one value got terms %d and %d after %d, want one term, larger", terms[0].Token(), terms[1].Token(), other.Token())
+			}
+			resign(t, terms[0])
+			if err := terms[1].Resign(context.Background()); !errors.Is(err, distsync.ErrNotHeld) {
+				t.Fatalf("a second Resign of the shared term = %v, want ErrNotHeld", err)
+			}
+			// After a resignation, a Campaign starts a new term.
+			next := campaign(t, e, "next")
+			if next == terms[0] || next.Token() <= terms[0].Token() {
+				t.Fatalf("Campaign after Resign returned term %d, after %d", next.Token(), terms[0].Token())
+			}
+			resign(t, next)
+			return nil
+		})
 	})
 }
 
@@ -161,55 +165,89 @@ func TestDeadCandidateIsNeverNamedLeader(t *testing.T) {
 	})
 }
 
+// termEnd returns who holds the term key k and when its TTL runs out, on Redis's clock, as a
+// local time no later than the true one (the local time is read before the key, and PTTL may
+// round up a millisecond); ok is false if nobody holds it.
+func termEnd(t *testing.T, b *redistest.Backend, k string) (owner string, end time.Time, ok bool) {
+	t.Helper()
+	before := time.Now()
+	// One script, so that the owner and the TTL are of the same term.
+	vs, err := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+		return c.B().Eval().Script("return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}").Numkeys(1).Key(k).Build()
+	}).ToArray()
+	if err != nil || len(vs) != 2 {
+		t.Fatalf("the term in %s: %v, %v", k, vs, err)
+	}
+	owner, err = vs[0].ToString()
+	left, _ := vs[1].AsInt64()
+	if err != nil || left <= 0 {
+		return "", time.Time{}, false
+	}
+	return owner, before.Add(time.Duration(left-1) * time.Millisecond), true
+}
+
 // A leader that dies (its network cut) is replaced as soon as its term's lease runs out: each
 // renewal tells the first candidate when the lease now ends, so it campaigns again right
 // after that, not up to a third of a lease later, nor at its place's next renewal.
 func TestDeadLeaderIsReplacedAtItsExpiry(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const ttl = 3 * time.Second
-		prefix := b.Prefix(t)
-		opts := []distsync.Option{distsync.WithLeaseTTL(ttl), distsync.WithWaiterLease(30 * time.Second)}
-		net := redistest.NewNetwork()
-		leader := newElection(t, b.PodVia(t, prefix, net, opts...), "dead")
-		next := newElection(t, b.Pod(t, prefix, opts...), "dead")
-		elected := time.Now()
-		campaign(t, leader, "a")
-		res := make(chan error, 1)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			term, err := next.Campaign(ctx, "b")
-			if err == nil {
-				defer term.Resign(context.Background())
+		// A lease of 3 s, doubled at each attempt, and the margin with it: a candidate that
+		// waited for its backstop would be late by a sixth of a lease or more, well over the
+		// margin.
+		redistest.RetryScaled(t, 3, 3*time.Second, func(ttl time.Duration) error {
+			margin := 350 * time.Millisecond * ttl / (3 * time.Second)
+			opts := []distsync.Option{distsync.WithLeaseTTL(ttl), distsync.WithWaiterLease(30 * time.Second)}
+			prefix := b.Prefix(t)
+			net := redistest.NewNetwork()
+			t.Cleanup(net.Restore)
+			leader := newElection(t, b.PodVia(t, prefix, net, opts...), "dead")
+			next := newElection(t, b.Pod(t, prefix, opts...), "dead")
+			campaign(t, leader, "a")
+			termKey := key(prefix, "dead", "")
+			dead, first, ok := termEnd(t, b, termKey)
+			if !ok {
+				return errors.New("the term was over when it was read after Campaign returned")
 			}
-			res <- err
-		}()
-		waitQueued(t, b, prefix, "dead", 1)
-		time.Sleep(time.Until(elected.Add(2*ttl/3 + 200*time.Millisecond))) // past its second renewal
-		net.Cut()
-		cut := time.Now()
-		left, err := b.Do(t, func(c rueidis.Client) rueidis.Completed {
-			return c.B().Pttl().Key(key(prefix, "dead", "")).Build()
-		}).AsInt64()
-		if err != nil || left <= 0 {
-			t.Fatalf("PTTL of the dead leader's term: %d, %v", left, err)
-		}
-		expiry := cut.Add(time.Duration(left) * time.Millisecond)
-		select {
-		case err := <-res:
-			if err != nil {
-				t.Fatal(err)
+			var term *election.Term // read once res has yielded
+			res := redistest.Async(context.Background(), func(context.Context) error {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				var err error
+				term, err = next.Campaign(ctx, "b")
+				return err
+			})
+			waitQueued(t, b, prefix, "dead", 1)
+			// Past its second renewal, as Redis shows it: the lease now ends half a lease after
+			// it did at first.
+			if !redistest.Eventually(3*ttl, func() bool {
+				owner, end, ok := termEnd(t, b, termKey)
+				return !ok || owner != dead || !end.Before(first.Add(ttl/2))
+			}) {
+				t.Fatalf("the leader did not renew twice in %v", 3*ttl)
 			}
-		case <-time.After(ttl + 20*time.Second):
-			t.Fatal("the candidate never led after the leader died")
-		}
-		late := time.Since(expiry)
-		t.Logf("the candidate led %v after the dead leader's lease ran out (%v left at the cut)", late, time.Duration(left)*time.Millisecond)
-		if late > 350*time.Millisecond {
-			t.Fatalf("the candidate led %v after the dead leader's lease ran out, want within a few round trips", late)
-		}
-		net.Restore()
+			net.Cut()
+			cut := time.Now()
+			// Read after the cut: a renewal still on its way could only make the lease end later.
+			owner, expiry, ok := termEnd(t, b, termKey)
+			if !ok || owner != dead {
+				// A loaded machine stalled the leader past its lease before the cut, or this
+				// read past the lease.
+				return fmt.Errorf("the leader's term was over when it was read after the cut (held by %q)", owner)
+			}
+			r := redistest.Await(t, res, ttl+20*time.Second)
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			late := r.At.Sub(expiry)
+			t.Logf("the candidate led %v after the dead leader's lease ran out (%v left at the cut)", late, expiry.Sub(cut))
+			if late < 0 {
+				t.Fatalf("the candidate led %v before the dead leader's lease ran out in Redis", -late)
+			}
+			resign(t, term)
+			net.Restore()
+			return redistest.Late("the candidate led after the dead leader's lease ran out,", late, margin, cut, r.At)
+		})
 	})
 }
 

@@ -136,13 +136,17 @@ func fuzzGroup[T comparable](t *testing.T, r *redistest.FuzzRedis, name string, 
 		err error
 	}
 	done := make(chan result, 1)
+	var returned atomic.Bool
 	go func() {
 		v, err, _ := g.Do(ctx, "k", fn)
+		returned.Store(true)
 		done <- result{v, err}
 	}()
 	if part == 4 {
-		// Publish once Do listens (on the embedded server; or at once).
-		for end := time.Now().Add(time.Second); time.Now().Before(end) && subscribers(t, r, ks.channel) == 0; {
+		// Publish once Do listens, however long a loaded machine takes it to (a message sent
+		// before would reach nobody), or once it has returned (its ctx ended: a short one, for
+		// a message that is no result).
+		for subscribers(t, r, ks.channel) == 0 && !returned.Load() && ctx.Err() == nil {
 			time.Sleep(100 * time.Microsecond)
 		}
 		r.Do(t, "PUBLISH", ks.channel, value)
