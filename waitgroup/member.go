@@ -28,7 +28,9 @@ type Member struct {
 // Join adds one member to the group, under a lease renewed by the Handle, and returns it. A
 // group at zero starts a new round. ctx bounds the call: if it ends first, or Redis cannot be
 // reached, Join returns an error (matching both [distsync.ErrNotAcquired] and ctx.Err() for
-// ctx) and the group is unchanged; a request that was in flight is settled in Redis first.
+// ctx) and the group is unchanged; a request that was in flight is settled in Redis first. A
+// join whose reply came after its lease's local deadline is given back, and Join returns an
+// error matching ErrNotAcquired.
 func (wg *WaitGroup) Join(ctx context.Context) (*Member, error) { return wg.member(ctx, "j") }
 
 // Claim takes over one plain unit that [WaitGroup.Add] added, as a member under a lease: the
@@ -62,8 +64,13 @@ func (wg *WaitGroup) member(ctx context.Context, kind string) (*Member, error) {
 	// deadline, whichever attempt went through.
 	m.lease, err = wg.c.Hold(core.LeaseSpec{Key: wg.keys.M, Kind: "z", Owner: m.id, Keep: wg.keep,
 		TTL: wg.ttl, Renew: wg.renew, Sent: sent, Release: m.release})
-	if err != nil {
-		return nil, wg.wrap(err) // given back by m.release
+	switch {
+	case errors.Is(err, core.ErrLate):
+		// The reply came after the lease's local deadline (Redis or the network stalled for
+		// about a lease): not a member, as every primitive's acquisition says (core.Prim.Fail).
+		return nil, wg.notAcquired(err) // given back by m.release
+	case err != nil:
+		return nil, wg.wrap(err) // the Handle closed
 	}
 	return m, nil
 }
