@@ -242,11 +242,13 @@ func (a *All) acquire(ctx context.Context, try bool) (*core.Lease, bool, error) 
 	}
 	held := make([]*core.Lease, len(a.ms))
 	ok, err := a.take(ctx, obs, held, try)
-	for errors.Is(err, errStale) || err == nil && ok && anyLost(held) {
+	for errors.Is(err, errStale) || err == nil && ok && anyLost(held) || !try && errors.Is(err, core.ErrLate) && ctx.Err() == nil {
 		// A member taken early was lost while a later one was waited for (its Redis
 		// restarted empty, say, and someone else may have held it since): the set was never
 		// held whole, and that member's token may be below another holder's. Give everything
-		// back and take the set again (TryLock: report it not taken).
+		// back and take the set again (TryLock: report it not taken). Likewise a run whose
+		// reply came after its leases' deadline (Hold gave it back): Lock tries again, as a
+		// Mutex's Lock does; only ctx bounds it.
 		a.giveBack(held)
 		if try {
 			ok, err = false, nil

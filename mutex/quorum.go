@@ -147,16 +147,23 @@ func (q *quorumLock) wait(ctx context.Context) (*core.Lease, error) {
 	case <-q.c.Done():
 		return nil, fmt.Errorf("mutex %q: %w", q.name, distsync.ErrClosed)
 	}
-	l, why, err := q.gather(ctx, false)
-	switch {
-	case l != nil:
-		return l, nil
-	case err != nil:
-		<-q.turn
-		return nil, err
-	default:
-		<-q.turn
-		return nil, q.notAcquired(ctx.Err(), why)
+	for {
+		l, why, err := q.gather(ctx, false)
+		switch {
+		case l != nil:
+			return l, nil
+		case err != nil:
+			<-q.turn
+			return nil, err
+		case ctx.Err() == nil:
+			// A majority was had, but its claims lapsed or their fencing counters could not be
+			// raised in time (a slow primary): gather gave everything back. Only ctx bounds
+			// the wait: gather again.
+			continue
+		default:
+			<-q.turn
+			return nil, q.notAcquired(ctx.Err(), why)
+		}
 	}
 }
 
