@@ -222,7 +222,9 @@ func TestLateWriteOfALostHolderIsRefused(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		pa, pb := b.Pod(t, prefix), b.Pod(t, prefix)
-		ma, err := mutex.New(pa.H, "account:7", distsync.WithFixedLease(100*time.Millisecond))
+		// A's lease is short, but long enough for its acquisition's reply: one that came after
+		// it would be given back and Lock would try again (see mutex).
+		ma, err := mutex.New(pa.H, "account:7", distsync.WithFixedLease(500*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +234,7 @@ func TestLateWriteOfALostHolderIsRefused(t *testing.T) {
 		}
 		va, vb := newValue(t, pa.H, "account:7"), newValue(t, pb.H, "account:7")
 
-		ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+		ctx, cancel := context.WithTimeout(bg, 30*time.Second)
 		defer cancel()
 		la, err := ma.LockLease(ctx)
 		if err != nil {

@@ -25,7 +25,10 @@ func pods(n int) (hs []*distsync.Handle, stop func()) {
 		if err != nil {
 			panic(err)
 		}
-		h, err := distsync.New(client)
+		// A hand-off stays its grantee's until it confirms it, as long as this (by default half
+		// a second): these examples must print the same on a test machine so busy that a
+		// grantee confirms late, and would otherwise lose the hold.
+		h, err := distsync.New(client, distsync.WithHandoffWindow(time.Minute))
 		if err != nil {
 			panic(err)
 		}

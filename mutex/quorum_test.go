@@ -7,8 +7,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/fair"
@@ -73,6 +76,7 @@ func contend(t *testing.T, ms []*mutex.Mutex, goroutines, rounds int) []hold {
 					to := time.Now()
 					if l.Err() != nil {
 						errs <- fmt.Errorf("lease ended while held: %w", l.Err())
+						_ = m.Unlock(ctx) // for the other goroutines, and the next subtests
 						return
 					}
 					if err := m.Unlock(ctx); err != nil {
@@ -116,9 +120,14 @@ func exclusive(t *testing.T, holds []hold) {
 func TestQuorum(t *testing.T) {
 	t.Parallel()
 	ps := primaries(t, 3)
-	ttl := 2 * time.Second
-	a, ha := quorumPod(t, ps, "q", distsync.WithLeaseTTL(ttl))
-	b, _ := quorumPod(t, ps, "q", distsync.WithLeaseTTL(ttl))
+	// Short, for "quorum lost" to wait little, and long enough for "all up" and "one down" to
+	// keep their holds on a stalled machine (a quorum's claims are renewed each on its own).
+	ttl := 5 * time.Second
+	// A primary's hand-off stays its grantee's until it confirms it, as long as this: on a
+	// stalled machine a grantee that confirms late would lose that primary's claim.
+	window := distsync.WithHandoffWindow(time.Minute)
+	a, ha := quorumPod(t, ps, "q", distsync.WithLeaseTTL(ttl), window)
+	b, _ := quorumPod(t, ps, "q", distsync.WithLeaseTTL(ttl), window)
 	paused := map[int]bool{}
 	pause := func(i int) {
 		if err := ps[i].Pause(); err != nil {
@@ -186,6 +195,7 @@ func TestQuorum(t *testing.T) {
 	t.Run("quorum lost", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
+		locking := time.Now()
 		l, err := a.LockLease(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -198,14 +208,30 @@ func TestQuorum(t *testing.T) {
 		pause(1)
 		defer resume()
 		t0 := time.Now()
+		// The quorum's deadline is its members' (the need-th latest), which the stopped primaries'
+		// no longer move; it reads none once they are gone.
+		deadline := l.Deadline()
 		defer func() { t.Logf("quorum lost: lease ended after %v", time.Since(t0)) }()
 		select {
 		case <-l.Done():
-		case <-time.After(2 * ttl):
-			t.Fatalf("the lease did not end %v after two of three primaries stopped answering", 2*ttl)
+		case <-time.After(ttl + 10*time.Second):
+			t.Fatalf("the lease did not end %v after two of three primaries stopped answering", ttl+10*time.Second)
 		}
+		ended := time.Now()
 		if !errors.Is(l.Err(), distsync.ErrLost) {
 			t.Errorf("lease error %v, want ErrLost", l.Err())
+		}
+		// The claims on the stopped primaries run out at their deadlines, a lease at most after
+		// the pause: the quorum's lease ends then (within 2 s).
+		switch {
+		case deadline.IsZero():
+			t.Logf("the lease had ended before the pause (too slow a machine for a %v lease): %v", ttl, l.Err())
+		case deadline.Sub(t0) > ttl:
+			t.Errorf("the lease's deadline was %v after two of three primaries stopped answering, beyond the lease (%v)", deadline.Sub(t0), ttl)
+		default:
+			if err := redistest.Late("the lease ended after its deadline", ended.Sub(deadline), 2*time.Second, locking, ended); err != nil {
+				t.Error(err)
+			}
 		}
 		t1 := time.Now()
 		err = a.Unlock(ctx)
@@ -270,7 +296,16 @@ func evalshas(t *testing.T, addr string) int {
 func TestQuorumWaiterDoesNotPoll(t *testing.T) {
 	ps := primaries(t, 3)
 	holder, _ := quorumPod(t, ps, "p")
-	waiter, _ := quorumPod(t, ps, "p")
+	// The waiter's pod, its client of the free primary watched for the give-back.
+	free := &replied{Client: ps[0].Client(t), match: redistest.ScriptCall(scripts.MutexRelease)}
+	hs := []*distsync.Handle{redistest.Handle(t, free, distsync.WithKeyPrefix("quorum:"))}
+	for _, p := range ps[1:] {
+		hs = append(hs, redistest.Handle(t, p.Client(t), distsync.WithKeyPrefix("quorum:")))
+	}
+	waiter, err := mutex.New(hs[0], "p", mutex.WithQuorum(hs[1:]...))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := ps[0].Pause(); err != nil {
@@ -284,7 +319,11 @@ func TestQuorumWaiterDoesNotPoll(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() { got <- waiter.Lock(ctx) }()
-	time.Sleep(500 * time.Millisecond) // the waiter has taken the free primary and given it back
+	// The waiter takes the free primary and gives it back (QuorumWait, and up to as long
+	// again, later).
+	if !redistest.Eventually(10*time.Second, func() bool { return free.n.Load() > 0 }) {
+		t.Fatal("the waiter did not give back the free primary")
+	}
 	before := evalshas(t, ps[0].Addr())
 	time.Sleep(2 * time.Second)
 	if n := evalshas(t, ps[0].Addr()) - before; n > 4 {
@@ -309,6 +348,73 @@ func TestQuorumWaiterDoesNotPoll(t *testing.T) {
 	if err := waiter.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A quorum Lock whose majority cannot be made a hold (its fencing counters could not be
+// raised: here the raises fail, unsent) gives it back and gathers again: only its context
+// bounds it, and it returns with the lock, not an error.
+func TestQuorumLockGathersAgainWhenItsMajorityFails(t *testing.T) {
+	t.Parallel()
+	ps := primaries(t, 3)
+	var hs []*distsync.Handle
+	var fs []*redistest.Faulty
+	for _, p := range ps {
+		f := redistest.NewFaulty(p.Client(t))
+		f.Expire(1, redistest.ScriptCall(scripts.FenceRaise))
+		fs = append(fs, f)
+		hs = append(hs, redistest.Handle(t, f, distsync.WithKeyPrefix("quorum:")))
+	}
+	m, err := mutex.New(hs[0], "raise", mutex.WithQuorum(hs[1:]...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := m.LockLease(ctx)
+	if err != nil {
+		t.Fatalf("Lock whose first majority's raises failed = %v; want it to gather again", err)
+	}
+	failed := 0
+	for _, f := range fs {
+		failed += f.Dropped()
+	}
+	if failed < 2 {
+		t.Fatalf("the raises failed on %d primaries, want a majority: the test's premise", failed)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("the lease Lock returned: %v", err)
+	}
+	if err := m.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replied is a client that counts the replies that came back to the commands that match.
+type replied struct {
+	rueidis.Client
+	match func(cmd []string) bool
+	n     atomic.Int64
+}
+
+func (c *replied) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	hit := c.match(cmd.Commands()) // before Do, which may recycle cmd
+	res := c.Client.Do(ctx, cmd)
+	if hit {
+		c.n.Add(1)
+	}
+	return res
+}
+
+func (c *replied) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	hits := 0
+	for _, cmd := range multi {
+		if c.match(cmd.Commands()) {
+			hits++
+		}
+	}
+	res := c.Client.DoMulti(ctx, multi...)
+	c.n.Add(int64(hits))
+	return res
 }
 
 // TestQuorumUnlockReportsLoss: two of three primaries restart empty while the lock is held, and
@@ -345,59 +451,57 @@ func TestQuorumUnlockReportsLoss(t *testing.T) {
 // takes its majority at once, not when the slow primary answers the give-back.
 func TestQuorumGivesBackWithoutStalling(t *testing.T) {
 	t.Parallel()
-	ps := primaries(t, 3)
-	var hs []*distsync.Handle
-	f := redistest.NewFaulty(ps[0].Client(t))
-	hs = append(hs, redistest.Handle(t, f, distsync.WithKeyPrefix("quorum:")))
-	for _, p := range ps[1:] {
-		hs = append(hs, redistest.Handle(t, p.Client(t), distsync.WithKeyPrefix("quorum:")))
-	}
-	m, err := mutex.New(hs[0], "slow", mutex.WithQuorum(hs[1:]...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Another process holds the name on the second and third primaries (plain mutexes).
-	var others []*mutex.Mutex
-	for _, p := range ps[1:] {
-		o, err := mutex.New(redistest.Handle(t, p.Client(t), distsync.WithKeyPrefix("quorum:")), "slow")
+	// The give-back answers 3 s late, later in the attempts after one that a stalled machine
+	// spoiled.
+	redistest.RetryScaled(t, 3, 3*time.Second, func(slow time.Duration) error {
+		ps := primaries(t, 3)
+		var hs []*distsync.Handle
+		f := redistest.NewFaulty(ps[0].Client(t))
+		hs = append(hs, redistest.Handle(t, f, distsync.WithKeyPrefix("quorum:")))
+		for _, p := range ps[1:] {
+			hs = append(hs, redistest.Handle(t, p.Client(t), distsync.WithKeyPrefix("quorum:")))
+		}
+		m, err := mutex.New(hs[0], "slow", mutex.WithQuorum(hs[1:]...))
 		if err != nil {
 			t.Fatal(err)
 		}
-		lockWithin(t, o, 5*time.Second)
-		others = append(others, o)
-	}
-	// m takes the first primary, waits on the others, and after QuorumWait gives the first back
-	// (a split vote); that release answers 3 s late.
-	const slow = 3 * time.Second
-	f.Delay(1, slow, redistest.ScriptCall(scripts.MutexRelease))
-	res := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, err := m.LockLease(ctx)
-		res <- err
-	}()
-	if !redistest.Eventually(5*time.Second, func() bool { return f.Dropped() > 0 }) {
-		t.Fatal("the quorum Lock never gave back its first primary")
-	}
-	freed := time.Now()
-	for _, o := range others {
-		unlock(t, o)
-	}
-	select {
-	case err := <-res:
-		if err != nil {
-			t.Fatal(err)
+		// Another process holds the name on the second and third primaries (plain mutexes).
+		var others []*mutex.Mutex
+		for _, p := range ps[1:] {
+			o, err := mutex.New(redistest.Handle(t, p.Client(t), distsync.WithKeyPrefix("quorum:")), "slow")
+			if err != nil {
+				t.Fatal(err)
+			}
+			lockWithin(t, o, 5*time.Second)
+			others = append(others, o)
 		}
-		d := time.Since(freed)
+		// m takes the first primary, waits on the others, and after QuorumWait gives the first back
+		// (a split vote); that release's reply comes late, by slow.
+		f.Delay(1, slow, redistest.ScriptCall(scripts.MutexRelease))
+		res := redistest.Async(context.Background(), func(context.Context) error {
+			ctx, cancel := context.WithTimeout(context.Background(), slow+30*time.Second)
+			defer cancel()
+			_, err := m.LockLease(ctx)
+			return err
+		})
+		if !redistest.Eventually(5*time.Second, func() bool { return f.Dropped() > 0 }) {
+			t.Fatal("the quorum Lock never gave back its first primary")
+		}
+		freed := time.Now()
+		for _, o := range others {
+			unlock(t, o)
+		}
+		r := redistest.Await(t, res, slow+20*time.Second)
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		d := r.At.Sub(freed)
 		t.Logf("the quorum Lock took its majority %v after it came free (a give-back answered %v late)", d.Round(time.Millisecond), slow)
-		if d > slow-time.Second {
-			t.Fatalf("the quorum Lock took its majority %v after it came free: it waited for the slow give-back (%v)", d, slow)
+		if err := m.Unlock(context.Background()); err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the quorum Lock never took its majority")
-	}
-	if err := m.Unlock(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+		// Not when the slow give-back answers.
+		return redistest.Late(fmt.Sprintf("the quorum Lock (waiting for the give-back that answers %v late?) took its majority", slow),
+			d, slow*2/3, freed, r.At)
+	})
 }
