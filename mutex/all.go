@@ -37,8 +37,9 @@ import (
 // A held All is one [distsync.Lease] over its mutexes' holds: it is lost, and its Done closes
 // with [distsync.ErrLost], as soon as one of them is lost. Each mutex is held as its own Lock
 // would hold it, so a Mutex of the same name in another process waits for the All, and the
-// All for it. Do not Lock or Unlock the member Mutex values directly while the All holds
-// them: like a second Lock of a held sync.Mutex, that waits for the All's Unlock.
+// All for it. While the All holds them, the member Mutex values are the All's: Lock of one
+// waits for the All's Unlock (as a second Lock of a held sync.Mutex waits), TryLock returns
+// false, and Unlock returns an error matching [distsync.ErrNotHeld] and changes nothing.
 type All struct {
 	h      *core.Handle
 	what   string    // for errors: `mutexes "a", "b"`
@@ -210,13 +211,13 @@ func unlockEach(ctx context.Context, ms []*single, idx []int) []error {
 	var wg sync.WaitGroup
 	for k, i := range idx {
 		if k == len(idx)-1 {
-			errs[k] = ms[i].unlock(ctx)
+			errs[k] = ms[i].give(ctx)
 			break
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[k] = ms[i].unlock(ctx)
+			errs[k] = ms[i].give(ctx)
 		}()
 	}
 	wg.Wait()
@@ -271,7 +272,6 @@ func (a *All) acquire(ctx context.Context, try bool) (*core.Lease, bool, error) 
 	tokens := make([]int64, len(held))
 	for i, l := range held {
 		tokens[i] = l.Token()
-		a.ms[i].inAll.Store(true)
 	}
 	l := a.h.Together(held, tokens[0], a.ttl, a.renew)
 	a.mu.Lock()
@@ -322,6 +322,7 @@ func (a *All) take(ctx context.Context, obs []*core.Acquire, held []*core.Lease,
 		if held[i] == nil {
 			held[i] = m.current()
 		}
+		m.inAll.Store(true)
 	}
 	// The members taken before the last wait may have been lost meanwhile without a renewal
 	// having told yet (Redis restarted empty, and someone else held one since, with a larger
@@ -413,11 +414,17 @@ func (a *All) grab(ctx context.Context, held []*core.Lease, try bool) (int, erro
 		}
 		for j, i := range t.group {
 			l, err := a.ms[i].hold(ctx, t.owner, vals[j+1], sent, time.Time{}, nil)
-			if err != nil {
+			switch {
+			case err == nil:
+				held[i] = l
+				a.ms[i].inAll.Store(true)
+			case !try && errors.Is(err, core.ErrLate):
+				// Hold gave the claim back: its reply came after its lease's local deadline
+				// (Redis or this process stalled). Lock goes on: the member counts as not
+				// taken, and is waited for in its Room, which takes it again.
+			default:
 				failed = cmp.Or(failed, err) // Hold gave the claim back
-				continue
 			}
-			held[i] = l
 		}
 	}
 	if failed != nil {

@@ -111,7 +111,9 @@ func (m *Mutex) TryLockLease(ctx context.Context) (*distsync.Lease, bool, error)
 // Unlock unlocks m and hands it to the next waiting process, if any. It returns nil if the
 // lock was held and is now released. It returns an error matching [distsync.ErrNotHeld] if m
 // is not locked, and one matching both ErrNotHeld and [distsync.ErrLost] if the hold was lost
-// before Unlock (someone else may have the lock now). A connection error is retried a few
+// before Unlock (someone else may have the lock now). While m is held as a member of an [All],
+// Unlock returns an error matching ErrNotHeld and changes nothing: the hold ends with the
+// All's Unlock. A connection error is retried a few
 // times at once; a retry that finds the lock gone tells an earlier attempt that went through
 // (its reply lost) from a lock lost meanwhile (Redis restarted empty, say) by the release that
 // Redis records, and reports the loss in doubt. ctx bounds the wait for Redis; if it

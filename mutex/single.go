@@ -142,8 +142,18 @@ func (m *single) current() *core.Lease {
 	return m.lease
 }
 
-// unlock is the Unlock of m (see Mutex.Unlock).
+// unlock is the Unlock of m (see Mutex.Unlock). A hold that is part of an All's is the All's
+// to end: unlocking it here would free one name of a set its holder believes it holds whole.
 func (m *single) unlock(ctx context.Context) error {
+	if m.inAll.Load() {
+		return fmt.Errorf("mutex %q: unlock: %w: it is held by a set of mutexes (mutex.All); unlock the set", m.name, distsync.ErrNotHeld)
+	}
+	return m.give(ctx)
+}
+
+// give ends m's current hold and releases it in Redis: Unlock's work, and that of an All or a
+// quorum giving back one of its mutexes.
+func (m *single) give(ctx context.Context) error {
 	m.mu.Lock()
 	l := m.lease
 	if l != nil {
