@@ -122,6 +122,9 @@ func newQuorum(p core.Prim, set core.Settings, others []*distsync.Handle) (*quor
 }
 
 func (q *quorumLock) notAcquired(err error, why string) error {
+	if err == nil {
+		err = errors.New("no majority of the primaries could be held")
+	}
 	if why != "" {
 		return fmt.Errorf("mutex %q: %w: %w (%s)", q.name, distsync.ErrNotAcquired, err, why)
 	}
@@ -155,14 +158,24 @@ func (q *quorumLock) wait(ctx context.Context) (*core.Lease, error) {
 		case err != nil:
 			<-q.turn
 			return nil, err
-		case ctx.Err() == nil:
-			// A majority was had, but its claims lapsed or their fencing counters could not be
-			// raised in time (a slow primary): gather gave everything back. Only ctx bounds
-			// the wait: gather again.
-			continue
-		default:
+		case ctx.Err() != nil:
 			<-q.turn
 			return nil, q.notAcquired(ctx.Err(), why)
+		}
+		// Gathered without a majority to show for it while ctx goes on: the majority's
+		// claims lapsed, or their fencing counters could not be raised, before the hold was
+		// made (a primary restarted or stalled meanwhile), or the primaries that answered
+		// refused. Lock waits until ctx ends: gather again, after a random pause of up to
+		// QuorumWait so that contenders that failed together do not retry in step.
+		q.c.Log().Debug("distsync: quorum lock gathered no majority, gathering again", "mutex", q.name, "why", why)
+		select {
+		case <-time.After(time.Duration(rand.Int64N(int64(QuorumWait)))):
+		case <-ctx.Done():
+			<-q.turn
+			return nil, q.notAcquired(ctx.Err(), why)
+		case <-q.c.Done():
+			<-q.turn
+			return nil, fmt.Errorf("mutex %q: %w", q.name, distsync.ErrClosed)
 		}
 	}
 }
@@ -471,7 +484,7 @@ func (q *quorumLock) unlock(ctx context.Context) error {
 		go func() {
 			bctx, cancel := context.WithTimeout(context.Background(), q.ttl)
 			defer cancel()
-			_ = q.ms[i].unlock(bctx)
+			_ = q.ms[i].give(bctx)
 		}()
 	}
 	errs := unlockEach(ctx, q.ms, live)
