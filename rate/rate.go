@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -453,11 +454,24 @@ func (l *Limiter) learn(limit, burst string) {
 	l.mu.Unlock()
 }
 
+// formatLimit writes a limit for the scripts, in a form both Redis's Lua and the embedded
+// miniredis's read back exactly: a plain decimal while it is short, else an exponent after a
+// mantissa with a point. miniredis's Lua reads neither an integer beyond int64 without a
+// point ("10000000000000000000"), nor an exponent after a mantissa without one ("1e+19"),
+// nor a decimal of hundreds of digits.
 func formatLimit(limit Limit) string {
-	if limit >= Inf || math.IsInf(float64(limit), 1) {
+	f := float64(limit)
+	if limit >= Inf || math.IsInf(f, 1) {
 		return "inf"
 	}
-	return strconv.FormatFloat(float64(limit), 'f', -1, 64) // no exponent: miniredis's Lua reads none
+	if s := strconv.FormatFloat(f, 'f', -1, 64); f < 1e15 && len(s) <= 24 {
+		return s
+	}
+	s := strconv.FormatFloat(f, 'e', -1, 64) // "1e+19", "1.5e-30"
+	if mant, exp, ok := strings.Cut(s, "e"); ok && !strings.Contains(mant, ".") {
+		s = mant + ".0e" + exp
+	}
+	return s
 }
 
 func parseLimit(s string) (Limit, error) {
