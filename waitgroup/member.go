@@ -60,6 +60,9 @@ func (wg *WaitGroup) member(ctx context.Context, kind string) (*Member, error) {
 	case v[0] == 0:
 		return nil, fmt.Errorf("waitgroup %q: %w", wg.name, ErrNothingToClaim)
 	}
+	if len(v) == 2 {
+		wg.took(v[1])
+	}
 	// Sent counts from before the first attempt: Redis's expiry is later than the local
 	// deadline, whichever attempt went through.
 	m.lease, err = wg.c.Hold(core.LeaseSpec{Key: wg.keys.M, Kind: "z", Owner: m.id, Keep: wg.keep,

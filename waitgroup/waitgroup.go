@@ -106,6 +106,40 @@ type WaitGroup struct {
 	keys    scripts.WaitGroupKeys // see internal/scripts/lib/waitgroup.lua
 	keep    []string              // what a member keeps alive: s
 	channel string
+
+	// mine is the latest round this process took part in (an Add to it, a Join, a Claim) and
+	// has not seen end: a Wait that starts after its keys vanished (Redis restarted empty, or
+	// they were deleted) reports that round expired rather than wait for a new one.
+	mine atomic.Pointer[taken]
+}
+
+// taken is a round a process took part in, and when (its local clock: the keys cannot expire
+// by their TTL sooner than expiry after it).
+type taken struct {
+	round int64
+	at    time.Time
+}
+
+// took records that this process took part in round r (0: unknown).
+func (wg *WaitGroup) took(r int64) {
+	if r <= 0 {
+		return
+	}
+	t := &taken{round: r, at: time.Now()}
+	for {
+		old := wg.mine.Load()
+		if old != nil && old.round > r || wg.mine.CompareAndSwap(old, t) {
+			return
+		}
+	}
+}
+
+// seen forgets the round this process took part in once a Wait has learnt the outcome of
+// round r or a later one (or that it vanished).
+func (wg *WaitGroup) seen(t *taken, r int64) {
+	if t != nil && r >= t.round {
+		wg.mine.CompareAndSwap(t, nil)
+	}
 }
 
 type options struct{ expiry time.Duration }
@@ -164,7 +198,10 @@ func (wg *WaitGroup) Add(ctx context.Context, delta int64) error {
 	defer wg.c.Exit()
 	id := wg.c.NewID()
 	if delta > 0 {
-		_, err := wg.apply(ctx, scripts.WaitGroupAdd, id, delta, "")
+		v, err := wg.apply(ctx, scripts.WaitGroupAdd, id, delta, "")
+		if err == nil && len(v) == 3 {
+			wg.took(v[2])
+		}
 		return wg.wrapIf(err)
 	}
 	var units atomic.Int64
@@ -192,11 +229,17 @@ func (wg *WaitGroup) Done(ctx context.Context) error { return wg.Add(ctx, -1) }
 // done. It returns nil if the round it waited for ended cleanly; otherwise an error matching
 // [ErrMembersLost] if members of the round were lost, and (or) [ErrMemberFailed] if a member
 // failed. On a zero counter it returns at once, with the outcome of the last round if Redis
-// still keeps one, else nil. It returns an error matching [ErrExpired] if the round's keys
-// vanished while it waited (an expiry is seen when it happens; a deletion by hand, at the
-// next backstop: within a member's lease, or when the keys would have expired); one matching both [distsync.ErrNotAcquired] and ctx.Err() if ctx
-// ended first, having written nothing; and one matching [distsync.ErrClosed] if the Handle
-// closed. Connection errors are retried; other Redis errors are returned.
+// still keeps one, else nil.
+//
+// It returns an error matching [ErrExpired] if the round's keys vanished while it waited (an
+// expiry is seen when it happens; a deletion by hand, at the next backstop: within a member's
+// lease, or when the keys would have expired), and also if they vanished before it began,
+// taking a round this process took part in (an Add, a Join or a Claim) whose end it had not
+// seen: after Redis restarted empty, the first Wait of such a process reports the lost round,
+// never nil, even if new work began meanwhile. It returns one matching both
+// [distsync.ErrNotAcquired] and ctx.Err() if ctx ended first, having written nothing; and
+// one matching [distsync.ErrClosed] if the Handle closed. Connection errors are retried;
+// other Redis errors are returned.
 func (wg *WaitGroup) Wait(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return wg.notAcquired(err)
@@ -215,11 +258,21 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 		}
 	}()
 	round := "" // the round waited for, once known
+	// The round this process took part in and has not seen end, if its keys cannot have
+	// expired by their TTL since: the first check asks whether it vanished.
+	mine := wg.mine.Load()
+	if mine != nil && time.Since(mine.at) >= wg.expiry {
+		mine = nil
+	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for backoff := 10 * time.Millisecond; ; {
 		resub := l.Next() // before the check: a re-subscription after it means look again
-		r, err := wg.run(ctx, scripts.WaitGroupCheck, "", 0, round).AsStrSlice()
+		extra := round
+		if round == "" && mine != nil {
+			extra = "+" + strconv.FormatInt(mine.round, 10)
+		}
+		r, err := wg.run(ctx, scripts.WaitGroupCheck, "", 0, extra).AsStrSlice()
 		if err == nil && len(r) < 2 {
 			err = core.Unexpected(scripts.WaitGroupCheck, r)
 		}
@@ -235,8 +288,14 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 		backoff = 10 * time.Millisecond
 		switch {
 		case r[0] == "d" && len(r) == 3:
+			wg.seen(mine, parseRound(r[1]))
 			return wg.outcome(r[1], r[2])
+		case r[0] == "x" && round == "" && mine != nil:
+			wg.seen(mine, mine.round) // reported here, once
+			return fmt.Errorf("waitgroup %q: %w: the keys of round %d, which this process took part in, vanished before its end was seen (Redis restarted empty, or they were deleted): its outcome is unknown",
+				wg.name, ErrExpired, mine.round)
 		case r[0] == "x":
+			wg.seen(mine, parseRound(round))
 			return wg.expired(round, r[1])
 		case r[0] != "w" || len(r) != 3:
 			return wg.wrap(core.Unexpected(scripts.WaitGroupCheck, r))
@@ -262,6 +321,7 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 			case <-l.signal:
 				// "<round>\n<outcome>": the latest round that ended.
 				if at, o := l.last(); at == round {
+					wg.seen(mine, parseRound(at))
 					return wg.outcome(at, o)
 				} else if newer(at, round) {
 					break wait // round ended too, its message lost: its outcome is kept
@@ -306,10 +366,12 @@ func (wg *WaitGroup) expired(round, first string) error {
 }
 
 // newer reports whether round a came after round b (rounds are decimal integers).
-func newer(a, b string) bool {
-	x, _ := strconv.ParseInt(a, 10, 64)
-	y, _ := strconv.ParseInt(b, 10, 64)
-	return x > y
+func newer(a, b string) bool { return parseRound(a) > parseRound(b) }
+
+// parseRound returns round r as a number (0 for none).
+func parseRound(r string) int64 {
+	n, _ := strconv.ParseInt(r, 10, 64)
+	return n
 }
 
 func (wg *WaitGroup) wrap(err error) error { return fmt.Errorf("waitgroup %q: %w", wg.name, err) }

@@ -1,8 +1,9 @@
 -- waitgroup_add.lua: Add delta plain units (delta may be negative: Done), once per request id.
 --
 -- KEYS and ARGV: see lib/waitgroup.lua (id = the request id; extra unused).
--- Reply: {1, n} applied, n the plain units now (n 0 if an earlier attempt of this request id
---        applied it); {0, n} refused: the plain units, n, would go below 0, and nothing changed
+-- Reply: {1, n, r} applied, n the plain units now and r the round now (the open one, or the
+--        last that ended; 0 for none), or {1, 0} if an earlier attempt of this request id
+--        applied it; {0, n} refused: the plain units, n, would go below 0, and nothing changed
 --        (lapsed members may have been dropped); {-1, 0} the request id was voided
 --
 -- Making pending leave 0 opens a round; bringing it back to 0 ends it (and publishes).
@@ -35,4 +36,4 @@ elseif before + A.delta == 0 and is_open() then
 end
 op_mark(K.ops, '', A.id, now_ms, A.ops_ttl)
 touch(now_ms)
-return {1, n + A.delta}
+return {1, n + A.delta, round()}

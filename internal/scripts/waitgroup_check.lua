@@ -4,7 +4,10 @@
 --
 -- KEYS and ARGV: see lib/waitgroup.lua (id, delta, ttl unused).
 -- ARGV[9] extra  the round the caller waits for; '' on its first check (the current round, or
---                the last that ended)
+--                the last that ended); '+<mine>' on a first check by a process that took part
+--                in round <mine> (added to it, or joined it) and has not seen it end: if the
+--                keys were made afresh since (their first round is later, or there are none),
+--                that round vanished with its outcome, and the reply is {'x', first}
 -- Reply, every element a string:
 --   {'d', round, outcome}  the round ended with outcome '<lost>\n<err>'; round and outcome
 --                          are '' on a first check of a group with no round kept (never used,
@@ -26,12 +29,18 @@ if settle(now_ms) then
 end
 local h = redis.call('HMGET', K.s, 'r', 'open', 'first')
 local r, open, first = h[1], h[2] == '1', h[3] or ''
-local w = A.extra
+local w, mine = A.extra, nil
+if string.sub(w, 1, 1) == '+' then
+  w, mine = '', tonumber(string.sub(w, 2))
+end
 if not r then
-  if w == '' then
+  if w == '' and not mine then
     return {'d', '', ''}
   end
   return {'x', ''}
+end
+if mine and tonumber(first) and mine < tonumber(first) then
+  return {'x', first} -- the caller's round is older than every round these keys held
 end
 if w == '' then
   w = r

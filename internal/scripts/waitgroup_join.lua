@@ -2,9 +2,9 @@
 -- Add added, taken over (claim: pending is unchanged). Once per member id.
 --
 -- KEYS and ARGV: see lib/waitgroup.lua (id = the member id; extra 'j' join, 'c' claim).
--- Reply: {1} the member is in, expiring ttl ms from now (or an earlier attempt of this id put
---        it in); {0} claim: no plain unit is left to claim, and nothing changed; {-1} the id
---        was voided
+-- Reply: {1, r} the member is in, expiring ttl ms from now, in round r; {1} an earlier attempt
+--        of this id put it in; {0} claim: no plain unit is left to claim, and nothing changed;
+--        {-1} the id was voided
 
 -- #include lib/clock.lua
 -- #include lib/ops.lua
@@ -33,4 +33,4 @@ end
 redis.call('ZADD', K.m, now_ms + A.ttl, A.id)
 op_mark(K.ops, '', A.id, now_ms, A.ops_ttl)
 touch(now_ms)
-return {1}
+return {1, round()}

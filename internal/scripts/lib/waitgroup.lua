@@ -53,6 +53,12 @@ local function is_open()
   return redis.call('HGET', K.s, 'open') == '1'
 end
 
+-- round() returns the round, the open one or the last that ended, as a number (0 for none;
+-- rounds, server µs, stay below 2^53): what a process that adds to the group took part in.
+local function round()
+  return tonumber(redis.call('HGET', K.s, 'r') or '0') or 0
+end
+
 -- touch() makes the keys live expiry ms from now, and at least until the last member's lease
 -- ends (renewals then keep them, extend.lua). Called after every change.
 local function touch(now_ms)
