@@ -699,6 +699,28 @@ func checkCtxErrors(h *history) []violation {
 	return out
 }
 
+// waits reports whether the primitive's acquire calls wait until they acquire or their ctx
+// ends (Lock, Acquire, Campaign; a WaitGroup's Join returns when Redis cannot be reached).
+func waits(prim string) bool { return lockLike(prim) && prim != pRate }
+
+// checkEarlyEnd: an acquire call that waits ends only when it acquires, when its ctx ends, or
+// when Redis refuses it (an error reply that does not go away by itself): a fault (a pause, a
+// restart, a connection killed) is waited out, never returned.
+func checkEarlyEnd(m model, h *history) []violation {
+	var out []violation
+	for _, e := range h.evs {
+		if e.W == driver || e.Ev != evFailed || !e.Alive || e.Ctx || e.Refused {
+			continue
+		}
+		if len(out) == 5 {
+			break
+		}
+		out = append(out, violation{at: e.T, from: e.T - int64(500*time.Millisecond), to: e.T + 1, workers: []string{e.W},
+			msg: fmt.Sprintf("the %s acquire of %s ended before its ctx, which Redis did not refuse: %q", m.prim, e.Hold, e.Err)})
+	}
+	return out
+}
+
 // stall is a stretch in which the claim was free and someone waited, and nobody acquired.
 type stall struct {
 	from, to int64
@@ -909,6 +931,9 @@ func check(m model, h *history) []violation {
 	}
 	out = append(out, checkEarlyLoss(m, h)...)
 	out = append(out, checkCtxErrors(h)...)
+	if waits(m.prim) {
+		out = append(out, checkEarlyEnd(m, h)...)
+	}
 	lv, _ := liveness(m, h)
 	out = append(out, lv...)
 	if lockLike(m.prim) {

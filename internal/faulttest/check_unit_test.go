@@ -362,6 +362,16 @@ func TestCheckerCtxErrors(t *testing.T) {
 		at(0, "w1", evWait, "w1#0"),
 		at(10, "w1", evFailed, "w1#0", func(e *Event) { e.Ctx = true }, errs("not acquired: context deadline exceeded")),
 	))
+	// A Lock that ends before its ctx: only Redis's refusal may end it.
+	live := func(e *Event) { e.Alive = true }
+	mustFail(t, mutexModel, hist(
+		at(0, "w1", evWait, "w1#0"),
+		at(10, "w1", evFailed, "w1#0", live, errs("not acquired: acquired too late to use")),
+	), "ended before its ctx")
+	mustPass(t, mutexModel, hist(
+		at(0, "w1", evWait, "w1#0"),
+		at(10, "w1", evFailed, "w1#0", live, func(e *Event) { e.Refused = true }, errs("NOPERM this user has no permissions")),
+	))
 }
 
 func TestCheckerFencedLog(t *testing.T) {

@@ -106,8 +106,9 @@ type Event struct {
 	OK      bool     `json:"ok,omitempty"`
 	Lost    bool     `json:"lost,omitempty"`
 	NotHeld bool     `json:"notheld,omitempty"`
-	Ctx     bool     `json:"ctx,omitempty"`   // the error matches context.Canceled or DeadlineExceeded
-	Alive   bool     `json:"alive,omitempty"` // ...while the call's own ctx had not ended
+	Ctx     bool     `json:"ctx,omitempty"`     // the error matches context.Canceled or DeadlineExceeded
+	Alive   bool     `json:"alive,omitempty"`   // ...while the call's own ctx had not ended
+	Refused bool     `json:"refused,omitempty"` // the error is Redis's refusal (an error reply that does not go away by itself)
 	Dead    bool     `json:"dead,omitempty"`
 	Shared  bool     `json:"shared,omitempty"`
 	Expired bool     `json:"expired,omitempty"`

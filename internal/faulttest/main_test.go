@@ -32,18 +32,25 @@ func TestMain(m *testing.M) {
 	if raw := os.Getenv(envWorker); raw != "" {
 		os.Exit(workerMain(raw))
 	}
-	testrun.MainLong(m, "fault injection with real processes", runSuite)
-}
-
-func runSuite(m *testing.M) {
 	testrun.SetParallel(scenarioParallel)
-	code := m.Run()
+	code := testrun.Run(m, func() string {
+		if !testrun.Long() {
+			return "the checker's unit tests; the fault scenarios are the long tier: " + testrun.LongCommand + " runs them"
+		}
+		return "the checker's unit tests, and the fault scenarios (long tier) on " + redistest.ServerName()
+	})
 	if storeProc != nil {
 		storeProc.Stop()
 	}
 	if clusterB != nil {
 		clusterB.Cluster.Stop()
 	}
-	testrun.Report(testrun.PackagePath() + ": long tier (fault injection with real processes) ran on " + redistest.ServerName())
 	os.Exit(code)
+}
+
+// long skips t, a fault scenario, unless the long tier runs: every scenario starts real
+// worker processes and servers, and waits out leases.
+func long(t *testing.T) {
+	t.Helper()
+	redistest.Long(t, "fault injection with real processes")
 }

@@ -89,6 +89,7 @@ const (
 const drvSetLimit = "set-limit"
 
 func rateRun(t *testing.T) time.Duration {
+	long(t)
 	if v := os.Getenv("FAULTTEST_RATE_RUN"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 8*time.Second {

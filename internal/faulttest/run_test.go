@@ -143,6 +143,7 @@ type run struct {
 // start starts the lock's redis-server and the workers, and waits until every worker is ready.
 func start(t *testing.T, cfg config) *run {
 	t.Helper()
+	long(t)
 	if cfg.bound == 0 {
 		cfg.bound = happyBound
 	}

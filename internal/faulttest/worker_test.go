@@ -19,6 +19,7 @@ import (
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/election"
 	"github.com/distsync/distsync/fair"
+	"github.com/distsync/distsync/internal/rediserr"
 	"github.com/distsync/distsync/mutex"
 	"github.com/distsync/distsync/once"
 	"github.com/distsync/distsync/rate"
@@ -464,6 +465,13 @@ func isCtxErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
+// refused reports whether err carries an error reply of Redis that does not go away by itself
+// (not a restart's LOADING or a failover's READONLY): a Lock may end with it before its ctx.
+func refused(err error) bool {
+	re, ok := rediserr.As(err)
+	return ok && !rediserr.Transient(re)
+}
+
 // callCtx returns the context of one call: in random mode a deadline of 0-20ms, one time in
 // ten already cancelled; otherwise the worker's own (which ends at SIGTERM) or, for a
 // release, a fresh one that SIGTERM does not cut short.
@@ -565,7 +573,7 @@ func (w *worker) lockLoop(c claim) {
 			err = errors.New("acquired, but the primitive has no lease")
 		}
 		if err != nil {
-			w.r.rec(Event{Ev: evFailed, Hold: hold, Err: err.Error(), Ctx: isCtxErr(err), Alive: alive})
+			w.r.rec(Event{Ev: evFailed, Hold: hold, Err: err.Error(), Ctx: isCtxErr(err), Alive: alive, Refused: refused(err)})
 			if !sp.Random && !isCtxErr(err) {
 				w.sleep(50 * time.Millisecond) // an error other than the ctx: do not spin
 			}
