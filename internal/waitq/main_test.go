@@ -6,4 +6,6 @@ import (
 	"github.com/distsync/distsync/internal/testrun"
 )
 
-func TestMain(m *testing.M) { testrun.Main(m, nil) }
+func TestMain(m *testing.M) {
+	testrun.Main(m, func() string { return "unit tests, on the embedded miniredis" })
+}

@@ -77,17 +77,8 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 		switch {
 		case err != nil && ctx.Err() == nil && core.Transient(err):
 			h.Log().Debug("distsync: queued attempt failed, retrying", "waiter", t.ID, "err", err, "in", backoff)
-			var late *core.LateError
-			if errors.As(err, &late) {
-				// The claim came too late and is being given back under this waiter's id: the
-				// next attempt, under the same id, must not be released by that give-back.
-				select {
-				case <-late.GivenBack:
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-h.Done():
-					return core.ErrClosed
-				}
+			if err := givenBack(ctx, h, err); err != nil {
+				return err
 			}
 			select {
 			case <-time.After(backoff):
@@ -145,7 +136,18 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 					w := sig.Grant.Window
 					deadline := place.Deadline().Add(-waiterLease + core.Drift(waiterLease) - core.Drift(w) + w)
 					if time.Until(deadline) > w/4 && !h.WaitsForReplicas() {
-						return t.Take(sig.Grant, deadline)
+						err := t.Take(sig.Grant, deadline)
+						if !errors.Is(err, core.ErrLate) || ctx.Err() != nil {
+							return err
+						}
+						// Too late to use after all (this process stalled past the grant, or
+						// the grant was gone when its holder was recorded): given back, as a
+						// late attempt's claim is. The wait goes on, with a look in Redis.
+						h.Log().Debug("distsync: a grant came too late to use, waiting on", "waiter", t.ID, "err", err)
+						if err := givenBack(ctx, h, err); err != nil {
+							return err
+						}
+						break listen
 					}
 					backup = sig.Grant.Backup
 					break listen // too little of it is sure to be left: adopt it in Redis
@@ -187,6 +189,24 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 				return core.ErrClosed
 			}
 		}
+	}
+}
+
+// givenBack waits, if err is a claim that came too late and is being given back under the
+// waiter's id, until it has been: the next attempt, under the same id, must not be released by
+// that give-back. It returns ctx's error, or ErrClosed, if either ends the wait first.
+func givenBack(ctx context.Context, h *core.Handle, err error) error {
+	var late *core.LateError
+	if !errors.As(err, &late) {
+		return nil
+	}
+	select {
+	case <-late.GivenBack:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-h.Done():
+		return core.ErrClosed
 	}
 }
 
