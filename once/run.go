@@ -83,7 +83,8 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 		owner := g.c.NewID()
 		sent := time.Now()
 		begin := scripts.OnceBeginArgs{Lead: ks.lead, Kept: ks.kept, Res: ks.resPrefix + leader, Mine: ks.resPrefix + owner,
-			Fence: ks.fence, Forgot: ks.forgot, Owner: owner, TTL: core.Ms(g.ttl), FenceTTL: core.Ms(g.fenceTTL())}
+			Fence: ks.fence, Forgot: ks.forgot, Last: ks.last, Owner: owner, TTL: core.Ms(g.ttl), FenceTTL: core.Ms(g.fenceTTL()),
+			Floor: strconv.FormatInt(floor, 10)}
 		reply, err := begin.Exec(ctx, g.c.Client).ToArray()
 		if _, redisErr := rediserr.As(err); err != nil && !redisErr {
 			// The script may have run without its reply (a cancelled ctx does not cancel a
@@ -358,7 +359,7 @@ func (g *Group[T]) finishN(ctx context.Context, ks keyset, owner, res string, ke
 	if keep < 0 {
 		keepArg = "-1"
 	}
-	return scripts.OnceFinishArgs{Lead: ks.lead, Kept: ks.kept, Res: ks.resPrefix + owner, Forgot: ks.forgot,
+	return scripts.OnceFinishArgs{Lead: ks.lead, Kept: ks.kept, Res: ks.resPrefix + owner, Forgot: ks.forgot, Last: ks.last,
 		Owner: owner, Result: res, Keep: keepArg, Linger: core.Ms(g.linger()), Channel: ks.channel, Pub: g.c.Pub,
 		Token: strconv.FormatInt(token, 10)}.Exec(ctx, g.c.Client).AsInt64()
 }

@@ -12,11 +12,17 @@
 -- KEYS[5] fence   the last fencing token handed out for this key (lib/fence.lua): while a
 --                 leader leads, its own token (its lease keeps the key alive)
 -- KEYS[6] forgot  the owner value of the leader that led when Forget ran (once_forget.lua)
+-- KEYS[7] last    optional: the latest leader's result, '<token>\n<result>', kept briefly
+--                 (once_finish.lua)
 -- ARGV[1] owner      the caller's owner value, should it lead
 -- ARGV[2] ttl        the leader's lease in ms
 -- ARGV[3] fence_ttl  ms the fence key outlives the last lead
+-- ARGV[4] floor      optional (with KEYS[7]): the smallest token of a result the caller may take
+--                    from last: that of the leader it waited for; '-1' for none
 -- Reply: {'k', result}         a kept result
---        {'r', result}         the result of the leader the caller waited for
+--        {'r', result}         the result of the leader the caller waited for, or of a later
+--                              one (who took over when its lease lapsed): the caller's message
+--                              of it may still be on its way
 --        {'w', leader, pttl, token, forgotten}
 --                              a leader runs the call; its lease ends in pttl ms unless
 --                              renewed. token is its fencing token (-1 if the fence key holds
@@ -45,6 +51,18 @@ end
 local res = redis.call('GET', KEYS[3])
 if res and res ~= '' and res ~= '!' then
   return {'r', res}
+end
+-- A caller that waited for a leader who died is not to lead again if another caller took over
+-- and finished meanwhile: that result is its too, even if its message has not reached it yet.
+if KEYS[7] and tonumber(ARGV[4]) and tonumber(ARGV[4]) >= 0 then
+  local last = redis.call('GET', KEYS[7])
+  if last then
+    local nl = string.find(last, '\n', 1, true)
+    local tok = nl and tonumber(string.sub(last, 1, nl - 1))
+    if tok and tok >= tonumber(ARGV[4]) and nl < #last then
+      return {'r', string.sub(last, nl + 1)}
+    end
+  end
 end
 local leader = redis.call('GET', KEYS[1])
 if leader then

@@ -4,11 +4,12 @@
 --
 -- KEYS[1] lead   KEYS[2] kept   KEYS[4] forgot   (as in once_begin.lua)
 -- KEYS[3] res    res:<owner>, this leader's result key
+-- KEYS[5] last   optional: the latest leader's result, '<token>\n<result>' (once_begin.lua)
 -- ARGV[1] owner    the leader's owner value
 -- ARGV[2] result   status byte and payload (see once_begin.lua); '' gives the lead up without
 --                  a result: the waiters are told to look again, and one of them leads
 -- ARGV[3] keep     ms to keep the result for later callers; '0': do not; '-1': until deleted
--- ARGV[4] linger   ms to keep res:<owner> for waiters that missed the message
+-- ARGV[4] linger   ms to keep res:<owner> (and last) for waiters that missed the message
 -- ARGV[5] channel  the key's channel
 -- ARGV[6] pub      'PUBLISH' or 'SPUBLISH'
 -- ARGV[7] token    the lead's fencing token, sent with the result
@@ -36,6 +37,9 @@ if ARGV[2] == '' then
   return redis.call(ARGV[6], ARGV[5], ARGV[7] .. '\n')
 end
 redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[4])
+if KEYS[5] then
+  redis.call('SET', KEYS[5], ARGV[7] .. '\n' .. ARGV[2], 'PX', ARGV[4])
+end
 local keep = tonumber(ARGV[3])
 if forgotten then
   keep = 0

@@ -9,7 +9,8 @@ import (
 // The KEYS and ARGV of a once group's scripts, a fenced value's, and inspect.lua (see
 // seam.go).
 
-// OnceBeginArgs are once_begin.lua's KEYS and ARGV, in its header's order.
+// OnceBeginArgs are once_begin.lua's KEYS and ARGV, in its header's order. Its optional
+// KEYS[7] and ARGV[4] are sent if Last is set.
 type OnceBeginArgs struct {
 	Lead     string `key:"lead"`
 	Kept     string `key:"kept"`
@@ -17,9 +18,11 @@ type OnceBeginArgs struct {
 	Mine     string `key:"mine"`
 	Fence    string `key:"fence"`
 	Forgot   string `key:"forgot"`
+	Last     string `key:"last,opt"`
 	Owner    string `arg:"owner"`
 	TTL      string `arg:"ttl"`
 	FenceTTL string `arg:"fence_ttl"`
+	Floor    string `arg:"floor,opt"`
 }
 
 // Exec runs once_begin.lua once with a, as [Script.Exec] does.
@@ -29,20 +32,29 @@ func (a OnceBeginArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.Redis
 }
 
 // Call returns a as a call of once_begin.lua.
-func (a OnceBeginArgs) Call() Call { return a.fill(make([]string, 0, 9)) }
+func (a OnceBeginArgs) Call() Call { return a.fill(make([]string, 0, 11)) }
 
 func (a OnceBeginArgs) fill(v []string) Call {
-	v = append(v, a.Lead, a.Kept, a.Res, a.Mine, a.Fence, a.Forgot, a.Owner, a.TTL, a.FenceTTL)
-	return split(OnceBegin, v, 6)
+	v = append(v, a.Lead, a.Kept, a.Res, a.Mine, a.Fence, a.Forgot)
+	if a.Last != "" {
+		v = append(v, a.Last)
+	}
+	nk := len(v)
+	v = append(v, a.Owner, a.TTL, a.FenceTTL)
+	if a.Last != "" {
+		v = append(v, a.Floor)
+	}
+	return split(OnceBegin, v, nk)
 }
 
 // OnceFinishArgs are once_finish.lua's KEYS and ARGV, in its header's order (by index: the
-// header names KEYS[3] last).
+// header names KEYS[3] last). Its optional KEYS[5] is sent if Last is set.
 type OnceFinishArgs struct {
 	Lead    string `key:"lead"`
 	Kept    string `key:"kept"`
 	Res     string `key:"res"`
 	Forgot  string `key:"forgot"`
+	Last    string `key:"last,opt"`
 	Owner   string `arg:"owner"`
 	Result  string `arg:"result"`
 	Keep    string `arg:"keep"`
@@ -59,11 +71,16 @@ func (a OnceFinishArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.Redi
 }
 
 // Call returns a as a call of once_finish.lua.
-func (a OnceFinishArgs) Call() Call { return a.fill(make([]string, 0, 11)) }
+func (a OnceFinishArgs) Call() Call { return a.fill(make([]string, 0, 12)) }
 
 func (a OnceFinishArgs) fill(v []string) Call {
-	v = append(v, a.Lead, a.Kept, a.Res, a.Forgot, a.Owner, a.Result, a.Keep, a.Linger, a.Channel, a.Pub, a.Token)
-	return split(OnceFinish, v, 4)
+	v = append(v, a.Lead, a.Kept, a.Res, a.Forgot)
+	if a.Last != "" {
+		v = append(v, a.Last)
+	}
+	nk := len(v)
+	v = append(v, a.Owner, a.Result, a.Keep, a.Linger, a.Channel, a.Pub, a.Token)
+	return split(OnceFinish, v, nk)
 }
 
 // OnceForgetArgs are once_forget.lua's KEYS and ARGV, in its header's order.
