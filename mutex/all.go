@@ -243,13 +243,12 @@ func (a *All) acquire(ctx context.Context, try bool) (*core.Lease, bool, error) 
 	}
 	held := make([]*core.Lease, len(a.ms))
 	ok, err := a.take(ctx, obs, held, try)
-	for errors.Is(err, errStale) || err == nil && ok && anyLost(held) || !try && errors.Is(err, core.ErrLate) && ctx.Err() == nil {
+	for errors.Is(err, errStale) || err == nil && ok && anyLost(held) {
 		// A member taken early was lost while a later one was waited for (its Redis
 		// restarted empty, say, and someone else may have held it since): the set was never
 		// held whole, and that member's token may be below another holder's. Give everything
-		// back and take the set again (TryLock: report it not taken). Likewise a run whose
-		// reply came after its leases' deadline (Hold gave it back): Lock tries again, as a
-		// Mutex's Lock does; only ctx bounds it.
+		// back and take the set again (TryLock: report it not taken). A member whose take
+		// came too late to use is waited for in place (grab).
 		a.giveBack(held)
 		if try {
 			ok, err = false, nil
