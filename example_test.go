@@ -62,7 +62,9 @@ func ExampleWithObserver() {
 	defer srv.Close()
 	ctx := context.Background()
 
-	holder, _ := srv.NewHandle()
+	// The lock handed to the waiter lasts the holder's hand-off window until its confirm
+	// reaches Redis: a long one, so that a slow machine does not lose it first.
+	holder, _ := srv.NewHandle(distsync.WithHandoffWindow(10 * time.Second))
 	defer holder.Close(ctx)
 	queued := make(chan struct{})
 	watched, _ := srv.NewHandle(distsync.WithObserver(func(e distsync.Event) {

@@ -27,7 +27,9 @@ func TestOddIdentitiesWaitAndHandOff(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 20 * time.Second // a waiter's backstop re-check: far past the limit below
 		prefix := b.Prefix(t)
-		opts := []distsync.Option{distsync.WithLeaseTTL(ttl), distsync.WithWaiterLease(ttl)}
+		// The waiter lease, and the hand-off window, are what a claim handed to the waiter
+		// lasts until its confirm reaches Redis: long, for a loaded machine.
+		opts := []distsync.Option{distsync.WithLeaseTTL(ttl), distsync.WithWaiterLease(ttl), distsync.WithHandoffWindow(ttl)}
 		ha := b.Pod(t, prefix, append(opts, distsync.WithIdentity(oddIdentity))...).H
 		hb := b.Pod(t, prefix, append(opts, distsync.WithIdentity("b:{2} ~%/, \u00e9"))...).H
 		ctx := context.Background()

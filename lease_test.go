@@ -89,7 +89,9 @@ func TestLeaseExtendOfAFixedLease(t *testing.T) {
 			}
 			return time.Duration(n) * time.Millisecond
 		}
-		m, _ := mutex.New(h, "fixed", distsync.WithFixedLease(2*time.Second))
+		// A fixed lease long enough to be extended on a loaded machine, shorter than the minute
+		// it is extended to.
+		m, _ := mutex.New(h, "fixed", distsync.WithFixedLease(20*time.Second))
 		l, err := m.LockLease(ctx)
 		if err != nil {
 			t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"github.com/distsync/distsync/rate"
 )
 
-// Drop what goes over a partner API's contract of 5 calls per second, with bursts of 3,
+// Drop what goes over a partner API's contract of 5 calls a minute, with bursts of 3,
 // across every pod calling it.
 func Example() {
 	srv, err := embedded.Start()
@@ -22,7 +22,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	lim, err := rate.NewLimiter(h, "partner-api", 5, 3)
+	lim, err := rate.NewLimiter(h, "partner-api", rate.Every(time.Minute/5), 3)
 	if err != nil {
 		panic(err)
 	}
@@ -59,11 +59,13 @@ func ExampleLimiter_Wait() {
 	}
 	fmt.Println("4 sends took at least 150ms:", time.Since(start) >= 150*time.Millisecond)
 
-	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	digest, _ := rate.NewLimiter(h, "digest", rate.Every(time.Hour), 1)
+	_ = digest.Wait(ctx) // the one token there is; the next comes in an hour
+	soon, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	err := lim.WaitN(short, 1)
-	fmt.Println("with 10ms to spare:", errors.Is(err, rate.ErrWouldExceedDeadline))
+	err := digest.Wait(soon)
+	fmt.Println("with a minute to spare:", errors.Is(err, rate.ErrWouldExceedDeadline))
 	// Output:
 	// 4 sends took at least 150ms: true
-	// with 10ms to spare: true
+	// with a minute to spare: true
 }

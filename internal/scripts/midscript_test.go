@@ -2,6 +2,7 @@ package scripts_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,24 +22,30 @@ import (
 // start. These tests stall one command of a script on miniredis to make a key expire in it.
 
 // stall makes miniredis stall one command, once armed.
-type stall struct{ armed atomic.Bool }
+type stall struct {
+	armed atomic.Bool
+	d     atomic.Int64 // how long (a time.Duration)
+	at    atomic.Int64 // when it last stalled one (UnixNano)
+}
 
 // newStall makes miniredis b stall the next cmd after each arm (one of a script's calls too)
 // for d: with answer, it answers TIME itself with the time of the moment, then stalls;
 // without, it stalls, then runs the command.
 func newStall(t *testing.T, b *redistest.Backend, cmd string, d time.Duration, answer bool) *stall {
 	s := &stall{}
+	s.d.Store(int64(d))
 	b.Mini.Server().SetPreHook(func(c *server.Peer, name string, _ ...string) bool {
 		if name != cmd || !s.armed.CompareAndSwap(true, false) {
 			return false
 		}
+		s.at.Store(time.Now().UnixNano())
 		if answer {
 			ns := time.Now().UnixNano()
 			c.WriteLen(2)
 			c.WriteBulk(strconv.FormatInt(ns/1e9, 10))
 			c.WriteBulk(strconv.FormatInt(ns/1e3%1e6, 10))
 		}
-		time.Sleep(d)
+		time.Sleep(time.Duration(s.d.Load()))
 		return answer
 	})
 	t.Cleanup(func() { b.Mini.Server().SetPreHook(nil) })
@@ -55,38 +62,57 @@ func stallOnce(t *testing.T, b *redistest.Backend, cmd string, d time.Duration, 
 	return newStall(t, b, cmd, d, answer).arm
 }
 
-// stalled runs setup, then run with miniredis b stalling run's cmd for 600 ms, past the 300
-// ms that setup leaves the keys it makes. It tries again (up to five times in all) while run
-// never sent cmd: on a busy machine a key may lapse before the script reads it, and the
-// script then returns before cmd, having tested nothing. The caller checks what the last run
-// did.
-func stalled(t *testing.T, b *redistest.Backend, cmd string, setup, run func()) {
+// lapse is how long setup leaves the keys it makes, in a first try (see stalled).
+const lapse = 300 * time.Millisecond
+
+// stalled runs reset, setup, then run with miniredis stalling run's cmd for 2·m.lapse, past
+// the lapse that setup leaves the keys it makes. It tries again (up to five times in all,
+// each with a lapse twice the last) unless run sent cmd within the lapse of setup's start: on
+// a busy machine a key may lapse before the script reads it, and the script then returns
+// before cmd, having tested nothing, or goes another way, which may send cmd too (a
+// semaphore_acquire that finds its own hold gone takes the permits anew, and its hold()
+// sends the PTTL). Within the lapse, every key setup made was there for every command of the
+// script before cmd, which therefore went the way the test means. The caller checks what the
+// last run did.
+func (m *midscript) stalled(t *testing.T, cmd string, reset, setup, run func()) {
 	t.Helper()
-	s := newStall(t, b, cmd, 600*time.Millisecond, false)
-	for range 5 {
+	s := newStall(t, m.b, cmd, 2*lapse, false)
+	var late []string
+	for try := range 5 {
+		m.lapse = lapse << try
+		s.d.Store(int64(2 * m.lapse))
+		reset()
+		began := time.Now()
 		setup()
 		s.arm()
 		run()
-		if s.fired() {
-			return
+		if !s.fired() {
+			late = append(late, fmt.Sprintf("lapse %v: cmd never sent", m.lapse))
+			continue
 		}
+		if after := time.Unix(0, s.at.Load()).Sub(began); after >= m.lapse {
+			late = append(late, fmt.Sprintf("lapse %v: cmd %v after the setup began", m.lapse, after.Round(time.Millisecond)))
+			continue
+		}
+		return
 	}
-	t.Fatalf("no run of five reached the %s to stall", cmd)
+	t.Fatalf("no run of five reached the %s to stall within the lapse of its setup: %s", cmd, strings.Join(late, "; "))
 }
 
 // midscript is what the tables below share: a client of miniredis, and helpers to set keys
 // under one prefix.
 type midscript struct {
-	t   *testing.T
-	b   *redistest.Backend
-	c   rueidis.Client
-	ctx context.Context
-	p   string
+	t     *testing.T
+	b     *redistest.Backend
+	c     rueidis.Client
+	ctx   context.Context
+	p     string
+	lapse time.Duration // how long the keys the helpers make live (see stalled)
 }
 
 func newMidscript(t *testing.T, tag string) *midscript {
 	b := redistest.Open(t, redistest.Mini)
-	return &midscript{t: t, b: b, c: b.Client(t), ctx: context.Background(), p: b.Prefix(t) + "{" + tag + "}:"}
+	return &midscript{t: t, b: b, c: b.Client(t), ctx: context.Background(), p: b.Prefix(t) + "{" + tag + "}:", lapse: lapse}
 }
 
 func (m *midscript) do(cmds ...rueidis.Completed) {
@@ -98,24 +124,24 @@ func (m *midscript) do(cmds ...rueidis.Completed) {
 	}
 }
 
-// expire leaves each key 300 ms.
+// expire leaves each key the lapse.
 func (m *midscript) expire(keys ...string) {
 	m.t.Helper()
 	for _, k := range keys {
-		m.do(m.c.B().Pexpire().Key(k).Milliseconds(300).Build())
+		m.do(m.c.B().Pexpire().Key(k).Milliseconds(m.lapse.Milliseconds()).Build())
 	}
 }
 
-// lease makes key a string lease of owner, with 300 ms left.
+// lease makes key a string lease of owner, with the lapse left.
 func (m *midscript) lease(key, owner string) {
 	m.t.Helper()
-	m.do(m.c.B().Set().Key(key).Value(owner).Px(300 * time.Millisecond).Build())
+	m.do(m.c.B().Set().Key(key).Value(owner).Px(m.lapse).Build())
 }
 
-// share makes key a sorted set of one share, member, whose lease and key end in 300 ms.
+// share makes key a sorted set of one share, member, whose lease and key end in the lapse.
 func (m *midscript) share(key, member string) {
 	m.t.Helper()
-	at := float64(time.Now().Add(300 * time.Millisecond).UnixMilli()) // miniredis's clock is this process's
+	at := float64(time.Now().Add(m.lapse).UnixMilli()) // miniredis's clock is this process's
 	m.do(m.c.B().Zadd().Key(key).ScoreMember().ScoreMember(at, member).Build())
 	m.expire(key)
 }
@@ -164,8 +190,7 @@ func (m *midscriptCase) run(t *testing.T, mt *midscript) {
 	var reply []int64
 	var err error
 	args := m.args
-	stalled(t, mt.b, m.stalled, func() {
-		clearPrefix(t, mt.c, mt.p)
+	mt.stalled(t, m.stalled, func() { clearPrefix(t, mt.c, mt.p) }, func() {
 		m.setup()
 		if m.argf != nil {
 			args = m.argf()
@@ -253,7 +278,7 @@ func TestLeaseScriptsTellAKeyGoneInTheScript(t *testing.T) {
 		// A grant's confirmation: lost, and the free lock handed on to the waiter queued.
 		{name: "mutex_confirm", stalled: "PEXPIRE", setup: func() { hold(); m.queued() }, script: scripts.MutexConfirm,
 			keys: []string{lock, p + "fence", p + "q", p + "qx"},
-			args: []string{"o", "30000", "w0", "0", "100", p + "ch", "PUBLISH", "", "300", "60000"},
+			args: []string{"o", "30000", "w0", "0", "100", p + "ch", "PUBLISH", "", windowArg, "60000"},
 			after: func(t *testing.T) {
 				if g, _ := m.c.Do(m.ctx, m.c.B().Get().Key(lock).Build()).ToString(); !strings.HasPrefix(g, "~w1:") {
 					t.Errorf("the lock is %q, want a grant to the waiter w1", g)
@@ -352,7 +377,7 @@ func TestReleasesTellAKeyGoneInTheScript(t *testing.T) {
 	p := m.p
 	rkeys := []string{p + "rlock", p + "fence", p + "ops", p + "q", p + "qx"}
 	rargs := func(id string) []string {
-		return []string{"o", id, "1", "60000", p + "ch", "PUBLISH", "7", "300", "60000"}
+		return []string{"o", id, "1", "60000", p + "ch", "PUBLISH", "7", windowArg, "60000"}
 	}
 	reentrant := func(count string) func() {
 		return func() {
@@ -388,13 +413,13 @@ func TestReleasesTellAKeyGoneInTheScript(t *testing.T) {
 		{name: "mutex_release", stalled: "DEL",
 			setup:  func() { m.lease(p+"lock", "o") },
 			script: scripts.MutexRelease, keys: []string{p + "lock", p + "fence", p + "q", p + "qx", p + "rel"},
-			args: []string{"o", "300", "60000", p + "ch", "PUBLISH", "30000"}, want: is(0), gone: []string{p + "lock"}},
+			args: []string{"o", windowArg, "60000", p + "ch", "PUBLISH", "30000"}, want: is(0), gone: []string{p + "lock"}},
 		// With a waiter, the lock is passed on all the same (a grant: lib/queue.lua).
 		{name: "mutex_release, a waiter queued", stalled: "EXISTS", setup: func() {
 			m.lease(p+"lock", "o")
 			m.queued()
 		}, script: scripts.MutexRelease, keys: []string{p + "lock", p + "fence", p + "q", p + "qx", p + "rel"},
-			args: []string{"o", "300", "60000", p + "ch", "PUBLISH", "30000"}, want: is(0),
+			args: []string{"o", windowArg, "60000", p + "ch", "PUBLISH", "30000"}, want: is(0),
 			after: func(t *testing.T) { granted(t, p+"lock", "") }},
 		{name: "reentrant_unlock, one of two holds", stalled: "HSET", setup: reentrant("2"),
 			script: scripts.ReentrantUnlock, keys: rkeys, args: rargs("u1"), want: is(0), gone: []string{p + "rlock"}},

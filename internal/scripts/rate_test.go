@@ -2,6 +2,7 @@ package scripts_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -45,35 +46,54 @@ func TestRateBucketOutlivesTheRetentionUntilItIsFull(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		c := b.Client(t)
 		for _, stored := range []bool{false, true} {
-			// 0.25 a second, a burst of 2: both taken, the next token comes 4 s later, and the
-			// bucket is full again 8 s later.
-			a := scripts.RateArgs{Bucket: b.Prefix(t) + "{r}:rate" + strconv.FormatBool(stored), Limit: "0.25",
-				Burst: "2", N: "2", MaxWait: "0", Retention: "300"}
-			if stored {
-				s := a
-				s.NewLimit = "0.25"
-				if err := s.Exec(context.Background(), c, scripts.RateSet).Error(); err != nil {
-					t.Fatal(err)
+			redistest.Retry(t, 3, func() error {
+				// 0.25 a second, a burst of 2: both taken, the next token comes 4 s later, and the
+				// bucket is full again 8 s later.
+				a := scripts.RateArgs{Bucket: b.Prefix(t) + "{r}:rate" + strconv.FormatBool(stored), Limit: "0.25",
+					Burst: "2", N: "2", MaxWait: "0", Retention: "300"}
+				if stored {
+					s := a
+					s.NewLimit = "0.25"
+					if err := s.Exec(context.Background(), c, scripts.RateSet).Error(); err != nil {
+						t.Fatal(err)
+					}
 				}
-			}
-			take := func() []string {
-				v, err := a.Exec(context.Background(), c, scripts.RateReserve).AsStrSlice()
-				if err != nil || len(v) != 6 {
-					t.Fatalf("rate_reserve.lua: %q, %v", v, err)
+				take := func() []string {
+					v, err := a.Exec(context.Background(), c, scripts.RateReserve).AsStrSlice()
+					if err != nil || len(v) != 6 {
+						t.Fatalf("rate_reserve.lua: %q, %v", v, err)
+					}
+					return v
 				}
-				return v
-			}
-			if v := take(); v[0] != "1" {
-				t.Fatalf("stored %v: the first two tokens of a new bucket refused: %q", stored, v)
-			}
-			time.Sleep(600 * time.Millisecond) // twice the retention; 0.15 token refilled
-			a.N = "1"
-			if v := take(); v[0] == "1" {
-				t.Fatalf("stored %v: a token taken 0.6 s after the bucket was emptied, at 0.25 a second: %q", stored, v)
-			}
-			if pttl, _ := c.Do(context.Background(), c.B().Pttl().Key(a.Bucket).Build()).AsInt64(); pttl < 4000 {
-				t.Fatalf("stored %v: PTTL %d ms, want the 7.4 s until the bucket is full (less the time since)", stored, pttl)
-			}
+				v := take()
+				if v[0] != "1" {
+					t.Fatalf("stored %v: the first two tokens of a new bucket refused: %q", stored, v)
+				}
+				emptied, _ := strconv.ParseInt(v[2], 10, 64) // the server's time (µs) when it was emptied: at = now, no wait
+				time.Sleep(600 * time.Millisecond)           // twice the retention; 0.15 token refilled
+				a.N = "1"
+				if v := take(); v[0] == "1" {
+					// The token comes 4 s after the bucket was emptied, by the server's clock.
+					at, _ := strconv.ParseInt(v[2], 10, 64)
+					if after := time.Duration(at-emptied) * time.Microsecond; after >= 4*time.Second {
+						return fmt.Errorf("stored %v: the second take came %v after the first (a stall), when its token was due", stored, after)
+					}
+					t.Fatalf("stored %v: a token taken 0.6 s after the bucket was emptied, at 0.25 a second: %q", stored, v)
+				}
+				// The bucket is full again 8 s after it was emptied, by the server's clock: its
+				// key lives until then.
+				pttl, _ := c.Do(context.Background(), c.B().Pttl().Key(a.Bucket).Build()).AsInt64()
+				tm, err := c.Do(context.Background(), c.B().Time().Build()).AsStrSlice()
+				if err != nil || len(tm) != 2 {
+					t.Fatalf("TIME: %v, %v", tm, err)
+				}
+				sec, _ := strconv.ParseInt(tm[0], 10, 64)
+				us, _ := strconv.ParseInt(tm[1], 10, 64)
+				if full := (emptied + 8e6 - (sec*1e6 + us)) / 1000; pttl < full-2 {
+					t.Fatalf("stored %v: PTTL %d ms, want the %d ms left until the bucket is full", stored, pttl, full)
+				}
+				return nil
+			})
 		}
 	})
 }
