@@ -612,7 +612,8 @@ func TestFixedLeaseExpires(t *testing.T) {
 func TestCancelledWaiterLeavesNothingBehind(t *testing.T) {
 	eachInTurn(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
-		holder := newPod(t, b, prefix).mutex(t, "cancel")
+		holderPod := newPod(t, b, prefix)
+		holder := holderPod.mutex(t, "cancel")
 		waiterPod := newPod(t, b, prefix)
 		lockWithin(t, holder, 5*time.Second)
 		baseline := redistest.LibraryGoroutines()
@@ -658,7 +659,7 @@ func TestCancelledWaiterLeavesNothingBehind(t *testing.T) {
 		}
 		var left []string
 		if !redistest.Eventually(5*time.Second, func() bool {
-			left = b.Channels(t, keyOf(prefix, "cancel", "ch")+":*")
+			left = b.LeftChannels(t, keyOf(prefix, "cancel", "ch")+":*", holderPod.h, waiterPod.h)
 			return len(left) == 0
 		}) {
 			t.Fatalf("the cancelled waiter's subscription is still there: %v", left)

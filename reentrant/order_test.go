@@ -660,9 +660,11 @@ func TestQueueLeavesNothingBehind(t *testing.T) {
 			prefix := b.Prefix(t)
 			var ms []*reentrant.Mutex
 			var pods []*redistest.Pod
+			var handles []*distsync.Handle
 			for range 3 {
 				p := b.Pod(t, prefix, opts...)
 				pods = append(pods, p)
+				handles = append(handles, p.H)
 				ms = append(ms, newMutex(t, p, "leak"))
 			}
 			// A hold lost here (a machine stalled for most of a lease) would end the scenario's
@@ -690,7 +692,9 @@ func TestQueueLeavesNothingBehind(t *testing.T) {
 			// A holder that crashes while a process waits.
 			net := redistest.NewNetwork()
 			t.Cleanup(net.Restore)
-			crash := newMutex(t, b.PodVia(t, prefix, net, opts...), "leak")
+			crashPod := b.PodVia(t, prefix, net, opts...)
+			handles = append(handles, crashPod.H)
+			crash := newMutex(t, crashPod, "leak")
 			lock(t, crash, a)
 			z := owned(reentrant.NewOwner())
 			res := lockAsync(z, ms[1])
@@ -724,7 +728,7 @@ func TestQueueLeavesNothingBehind(t *testing.T) {
 			}
 			var chans []string
 			if !redistest.Eventually(15*time.Second, func() bool {
-				chans = b.Channels(t, key(prefix, "leak")+":ch:*")
+				chans = b.LeftChannels(t, key(prefix, "leak")+":ch:*", handles...)
 				return len(chans) == 0
 			}) {
 				t.Fatalf("subscriptions left once nobody waits: %v", chans)

@@ -95,6 +95,10 @@ type channel struct {
 	isConfirmed,
 	everConfirmed bool
 	linger *time.Timer
+	// stop ends the current Receive, whose number is receive: the last resort of an
+	// unsubscribe that did not end it (see unsubscribe).
+	stop    context.CancelFunc
+	receive int
 }
 
 // Subscription is one listener's registration on a channel.
@@ -238,9 +242,39 @@ func (n *Notifier) Channels() int {
 	return len(n.chans)
 }
 
+// Names returns the names of the channels the notifier holds (subscribed or lingering).
+func (n *Notifier) Names() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	names := make([]string, 0, len(n.chans))
+	for name := range n.chans {
+		names = append(names, name)
+	}
+	return names
+}
+
 // unsubscribe sends (S)UNSUBSCRIBE; the channel's Receive then returns and run decides
 // whether to end or, if a listener came back meanwhile, to subscribe again. Called with n.mu.
+//
+// Over RESP2 (the embedded miniredis), rueidis keeps a subscription on a connection of its
+// own beside the one it sends commands on, and when the command connection breaks (a
+// command's ctx deadline passed while it was in flight, say) it replaces that one and leaves
+// the subscription's where it was: the UNSUBSCRIBE then goes to the new connection, which has
+// no subscription (rueidis waits there for a reply that never comes), and the Receive goes on.
+// If the Receive has not ended unsubscribeWait after the UNSUBSCRIBE was sent, the notifier
+// ends it itself, so that no goroutine and no local state outlive the channel's last
+// listener. (The subscription stays on rueidis's orphaned connection, which distsync cannot
+// reach; over RESP3 one connection carries both, and this does not happen.)
 func (n *Notifier) unsubscribe(c *channel) {
+	receive := c.receive
+	time.AfterFunc(unsubscribeWait, func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.chans[c.name] == c && c.refs == 0 && c.receive == receive && c.stop != nil && !n.closed {
+			n.log.Debug("distsync: unsubscribe did not end the subscription; ending it here", "channel", c.name)
+			c.stop()
+		}
+	})
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -253,6 +287,11 @@ func (n *Notifier) unsubscribe(c *channel) {
 		}
 	}()
 }
+
+// unsubscribeWait is how long an unsubscribe waits for the channel's Receive to end before it
+// ends it (see unsubscribe): longer than Redis takes to answer an UNSUBSCRIBE on a loaded
+// machine, as ending the Receive first would leave the subscription to that UNSUBSCRIBE alone.
+const unsubscribeWait = 2 * time.Second
 
 // subscribeCmd and unsubscribeCmd build the notifier's commands pinned (never returned to
 // rueidis' pool of command buffers). rueidis sends a (un)subscription again on a new
@@ -294,10 +333,21 @@ func (n *Notifier) run(c *channel) {
 	defer n.wg.Done()
 	backoff := 10 * time.Millisecond
 	for {
-		ctx := rueidis.WithOnSubscriptionHook(n.ctx, func(s rueidis.PubSubSubscription) { n.confirm(c, s) })
+		rctx, stop := context.WithCancel(n.ctx)
+		n.mu.Lock()
+		c.receive++
+		c.stop = stop
+		n.mu.Unlock()
+		ctx := rueidis.WithOnSubscriptionHook(rctx, func(s rueidis.PubSubSubscription) { n.confirm(c, s) })
 		err := n.client.Receive(ctx, n.subscribeCmd(c.name), func(m rueidis.PubSubMessage) { n.dispatch(c, m.Message) })
+		stopped := rctx.Err() != nil && n.ctx.Err() == nil
+		stop()
 
 		n.mu.Lock()
+		c.stop = nil
+		if stopped {
+			err = nil // ended by unsubscribe's last resort: as if the UNSUBSCRIBE had ended it
+		}
 		if re, ok := rediserr.As(err); ok && !rediserr.Transient(re) && !n.closed {
 			n.refuse(c, err)
 			n.mu.Unlock()

@@ -60,6 +60,7 @@ import (
 
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/embedded"
+	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/testrun"
 )
 
@@ -384,6 +385,38 @@ func (b *Backend) Channels(tb testing.TB, pattern string) []string {
 			out = append(out, chs...)
 		}
 		c.Close()
+	}
+	return out
+}
+
+// LeftChannels returns the pub/sub channels matching the glob pattern that are still
+// subscribed for distsync once nobody waits: on a real server, every one Redis has; on
+// miniredis, those the notifiers of hs still hold. Over RESP2, which miniredis speaks, rueidis
+// keeps a subscription on a connection of its own, and when its command connection breaks (a
+// command's ctx deadline passed in flight) it replaces that one and leaves the subscription's
+// where it was: an UNSUBSCRIBE cannot reach it, and the notifier ends its side of it
+// (pubsub.Notifier.unsubscribe). What rueidis left on that connection is none of distsync's.
+func (b *Backend) LeftChannels(tb testing.TB, pattern string, hs ...*distsync.Handle) []string {
+	tb.Helper()
+	chans := b.Channels(tb, pattern)
+	if b.Name != Mini {
+		return chans
+	}
+	held := map[string]bool{}
+	for _, h := range hs {
+		c, err := api.Core(h, "redistest")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, name := range c.Notifier.Names() {
+			held[name] = true
+		}
+	}
+	var out []string
+	for _, ch := range chans {
+		if held[ch] {
+			out = append(out, ch)
+		}
 	}
 	return out
 }
