@@ -343,6 +343,8 @@ func TestAcquisitionsOfAnOwnHoldGoneInTheScript(t *testing.T) {
 			want: look, gone: []string{lock}},
 		{name: "reentrant_lock's re-entry", stalled: "HINCRBY", setup: func() { held(id()) },
 			script: scripts.ReentrantLock, keys: rkeys, args: rargs("again", "0"), want: look, gone: []string{lock}},
+		{name: "reentrant_lock's re-entry, expired after its count", stalled: "HGET", setup: func() { held(id()) },
+			script: scripts.ReentrantLock, keys: rkeys, args: rargs("again", "0"), want: look, gone: []string{lock}},
 		{name: "reentrant_lock's re-entry of a token", stalled: "HINCRBY", setup: func() { token = strconv.FormatInt(held(id()), 10) },
 			script: scripts.ReentrantLock, keys: rkeys, argf: func() []string { return rargs(id(), token) },
 			want: is(-2), gone: []string{lock}},

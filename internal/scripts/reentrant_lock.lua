@@ -156,22 +156,21 @@ if redis.call('EXISTS', lock) == 0 then
 end
 if redis.call('HEXISTS', lock, field) == 1 then
   local n = redis.call('HINCRBY', lock, field, 1)
-  if n == 1 and not redis.call('HGET', lock, 't') then
-    -- The hold expired after the HEXISTS (miniredis only: extend.lua), and HINCRBY made a hash
-    -- of its own, without the token: the hold a re-entry asked for is gone ({-2}, as above);
-    -- another caller finds the mutex free when it looks again, at once.
+  local t = redis.call('HGET', lock, 't')
+  if not t or (redis.call('PTTL', lock) < ttl and redis.call('PEXPIRE', lock, ttl) == 0) then
+    -- The hold expired in this script (miniredis only: extend.lua): after the HEXISTS, and
+    -- HINCRBY made a hash of its own, without the token; or after the HINCRBY or the HGET,
+    -- and the key is gone. The hold a re-entry asked for is gone ({-2}, as above); another
+    -- caller finds the mutex free when it looks again, at once.
     redis.call('DEL', lock)
     if ARGV[6] ~= '0' then
       return {-2}
     end
     return wait(false)
   end
-  if redis.call('PTTL', lock) < ttl then
-    redis.call('PEXPIRE', lock, ttl)
-  end
   served(false)
   op_mark(ops, '', id, now_ms, tonumber(ARGV[5]))
-  return {1, n, tonumber(redis.call('HGET', lock, 't'))}
+  return {1, n, tonumber(t)}
 end
 local g = redis.call('HGET', lock, 'g')
 local token = granted_to(g, waiter) and tonumber(string.sub(g, #waiter + 3))
