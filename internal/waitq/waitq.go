@@ -269,9 +269,10 @@ func (r *Room) Waiting() int {
 	return r.n
 }
 
-// keepMargin is what a head keeps in hand for its re-check to reach Redis before its entry
-// lapses (a quarter of the entry's life if that is less, so that a very short lease does not
-// make the head re-check at every renewal).
+// keepMargin is the least a head keeps in hand for its re-check to reach Redis before its
+// entry lapses; it keeps an eighth of the entry's life if that is more (a stall of this
+// process or of Redis up to that long does not cost the head its place), and never more than
+// a quarter (so that a very short lease does not make the head re-check at every renewal).
 const keepMargin = 100 * time.Millisecond
 
 // closedTurn is the turn of a waiter that is the head as it arrives.
@@ -459,7 +460,7 @@ func (r *Room) contend(ctx context.Context, w *waiter) (string, error) {
 			r.keepUntil = time.Time{}
 			if res.Queued && res.Keep > 0 {
 				// Before the entry lapses, with room for the clock drift and the re-check.
-				r.keepUntil = sent.Add(res.Keep - core.Drift(res.Keep) - min(keepMargin, res.Keep/4))
+				r.keepUntil = sent.Add(res.Keep - core.Drift(res.Keep) - min(max(keepMargin, res.Keep/8), res.Keep/4))
 			}
 			if res.Acquired && res.Token > r.lastToken {
 				r.lastToken = res.Token
