@@ -360,7 +360,8 @@ func (g *Group[T]) detach(c *call[T], key string) {
 
 // keyset is the keys of one key of a Group.
 type keyset struct {
-	lead, kept, resPrefix, fence, forgot, last, channel string
+	lead, kept, resPrefix, fence, forgot, channel string
+	last                                          string // a result key too: res:last (no owner value is "last")
 }
 
 func (g *Group[T]) keys(key string) (keyset, error) {
@@ -370,7 +371,7 @@ func (g *Group[T]) keys(key string) (keyset, error) {
 		return keyset{}, fmt.Errorf("once %q: %w", g.name, err)
 	}
 	return keyset{lead: ks.Key(), kept: ks.Part("kept"), resPrefix: ks.Part("res") + ":", fence: ks.Part("fence"),
-		forgot: ks.Part("forgot"), last: ks.Part("last"), channel: ks.Channel()}, nil
+		forgot: ks.Part("forgot"), last: ks.Part("res") + ":last", channel: ks.Channel()}, nil
 }
 
 func (g *Group[T]) wrap(key string, err error) error {

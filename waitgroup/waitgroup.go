@@ -208,10 +208,10 @@ func (wg *WaitGroup) Add(ctx context.Context, delta int64) error {
 	ok, err := wg.c.GiveBack(ctx, fmt.Sprintf("waitgroup %q: Add(%d)", wg.name, delta), opsTTL, nil,
 		func(ctx context.Context) (bool, error) {
 			v, err := wg.run(ctx, scripts.WaitGroupAdd, id, delta, "").AsIntSlice()
-			if err == nil && len(v) == 2 {
+			if err == nil && len(v) >= 2 {
 				units.Store(v[1])
 			}
-			return err == nil && len(v) == 2 && v[0] == 1, err
+			return err == nil && len(v) >= 2 && v[0] == 1, err
 		})
 	switch {
 	case err != nil:

@@ -17,7 +17,7 @@ func TestOnceResultOfATakeoverIsTakenNotLedAgain(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := newOnceEnv(t, b)
-		last := e.lead + ":last"
+		last := e.res + "last"
 		begin := func(owner, waitedFor string, floor int64) (string, string) {
 			t.Helper()
 			v, err := scripts.OnceBeginArgs{Lead: e.lead, Kept: e.kept, Res: e.res + waitedFor, Mine: e.res + owner,
