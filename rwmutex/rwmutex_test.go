@@ -1199,49 +1199,23 @@ func TestDeadReadersShareIsTakenAtItsExpiry(t *testing.T) {
 // Redis ends with an Unlock that admits it (and the other readers waiting then) before the
 // next writer; the hold that admits it began either before its request (it was holding) or
 // after it (it was the first writer waiting): one hold at most. A hold is counted if it began
-// after RLock was called (its token is above the name's last token, read from Redis just
-// before) and its token is at most the read token (the name's last token when the reader got
-// in: the last write before its share).
+// after the request reached Redis (its token is above the name's last token read as the call
+// reported it queued) and its token is at most the read token (the name's last token when the
+// reader got in: the last write before its share).
 // Other readers come and go too, so that the reader also arrives while shares are held and a
-// writer waits for them (that writer then overtakes it). Holds are long against a round trip,
-// so that none begins and ends while the reader's first request is on its way.
+// writer waits for them (that writer then overtakes it).
 func TestReaderIsOvertakenByAtMostOneWrite(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const writerPods, perPod, reads, hold = 3, 2, 12, 40 * time.Millisecond
-		redistest.Retry(t, 3, func() error {
-			prefix := b.Prefix(t)
-			var mu sync.Mutex
-			var tokens []int64 // the write holds' tokens, as their Locks returned
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			for range writerPods {
-				m := newRW(t, b.Pod(t, prefix), "stream")
-				for range perPod {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for {
-							select {
-							case <-stop:
-								return
-							default:
-							}
-							ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-							if l, err := m.LockLease(ctx); err == nil {
-								mu.Lock()
-								tokens = append(tokens, l.Token())
-								mu.Unlock()
-								time.Sleep(hold)
-								_ = m.Unlock(ctx)
-							}
-							cancel()
-						}
-					}()
-				}
-			}
-			others := newRW(t, b.Pod(t, prefix), "stream")
-			for range 2 {
+		prefix := b.Prefix(t)
+		var mu sync.Mutex
+		var tokens []int64 // the write holds' tokens, as their Locks returned
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range writerPods {
+			m := newRW(t, b.Pod(t, prefix), "stream")
+			for range perPod {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -1252,61 +1226,102 @@ func TestReaderIsOvertakenByAtMostOneWrite(t *testing.T) {
 						default:
 						}
 						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-						if others.RLock(ctx) == nil {
+						if l, err := m.LockLease(ctx); err == nil {
+							mu.Lock()
+							tokens = append(tokens, l.Token())
+							mu.Unlock()
 							time.Sleep(hold)
-							_ = others.RUnlock(ctx)
+							_ = m.Unlock(ctx)
 						}
 						cancel()
-						time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond)
 					}
 				}()
 			}
-			defer func() { close(stop); wg.Wait() }()
-			if !redistest.Eventually(10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(tokens) >= 3 }) {
-				t.Fatal("the writers made no progress")
+		}
+		others := newRW(t, b.Pod(t, prefix), "stream")
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					if others.RLock(ctx) == nil {
+						time.Sleep(hold)
+						_ = others.RUnlock(ctx)
+					}
+					cancel()
+					time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond)
+				}
+			}()
+		}
+		defer func() { close(stop); wg.Wait() }()
+		if !redistest.Eventually(10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(tokens) >= 3 }) {
+			t.Fatal("the writers made no progress")
+		}
+		// The bound counts from the moment the read's request reached Redis: the
+		// observer reads the last token as the call reports it queued (after its
+		// attempt's reply), and a write begun before that is not one that overtook it.
+		// A write begun between the request's arrival and that read goes uncounted; two
+		// begun after it are a failure whatever the load.
+		obs := b.Client(t)
+		var queuedMu sync.Mutex
+		var queuedAt int64 // the last token when the call in progress queued; -1 before
+		watch := distsync.WithObserver(func(e distsync.Event) {
+			if e.Kind != distsync.EventQueued {
+				return
 			}
-			r := newRW(t, b.Pod(t, prefix), "stream")
-			obs := b.Client(t)
-			seen := make([]int, 3) // reads by the number of write holds that overtook them
-			for i := range reads {
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				called := time.Now()
-				before, err := obs.Do(ctx, obs.B().Get().Key(key(prefix, "stream", "fence")).Build()).AsInt64()
-				if err != nil {
-					t.Fatalf("the last token before RLock %d: %v", i, err)
-				}
-				l, err := r.RLockLease(ctx)
-				cancel()
-				if err != nil {
-					t.Fatalf("RLock %d: %v", i, err)
-				}
-				in := time.Now()
+			queuedMu.Lock()
+			defer queuedMu.Unlock()
+			if queuedAt >= 0 {
+				return
+			}
+			if v, err := obs.Do(context.Background(), obs.B().Get().Key(key(prefix, "stream", "fence")).Build()).AsInt64(); err == nil {
+				queuedAt = v
+			}
+		})
+		// A hand-off window long against any stall: a reader admitted but paused past it
+		// is the documented way past the bound, not what this test checks.
+		r := newRW(t, b.Pod(t, prefix, watch, distsync.WithHandoffWindow(time.Minute)), "stream")
+		seen := make([]int, 3) // reads by the number of write holds that overtook them
+		for i := range reads {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			queuedMu.Lock()
+			queuedAt = -1
+			queuedMu.Unlock()
+			l, err := r.RLockLease(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("RLock %d: %v", i, err)
+			}
+			queuedMu.Lock()
+			from := queuedAt
+			queuedMu.Unlock()
+			var over []int64
+			if from >= 0 { // it waited; else it took its share at once, overtaken by none
 				mu.Lock()
-				var over []int64
 				for _, tok := range tokens {
-					if tok > before && tok <= l.Token() {
+					if tok > from && tok <= l.Token() {
 						over = append(over, tok)
 					}
 				}
 				mu.Unlock()
-				seen[min(len(over), 2)]++
-				if len(over) > 1 {
-					// The premise that holds are long against a round trip fails if this
-					// process stalls for a hold: the request is late.
-					if stalled := redistest.Stalled(called, in); stalled >= hold {
-						return fmt.Errorf("read %d was overtaken by %d write holds, but this process stalled %v (holds last %v) while it waited",
-							i, len(over), stalled.Round(time.Millisecond), hold)
-					}
-					t.Fatalf("read %d was overtaken by %d write holds (tokens %v, read token %d)", i, len(over), over, l.Token())
-				}
-				must(t, "RUnlock", r.RUnlock)
-				time.Sleep(time.Duration(rand.IntN(60)) * time.Millisecond)
 			}
-			mu.Lock()
-			t.Logf("%d reads overtaken by no write hold, %d by one; %d write holds in all", seen[0], seen[1], len(tokens))
-			mu.Unlock()
-			return nil
-		})
+			seen[min(len(over), 2)]++
+			if len(over) > 1 {
+				t.Fatalf("read %d was overtaken by %d write holds begun after it queued (tokens %v, the last when it queued %d, read token %d)",
+					i, len(over), over, from, l.Token())
+			}
+			must(t, "RUnlock", r.RUnlock)
+			time.Sleep(time.Duration(rand.IntN(60)) * time.Millisecond)
+		}
+		mu.Lock()
+		t.Logf("%d reads overtaken by no write hold, %d by one; %d write holds in all", seen[0], seen[1], len(tokens))
+		mu.Unlock()
 	})
 }
 
