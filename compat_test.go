@@ -361,6 +361,39 @@ func noScripts(t *testing.T, nodes []rueidis.Client) int {
 // lease (batched EVALSHA in one pipeline per node), and, with WithReplicaAck, the script and
 // WAIT sent together on one connection. No NOSCRIPT reaches the caller; no lease is lost.
 func TestEvictedScriptsAreLoadedAgain(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		if b.Name == redistest.Mini {
+			t.Skip("miniredis keeps every script and has no SCRIPT EXISTS eviction to test")
+		}
+		prefix := b.Prefix(t)
+		pod := func() *distsync.Handle { return b.Pod(t, prefix).H }
+		evictedScenario(t, b.Nodes(t), "evicted", pod, pod)
+	})
+}
+
+// TestEvictedScriptsAreLoadedAgainWithReplicaAck is TestEvictedScriptsAreLoadedAgain with
+// WithReplicaAck: the script and WAIT sent together on one connection. On servers of its
+// own, so it runs in parallel with the rest.
+func TestEvictedScriptsAreLoadedAgainWithReplicaAck(t *testing.T) {
+	t.Parallel()
+	redistest.RequireRedis(t)
+	primary, _ := replicated(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{primary.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ack := distsync.WithReplicaAck(1, 2*time.Second)
+	handle := func() *distsync.Handle { return handleOn(t, c, ack) }
+	evictedScenario(t, []rueidis.Client{c}, "evicted", handle, handle)
+}
+
+// evictedScenario runs the scenario of TestEvictedScriptsAreLoadedAgain on the mutex name,
+// through handles from a and b, evicting the scripts from nodes at every step, up to three
+// times (each on a name of its own) while a loaded machine holds the renewals up for the
+// lease's length.
+func evictedScenario(t *testing.T, nodes []rueidis.Client, name string, a, b func() *distsync.Handle) {
+	t.Helper()
 	v, err := redistest.ServerVersion()
 	evicts := err == nil && v.AtLeast(7, 4)
 	check := func(t *testing.T, nodes []rueidis.Client) {
@@ -372,9 +405,7 @@ func TestEvictedScriptsAreLoadedAgain(t *testing.T) {
 		}
 		t.Logf("scripts evicted: %v", gone)
 	}
-	// run runs the scenario on the mutex name, through a and b, up to three times (each on a
-	// name of its own) while a loaded machine holds the renewals up for the lease's length.
-	run := func(t *testing.T, nodes []rueidis.Client, name string, a, b func() *distsync.Handle) {
+	{
 		attempt := 0
 		redistest.Retry(t, 3, func() error {
 			attempt++
@@ -443,23 +474,4 @@ func TestEvictedScriptsAreLoadedAgain(t *testing.T) {
 			return nil
 		})
 	}
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		if b.Name == redistest.Mini {
-			t.Skip("miniredis keeps every script and has no SCRIPT EXISTS eviction to test")
-		}
-		prefix := b.Prefix(t)
-		pod := func() *distsync.Handle { return b.Pod(t, prefix).H }
-		run(t, b.Nodes(t), "evicted", pod, pod)
-	})
-	t.Run("replica ack", func(t *testing.T) {
-		primary, _ := replicated(t)
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{primary.Addr()}, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		ack := distsync.WithReplicaAck(1, 2*time.Second)
-		handle := func() *distsync.Handle { return handleOn(t, c, ack) }
-		run(t, []rueidis.Client{c}, "evicted", handle, handle)
-	})
 }

@@ -131,6 +131,7 @@ func acquirers(t *testing.T, h *distsync.Handle, name string) []acquirer {
 // without the option takes the claim; a holder whose renewals no replica acknowledges loses
 // its lease at its deadline.
 func TestReplicaAck(t *testing.T) {
+	t.Parallel()
 	redistest.RequireRedis(t)
 	primary, replica := replicated(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -294,6 +294,7 @@ func evalshas(t *testing.T, addr string) int {
 // others do not come, and then waits for them without taking and giving back the free one
 // again and again; it gets the lock when the holder unlocks.
 func TestQuorumWaiterDoesNotPoll(t *testing.T) {
+	t.Parallel()
 	ps := primaries(t, 3)
 	holder, _ := quorumPod(t, ps, "p")
 	// The waiter's pod, its client of the free primary watched for the give-back.

@@ -453,10 +453,21 @@ func TestBadInputIsOneLineAndWritesNothing(t *testing.T) {
 
 // wantUsageError runs distsync with args and checks it exits 64 with nothing on stdout, one line
 // on stderr that names names, and no key written under prefix or the default prefix. It
-// returns stderr.
+// returns stderr. It runs the command's code in this process ([cli], what main runs): a
+// refusal is decided before anything else, and the tests of the binary itself show that
+// main exits with what cli returns. With DISTSYNC_REDIS_URL set in the test's environment,
+// which the binary is run without, it runs the binary.
 func wantUsageError(t *testing.T, bin string, b *redistest.Backend, prefix string, args []string, names string) string {
 	t.Helper()
-	status, stdout, stderr := runCLI(t, bin, args...)
+	var status int
+	var stdout, stderr string
+	if envRedis() == "" {
+		var out, errs strings.Builder
+		status = cli(args, &out, &errs)
+		stdout, stderr = out.String(), errs.String()
+	} else {
+		status, stdout, stderr = runCLI(t, bin, args...)
+	}
 	if status != 64 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, names) {
 		t.Errorf("distsync %q: status %d, stdout %q, stderr %q; want 64, nothing, and one line that names %s",
 			args, status, stdout, stderr, names)
