@@ -90,9 +90,15 @@ type proc struct {
 // a loaded machine may take longer together than cliLimit. What bounds a hang is each wait.
 func start(t *testing.T, bin string, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, nil, bin, args...)
+}
+
+// startEnv is start with env added to the process's environment.
+func startEnv(t *testing.T, env []string, bin string, args ...string) *proc {
+	t.Helper()
 	p := &proc{done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = cliEnv()
+	p.cmd.Env = append(cliEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
@@ -144,7 +150,13 @@ func (p *proc) wait(t *testing.T) int {
 // runCLI runs distsync with args to the end and returns its status, stdout and stderr.
 func runCLI(t *testing.T, bin string, args ...string) (int, string, string) {
 	t.Helper()
-	p := start(t, bin, args...)
+	return runCLIEnv(t, nil, bin, args...)
+}
+
+// runCLIEnv is runCLI with env added to the process's environment.
+func runCLIEnv(t *testing.T, env []string, bin string, args ...string) (int, string, string) {
+	t.Helper()
+	p := startEnv(t, env, bin, args...)
 	status := p.wait(t)
 	return status, p.stdout.String(), p.stderr.String()
 }

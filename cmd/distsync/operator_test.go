@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/keys"
@@ -341,9 +340,16 @@ func TestSignalEndsAStoppedCommand(t *testing.T) {
 }
 
 // inspect --watch prints the view again when the name changes (a holder takes it, and
-// releases it), and sends nothing while nothing changes.
+// releases it), and sends nothing while nothing changes. On a server of its own, whose
+// command counts no other test adds to.
 func TestInspectWatch(t *testing.T) {
-	bin, common, _, b, dir := cliSetup(t)
+	t.Parallel()
+	redistest.RequireRedis(t)
+	bin := cliBin(t, redistest.Open(t, redistest.Standalone))
+	srv := redistest.StartRedis(t)
+	obs := srv.Client(t)
+	common := []string{"--redis", "redis://" + srv.Addr()}
+	dir := t.TempDir()
 	w := start(t, bin, args(common, "inspect", "--watch", "watched")...)
 	seen := func(want string, n int) {
 		t.Helper()
@@ -353,7 +359,7 @@ func TestInspectWatch(t *testing.T) {
 	}
 	seen("watched: nothing held or queued", 1)
 	pttl := func() int64 {
-		info, err := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Info().Section("commandstats").Build() }).ToString()
+		info, err := obs.Do(context.Background(), obs.B().Info().Section("commandstats").Build()).ToString()
 		if err != nil {
 			t.Fatal(err)
 		}

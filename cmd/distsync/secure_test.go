@@ -15,6 +15,7 @@ import (
 // that SSL_CERT_FILE names (Go reads it in place of the system's roots on Linux); without it,
 // the server's certificate is refused and the command exits 69, saying why.
 func TestCommandOverTLS(t *testing.T) {
+	t.Parallel()
 	bin := cliBin(t, redistest.Open(t, redistest.Standalone))
 	certs := redistest.NewTLS(t, false) // the command presents no client certificate
 	srv := redistest.StartTLSRedis(t, certs)
@@ -27,7 +28,7 @@ func TestCommandOverTLS(t *testing.T) {
 		t.Errorf("without SSL_CERT_FILE: status %d, stderr %q; want %d and the certificate refused", status, stderr, exitUnavailable)
 	}
 
-	t.Setenv("SSL_CERT_FILE", certs.CA)
+	trust := []string{"SSL_CERT_FILE=" + certs.CA}
 	for _, a := range [][]string{
 		args(common, "lock", "deploy", "--", "sh", "-c", `test -n "$DISTSYNC_TOKEN"`),
 		args(common, "sem", "partner", "--size", "2", "--", "true"),
@@ -35,7 +36,7 @@ func TestCommandOverTLS(t *testing.T) {
 		args(common, "ls"),
 		args(common, "inspect", "nightly"),
 	} {
-		if status, stdout, stderr := runCLI(t, bin, a...); status != 0 {
+		if status, stdout, stderr := runCLIEnv(t, trust, bin, a...); status != 0 {
 			t.Errorf("distsync %s over TLS: status %d\n%s%s", strings.Join(a, " "), status, stdout, stderr)
 		}
 	}
