@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/keys"
 	"github.com/distsync/distsync/internal/redistest"
