@@ -105,6 +105,7 @@ func TestLeaseExtendOfAFixedLease(t *testing.T) {
 		if until := time.Until(l.Deadline()); until < 50*time.Second || until > time.Minute {
 			t.Fatalf("deadline after Extend(1m) in %v", until)
 		}
+		shortened := time.Now()
 		if err := l.Extend(ctx, 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +118,9 @@ func TestLeaseExtendOfAFixedLease(t *testing.T) {
 		if err := l.Extend(ctx, time.Millisecond); !errors.Is(err, distsync.ErrInvalid) {
 			t.Fatalf("Extend below MinLeaseTTL: %v", err)
 		}
-		if err := m.Unlock(ctx); err != nil {
+		if err := m.Unlock(ctx); err != nil && !(errors.Is(err, distsync.ErrLost) && time.Since(shortened) >= 5*time.Second) {
+			// A loss is right only if the shortened lease could have run out (a loaded
+			// machine took 5 s to get here).
 			t.Fatal(err)
 		}
 

@@ -158,20 +158,20 @@ func TestTimeoutBoundsTheWholeWait(t *testing.T) {
 		})
 	})
 	t.Run("Redis stopped while distsync waits", func(t *testing.T) {
-		// Long enough to start and queue on a loaded machine: Redis must stop within it.
-		const timeout = 3 * time.Second
+		// Long enough to start and queue on a loaded machine: Redis must stop within it. 4 s
+		// at first, twice as long at each next attempt.
 		q, err := keys.New(distsync.DefaultKeyPrefix, "mutex", "n")
 		if err != nil {
 			t.Fatal(err)
 		}
-		redistest.Retry(t, 3, func() error {
+		redistest.RetryScaled(t, 3, 4*time.Second, func(timeout time.Duration) error {
 			p := redistest.StartRedis(t)
 			c := p.Client(t)
 			url := "redis://" + p.Addr()
 			h, _ := holder(t, bin, []string{"--redis", url}, t.TempDir(), "n")
 			defer h.kill()
 			begin := time.Now()
-			w := start(t, bin, "lock", "--redis", url, "--timeout", "3", "n", "--", "true")
+			w := start(t, bin, "lock", "--redis", url, "--timeout", timeout.String(), "n", "--", "true")
 			// Stop Redis once distsync waits, queued behind the holder.
 			if !redistest.Eventually(cliLimit, func() bool {
 				n, err := c.Do(context.Background(), c.B().Zcard().Key(q.Part("q")).Build()).AsInt64()
@@ -295,7 +295,7 @@ func TestFlockSpellings(t *testing.T) {
 	}{
 		{[]string{"-n", "busy", "true"}, 75},
 		{[]string{"--nonblock", "busy", "true"}, 75},
-		{[]string{"-w", "0.2", "busy", "true"}, 75},
+		{[]string{"-w", "2.5", "busy", "true"}, 75}, // plain seconds, a fraction: long enough to connect on a loaded machine
 		{[]string{"-n", "-E", "3", "busy", "true"}, 3},
 		{[]string{"-nE3", "busy", "true"}, 3},
 		{[]string{"-s", "-n", "busy", "true"}, 0}, // the read-write lock "busy" is another lock
