@@ -1209,12 +1209,18 @@ func TestReaderIsOvertakenByAtMostOneWrite(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const writerPods, perPod, reads, hold = 3, 2, 12, 40 * time.Millisecond
 		prefix := b.Prefix(t)
+		// A hand-off window long against any stall, on every pod (the one whose Unlock or
+		// RUnlock admits others sets how long the admission lasts), and places kept as long:
+		// a reader admitted but paused past its window, or whose place lapsed, is the
+		// documented way past the bound, not what this test checks.
+		window := distsync.WithHandoffWindow(time.Minute)
+		place := distsync.WithWaiterLease(time.Minute)
 		var mu sync.Mutex
 		var tokens []int64 // the write holds' tokens, as their Locks returned
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		for range writerPods {
-			m := newRW(t, b.Pod(t, prefix), "stream")
+			m := newRW(t, b.Pod(t, prefix, window, place), "stream")
 			for range perPod {
 				wg.Add(1)
 				go func() {
@@ -1238,7 +1244,7 @@ func TestReaderIsOvertakenByAtMostOneWrite(t *testing.T) {
 				}()
 			}
 		}
-		others := newRW(t, b.Pod(t, prefix), "stream")
+		others := newRW(t, b.Pod(t, prefix, window, place), "stream")
 		for range 2 {
 			wg.Add(1)
 			go func() {
@@ -1284,9 +1290,7 @@ func TestReaderIsOvertakenByAtMostOneWrite(t *testing.T) {
 				queuedAt = v
 			}
 		})
-		// A hand-off window long against any stall: a reader admitted but paused past it
-		// is the documented way past the bound, not what this test checks.
-		r := newRW(t, b.Pod(t, prefix, watch, distsync.WithHandoffWindow(time.Minute)), "stream")
+		r := newRW(t, b.Pod(t, prefix, watch, window, place), "stream")
 		seen := make([]int, 3) // reads by the number of write holds that overtook them
 		for i := range reads {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
