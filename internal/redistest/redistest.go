@@ -49,6 +49,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -327,7 +328,7 @@ func (b *Backend) nodes(tb testing.TB) []rueidis.Client {
 	return out
 }
 
-// Keys returns every key that starts with prefix, on every node.
+// Keys returns every key that starts with prefix, on every node, sorted, each once.
 func (b *Backend) Keys(tb testing.TB, prefix string) []string {
 	tb.Helper()
 	if b.Name == Mini {
@@ -337,7 +338,7 @@ func (b *Backend) Keys(tb testing.TB, prefix string) []string {
 				out = append(out, k)
 			}
 		}
-		return out
+		return out // sorted
 	}
 	var out []string
 	for _, c := range b.nodes(tb) {
@@ -356,7 +357,10 @@ func (b *Backend) Keys(tb testing.TB, prefix string) []string {
 		}
 		c.Close()
 	}
-	return out
+	// SCAN's order depends on the hash table's layout, and it may return a key twice (while
+	// the table is resized).
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func escapeGlob(s string) string {
