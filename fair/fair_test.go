@@ -915,5 +915,8 @@ func expiresAt(t *testing.T, c rueidis.Client, k, held string) (time.Time, error
 	return time.UnixMilli(ms), nil
 }
 
-// valueAndExpiry reads a string key's value and its expiry (PEXPIRETIME) at one moment.
-const valueAndExpiry = `return {redis.call('GET', KEYS[1]) or '', redis.call('PEXPIRETIME', KEYS[1])}`
+// valueAndExpiry reads a string key's value and its expiry at one moment: as PEXPIRETIME would give it,
+// from TIME and PTTL (Redis 6.2 has no PEXPIRETIME), a millisecond early to cover rounding.
+const valueAndExpiry = `local t, p = redis.call('TIME'), redis.call('PTTL', KEYS[1])
+if p >= 0 then p = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + p - 1 end
+return {redis.call('GET', KEYS[1]) or '', p}`

@@ -802,8 +802,11 @@ func expiresAt(t *testing.T, c rueidis.Client, k string, tok int64) (time.Time, 
 	return time.UnixMilli(ms), nil
 }
 
-// tokenAndExpiry reads a mutex hash's token and its expiry (PEXPIRETIME) at one moment.
-const tokenAndExpiry = `return {redis.call('HGET', KEYS[1], 't') or '', redis.call('PEXPIRETIME', KEYS[1])}`
+// tokenAndExpiry reads a mutex hash's token and its expiry at one moment: as PEXPIRETIME would give it,
+// from TIME and PTTL (Redis 6.2 has no PEXPIRETIME), a millisecond early to cover rounding.
+const tokenAndExpiry = `local t, p = redis.call('TIME'), redis.call('PTTL', KEYS[1])
+if p >= 0 then p = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + p - 1 end
+return {redis.call('HGET', KEYS[1], 't') or '', p}`
 
 func ownerOf(ctx context.Context) reentrant.Owner {
 	o, _ := reentrant.OwnerFrom(ctx)
