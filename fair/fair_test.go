@@ -717,51 +717,6 @@ func TestRetryAfterALateClaimKeepsItsHold(t *testing.T) {
 	})
 }
 
-// sendLog is a rueidis.Client that notes when each command that matches is sent, for a test
-// that times a waiter's attempts, whatever the round trips took.
-type sendLog struct {
-	rueidis.Client
-	match func(cmd []string) bool
-	mu    sync.Mutex
-	at    []time.Time
-}
-
-func (c *sendLog) note(cmds ...rueidis.Completed) {
-	for _, cmd := range cmds {
-		if c.match(cmd.Commands()) {
-			c.mu.Lock()
-			c.at = append(c.at, time.Now())
-			c.mu.Unlock()
-		}
-	}
-}
-
-// Do implements rueidis.Client.
-func (c *sendLog) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	c.note(cmd)
-	return c.Client.Do(ctx, cmd)
-}
-
-// DoMulti implements rueidis.Client.
-func (c *sendLog) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
-	c.note(multi...)
-	return c.Client.DoMulti(ctx, multi...)
-}
-
-// last returns when the last command that matches was sent before t (the zero time if none
-// was).
-func (c *sendLog) last(t time.Time) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var last time.Time
-	for _, at := range c.at {
-		if at.Before(t) {
-			last = at
-		}
-	}
-	return last
-}
-
 // ranClient is a rueidis.Client that counts the calls that match and ran in Redis (whose reply
 // is not an error), for a test that waits for such a call.
 type ranClient struct {
@@ -837,7 +792,7 @@ func TestDeadHoldersLockIsTakenAtItsExpiry(t *testing.T) {
 			net := redistest.NewNetwork()
 			t.Cleanup(net.Restore)
 			holder := newFair(t, b.PodVia(t, prefix, net, opts...), "dead")
-			sends := &sendLog{Client: b.Client(t), match: redistest.ScriptCall(scripts.FairAcquire)}
+			sends := redistest.NewSendLog(b.Client(t), redistest.ScriptCall(scripts.FairAcquire))
 			waiter := newFair(t, b.PodOn(t, sends, prefix, opts...), "dead")
 			obs := b.Client(t)
 			locked := time.Now()
@@ -876,7 +831,7 @@ func TestDeadHoldersLockIsTakenAtItsExpiry(t *testing.T) {
 			// When the waiter sent the attempt that took the lock: its re-check, which is what
 			// is timed, without the round trip after it. (None since the cut: the lock came
 			// otherwise, as a grant at a place renewal, and is timed as it came.)
-			sent := sends.last(r.At)
+			sent := sends.Last(r.At)
 			if sent.Before(cut) {
 				sent = r.At
 			}

@@ -369,7 +369,7 @@ func TestDeadHoldersLockIsTakenAtItsExpiry(t *testing.T) {
 			net := redistest.NewNetwork()
 			t.Cleanup(net.Restore)
 			holder := newMutex(t, b.PodVia(t, prefix, net, distsync.WithLeaseTTL(ttl)), "dead")
-			sends := &sendLog{Client: b.Client(t), match: redistest.ScriptCall(scripts.ReentrantLock)}
+			sends := redistest.NewSendLog(b.Client(t), redistest.ScriptCall(scripts.ReentrantLock))
 			waiter := newMutex(t, b.PodOn(t, sends, prefix, distsync.WithLeaseTTL(ttl)), "dead")
 			obs := b.Client(t)
 			a, z := owned(reentrant.NewOwner()), owned(reentrant.NewOwner())
@@ -407,7 +407,7 @@ func TestDeadHoldersLockIsTakenAtItsExpiry(t *testing.T) {
 			// When the waiter sent the attempt that took the mutex: its re-check, which is what
 			// is timed, without the round trip after it. (None since the cut: the mutex came
 			// otherwise, and is timed as it came.)
-			sent := sends.last(r.At)
+			sent := sends.Last(r.At)
 			if sent.Before(cut) {
 				sent = r.At
 			}

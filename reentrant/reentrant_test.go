@@ -659,7 +659,7 @@ func TestReentryInFlightAcrossALostLease(t *testing.T) {
 	const ttl = 600 * time.Millisecond
 	redistest.Retry(t, 3, func() error {
 		prefix := b.Prefix(t)
-		sent := &sendLog{Client: b.Client(t), match: redistest.ScriptCall(scripts.ReentrantLock)}
+		sent := redistest.NewSendLog(b.Client(t), redistest.ScriptCall(scripts.ReentrantLock))
 		m := newMutex(t, b.PodOn(t, sent, prefix, distsync.WithLeaseTTL(ttl)), "paused")
 		other := newMutex(t, b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)), "paused")
 		a := owned(reentrant.NewOwner())
@@ -677,17 +677,17 @@ func TestReentryInFlightAcrossALostLease(t *testing.T) {
 				_ = b.Server.Signal(syscall.SIGCONT)
 			}
 		}()
-		before := sent.sent()
+		before := sent.Sent()
 		rctx, cancel := within(a, 20*time.Second)
 		defer cancel()
 		res := lockAsync(rctx, m) // waits in the socket while Redis is paused
 		// The re-entry is in flight once sent; if the hold's local deadline passed before it
 		// could be (the process stalled for most of a lease), it fails without being sent, and
 		// the case did not happen.
-		if !redistest.Eventually(10*time.Second, func() bool { return sent.sent() > before || len(res) > 0 }) {
+		if !redistest.Eventually(10*time.Second, func() bool { return sent.Sent() > before || len(res) > 0 }) {
 			t.Fatal("the re-entry was neither sent nor did it return")
 		}
-		if sent.sent() == before {
+		if sent.Sent() == before {
 			r := <-res
 			return fmt.Errorf("the re-entry returned (%v) without being sent: the hold had ended first (the machine stalled)", r.Err)
 		}
@@ -725,59 +725,6 @@ func TestReentryInFlightAcrossALostLease(t *testing.T) {
 		unlock(t, m, a)
 		return nil
 	})
-}
-
-// sendLog is a rueidis.Client that notes when each command that matches is sent, for a test
-// that waits for one to be on its way, or times a waiter's attempts, whatever the round trips
-// took.
-type sendLog struct {
-	rueidis.Client
-	match func(cmd []string) bool
-	mu    sync.Mutex
-	at    []time.Time
-}
-
-func (c *sendLog) note(cmds ...rueidis.Completed) {
-	for _, cmd := range cmds {
-		if c.match(cmd.Commands()) {
-			c.mu.Lock()
-			c.at = append(c.at, time.Now())
-			c.mu.Unlock()
-		}
-	}
-}
-
-// Do implements rueidis.Client.
-func (c *sendLog) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	c.note(cmd)
-	return c.Client.Do(ctx, cmd)
-}
-
-// DoMulti implements rueidis.Client.
-func (c *sendLog) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
-	c.note(multi...)
-	return c.Client.DoMulti(ctx, multi...)
-}
-
-// sent returns how many commands that match were sent.
-func (c *sendLog) sent() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.at)
-}
-
-// last returns when the last command that matches was sent before t (the zero time if none
-// was).
-func (c *sendLog) last(t time.Time) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var last time.Time
-	for _, at := range c.at {
-		if at.Before(t) {
-			last = at
-		}
-	}
-	return last
 }
 
 // expiresAt returns when the hold under key k expires, by Redis's clock, which is this

@@ -955,12 +955,12 @@ func shareExpiry(t *testing.T, c rueidis.Client, prefix, name string) (time.Time
 // if sent since from, else at itself) within limit of expiry, allowing for what this process
 // stalled since from (redistest.Late): the waiter's re-check is timed, not the round trip
 // after it. Otherwise it returns an error, for redistest.Retry.
-func within(t *testing.T, what string, at time.Time, sends *sendLog, expiry time.Time, limit time.Duration, from time.Time) error {
+func within(t *testing.T, what string, at time.Time, sends *redistest.SendLog, expiry time.Time, limit time.Duration, from time.Time) error {
 	t.Helper()
 	if at.Before(expiry) {
 		t.Fatalf("%s got in %v before the lease it waited behind ran out", what, expiry.Sub(at))
 	}
-	sent := sends.last(at)
+	sent := sends.Last(at)
 	if sent.Before(from) {
 		sent = at
 	}
@@ -969,54 +969,9 @@ func within(t *testing.T, what string, at time.Time, sends *sendLog, expiry time
 	return redistest.Late(what+", after the lease it waited behind ran out, sent the attempt that got in", late, limit, from, sent)
 }
 
-// sendLog is a rueidis.Client that notes when each command that matches is sent, for a test
-// that times a waiter's attempts, whatever the round trips took.
-type sendLog struct {
-	rueidis.Client
-	match func(cmd []string) bool
-	mu    sync.Mutex
-	at    []time.Time
-}
-
-func (c *sendLog) note(cmds ...rueidis.Completed) {
-	for _, cmd := range cmds {
-		if c.match(cmd.Commands()) {
-			c.mu.Lock()
-			c.at = append(c.at, time.Now())
-			c.mu.Unlock()
-		}
-	}
-}
-
-// Do implements rueidis.Client.
-func (c *sendLog) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	c.note(cmd)
-	return c.Client.Do(ctx, cmd)
-}
-
-// DoMulti implements rueidis.Client.
-func (c *sendLog) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
-	c.note(multi...)
-	return c.Client.DoMulti(ctx, multi...)
-}
-
-// last returns when the last command that matches was sent before t (the zero time if none
-// was).
-func (c *sendLog) last(t time.Time) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var last time.Time
-	for _, at := range c.at {
-		if at.Before(t) {
-			last = at
-		}
-	}
-	return last
-}
-
 // lockSends returns a client of b that logs when rwmutex_lock.lua is sent through it.
-func lockSends(t *testing.T, b *redistest.Backend) *sendLog {
-	return &sendLog{Client: b.Client(t), match: redistest.ScriptCall(scripts.RWMutexLock)}
+func lockSends(t *testing.T, b *redistest.Backend) *redistest.SendLog {
+	return redistest.NewSendLog(b.Client(t), redistest.ScriptCall(scripts.RWMutexLock))
 }
 
 // A writer that dies holding (its network cut) is replaced a round trip after its lease runs
@@ -1056,7 +1011,7 @@ func TestDeadWritersLockIsTakenAtItsExpiry(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute+ttl)
 				defer cancel()
 				prefix := b.Prefix(t)
-				sends := []*sendLog{lockSends(t, b), lockSends(t, b)}
+				sends := []*redistest.SendLog{lockSends(t, b), lockSends(t, b)}
 				var readers []*rwmutex.RWMutex
 				for _, c := range sends {
 					readers = append(readers, newRW(t, b.PodOn(t, c, prefix, distsync.WithLeaseTTL(ttl)), "dead"))
