@@ -46,32 +46,6 @@ func waitQueued(t *testing.T, b *redistest.Backend, prefix, name string, n int64
 	}
 }
 
-// waiting waits (at most 10 s) until cond, which reads Redis, shows the Locks res report
-// waiting. If one of them returned instead, what it was to wait behind had lapsed (only a
-// machine stalled for most of a lease lets a renewed hold lapse): it returns an error, for
-// redistest.Retry.
-func waiting(t *testing.T, what string, cond func() bool, res ...<-chan redistest.Returned) error {
-	t.Helper()
-	var back *redistest.Returned
-	ok := redistest.Eventually(10*time.Second, func() bool {
-		for _, ch := range res {
-			select {
-			case r := <-ch:
-				back = &r
-			default:
-			}
-		}
-		return back != nil || cond()
-	})
-	switch {
-	case back != nil:
-		return fmt.Errorf("%s: a Lock returned instead (%v): what it was to wait behind lapsed (the machine stalled?)", what, back.Err)
-	case !ok:
-		t.Fatalf("%s: not within 10s", what)
-	}
-	return nil
-}
-
 // grantOf returns the grant the mutex holds ("~<waiter>:<token>"), "" if none.
 func grantOf(t *testing.T, b *redistest.Backend, prefix, name string) string {
 	t.Helper()
@@ -698,7 +672,7 @@ func TestQueueLeavesNothingBehind(t *testing.T) {
 			lock(t, crash, a)
 			z := owned(reentrant.NewOwner())
 			res := lockAsync(z, ms[1])
-			if err := waiting(t, "the waiter queues behind the holder", func() bool { return queued(t, b, prefix, "leak") == 1 }, res); err != nil {
+			if err := redistest.Waiting(t, "the waiter queues behind the holder", func() bool { return queued(t, b, prefix, "leak") == 1 }, res); err != nil {
 				return err
 			}
 			net.Cut()

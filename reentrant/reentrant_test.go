@@ -469,7 +469,7 @@ func TestIdleWaiterDoesNotPollAndWakesPromptly(t *testing.T) {
 			res := lockAsync(ctx, waiter)
 			// Queued and subscribed: the waiter then has at most its re-check after subscribing
 			// left to send (one round trip), which the bound below leaves room for.
-			if err := waiting(t, "the waiter queues and subscribes", func() bool {
+			if err := redistest.Waiting(t, "the waiter queues and subscribes", func() bool {
 				return queued(t, b, prefix, "idle") == 1 && len(b.Channels(t, key(prefix, "idle")+":ch:*")) > 0
 			}, res); err != nil {
 				return err

@@ -102,32 +102,6 @@ func kept(t *testing.T, what string, f func(context.Context) error) error {
 	return nil
 }
 
-// waiting waits (at most 10 s) until cond, which reads Redis, shows the calls res report
-// waiting. If one of them returned instead, what it was to wait behind had lapsed (only a
-// machine stalled for most of a lease lets a renewed hold lapse): it returns an error, for
-// redistest.Retry.
-func waiting(t *testing.T, what string, cond func() bool, res ...<-chan redistest.Returned) error {
-	t.Helper()
-	var back *redistest.Returned
-	ok := redistest.Eventually(10*time.Second, func() bool {
-		for _, ch := range res {
-			select {
-			case r := <-ch:
-				back = &r
-			default:
-			}
-		}
-		return back != nil || cond()
-	})
-	switch {
-	case back != nil:
-		return fmt.Errorf("%s: a call returned instead (%v): what it was to wait behind lapsed (the machine stalled?)", what, back.Err)
-	case !ok:
-		t.Fatalf("%s: not within 10s", what)
-	}
-	return nil
-}
-
 // rwState describes the RWMutex name's keys in Redis, for a test that reports a hang.
 func rwState(t *testing.T, b *redistest.Backend, prefix, name string) string {
 	t.Helper()
@@ -450,7 +424,7 @@ func TestCrashedWaitingWriterDoesNotBlockReaders(t *testing.T) {
 			wctx, wcancel := context.WithCancel(context.Background())
 			defer wcancel()
 			wres := async(wctx, writer.Lock)
-			if err := waiting(t, "the writer marks itself as waiting", func() bool { return exists(t, b, key(prefix, "ghost", "ww")) }, wres); err != nil {
+			if err := redistest.Waiting(t, "the writer marks itself as waiting", func() bool { return exists(t, b, key(prefix, "ghost", "ww")) }, wres); err != nil {
 				return err
 			}
 			marked := time.Now()
@@ -499,7 +473,7 @@ func TestIdleWaitersDoNotPoll(t *testing.T) {
 			// most its re-check after subscribing left to send (one round trip), which the
 			// bound below leaves room for.
 			ch := key(prefix, "idle", "ch")
-			if err := waiting(t, "the reader and the writer wait, subscribed", func() bool {
+			if err := redistest.Waiting(t, "the reader and the writer wait, subscribed", func() bool {
 				return exists(t, b, key(prefix, "idle", "rq")) && exists(t, b, key(prefix, "idle", "ww")) &&
 					b.Subscribers(t, ch+":r") > 0 && b.Subscribers(t, ch+":w") > 0
 			}, rres, wres); err != nil {
@@ -1314,14 +1288,14 @@ func TestIdleWritersBehindReadersDoNotPoll(t *testing.T) {
 				writers = append(writers, w)
 				res = append(res, async(ctx, w.Lock))
 				// In this order: the writer is in the writers' order in Redis before the next starts.
-				if err := waiting(t, fmt.Sprintf("writer %d queues", i), func() bool { return zcard(t, b, key(prefix, "idler", "wo")) == int64(i+1) }, res...); err != nil {
+				if err := redistest.Waiting(t, fmt.Sprintf("writer %d queues", i), func() bool { return zcard(t, b, key(prefix, "idler", "wo")) == int64(i+1) }, res...); err != nil {
 					return err
 				}
 			}
 			queued := time.Now()
 			// Each waits once its channel is subscribed: it then has at most its re-check after
 			// subscribing left to send (one round trip), which the bound below leaves room for.
-			if err := waiting(t, "the writers subscribe", func() bool { return b.Subscribers(t, key(prefix, "idler", "ch")+":w") >= int64(len(pods)) }, res...); err != nil {
+			if err := redistest.Waiting(t, "the writers subscribe", func() bool { return b.Subscribers(t, key(prefix, "idler", "ch")+":w") >= int64(len(pods)) }, res...); err != nil {
 				return err
 			}
 			from := time.Now()

@@ -141,3 +141,29 @@ func RetryScaled(tb testing.TB, n int, d time.Duration, attempt func(step time.D
 		return attempt(d)
 	})
 }
+
+// Waiting waits (at most 10 s) until cond, which reads Redis, shows the calls res report
+// waiting. If one of them returned instead, what it was to wait behind had lapsed (only a
+// machine stalled for most of a lease lets a renewed hold lapse): it returns an error, for
+// [Retry]. If neither comes within 10 s it fails tb.
+func Waiting(tb testing.TB, what string, cond func() bool, res ...<-chan Returned) error {
+	tb.Helper()
+	var back *Returned
+	ok := Eventually(10*time.Second, func() bool {
+		for _, ch := range res {
+			select {
+			case r := <-ch:
+				back = &r
+			default:
+			}
+		}
+		return back != nil || cond()
+	})
+	switch {
+	case back != nil:
+		return fmt.Errorf("%s: a call returned instead (%v): what it was to wait behind lapsed (the machine stalled?)", what, back.Err)
+	case !ok:
+		tb.Fatalf("%s: not within 10s", what)
+	}
+	return nil
+}
