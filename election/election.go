@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distsync/distsync"
@@ -85,9 +86,11 @@ func (e *Election) Name() string { return e.l.Name() }
 // the wait and are returned.
 //
 // An Election value is one candidate, as etcd's is. If it leads already, Campaign returns its
-// Term at once, having proclaimed value if it differs ([Term.Proclaim]): a leader that
-// campaigns again (it retries after an error it did not understand, say) never waits behind
-// its own term. Campaigns of one value run one at a time: one that starts while another
+// Term at once, having proclaimed value if it differs ([Term.Proclaim], tried again while
+// Redis cannot be reached, until ctx ends): a leader that campaigns again (it retries after
+// an error it did not understand, say) never waits behind its own term. A term whose Resign
+// has begun is not led any more, even while that Resign goes on in the background: Campaign
+// then waits for a new term. Campaigns of one value run one at a time: one that starts while another
 // waits, waits for it, and then returns the Term it won (proclaiming its own value) or, if it
 // gave up, campaigns itself. The Term is shared: a Resign through any of them ends it.
 func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
@@ -147,20 +150,25 @@ func (e *Election) again(ctx context.Context, value string) (*Term, bool, error)
 	e.mu.Lock()
 	t := e.term
 	e.mu.Unlock()
-	if t == nil || t.Err() != nil {
+	if t == nil || t.Err() != nil || t.resigned.Load() {
 		return nil, false, nil
 	}
 	if t.Value() == value {
 		return t, true, nil
 	}
-	err := t.Proclaim(ctx, value)
-	if errors.Is(err, distsync.ErrNotHeld) {
-		return nil, false, nil // the term was over: campaign anew
+	// Campaign waits out what Redis did not refuse: a proclaim that could not reach Redis is
+	// tried again until it does, the term ends (then the value campaigns anew) or ctx ends.
+	for backoff := 10 * time.Millisecond; ; {
+		err := t.Proclaim(ctx, value)
+		switch {
+		case err == nil:
+			return t, true, nil
+		case errors.Is(err, distsync.ErrNotHeld):
+			return nil, false, nil // the term was over: campaign anew
+		case !core.RetryAfter(ctx, &backoff, err):
+			return nil, true, err
+		}
 	}
-	if err != nil {
-		return nil, true, err
-	}
-	return t, true, nil
 }
 
 // won records a term this value won.
@@ -261,6 +269,10 @@ type Term struct {
 
 	mu    sync.Mutex
 	value string
+
+	// resigned is set when a Resign begins: from then on the term is not this value's to
+	// campaign with, even while a Resign that Redis did not confirm goes on in the background.
+	resigned atomic.Bool
 }
 
 // Token returns the term's fencing token: larger than the token of every earlier term of the
@@ -304,17 +316,22 @@ func (t *Term) Lease() *distsync.Lease { return api.Lease(t.l) }
 // moment Redis may let another candidate lead, if none has by then (Err matches
 // [distsync.ErrLost]).
 func (t *Term) Resign(ctx context.Context) error {
+	t.resigned.Store(true)
 	return t.e.l.Release(ctx, "resign", t.l)
 }
 
 // Proclaim changes the leader's value to value without giving up leadership; observers are
-// told. Connection errors are retried a few times. If the term is over it returns an error matching [distsync.ErrNotHeld] and why the
-// term ended ([distsync.ErrReleased], or [distsync.ErrLost] if Redis no longer has it as the
-// leader's, which the term's Done then reports within a renewal period); otherwise the error
-// of Redis, if any.
+// told. Connection errors are retried a few times. If the term is over it returns an error
+// matching [distsync.ErrNotHeld] and why the term ended ([distsync.ErrReleased], or
+// [distsync.ErrLost] if Redis no longer has it as the leader's, which the term's Done then
+// reports within a renewal period); it matches ErrNotHeld alone once a Resign has begun,
+// even one still going on in the background. Otherwise it returns the error of Redis, if any.
 func (t *Term) Proclaim(ctx context.Context, value string) error {
 	if err := t.l.Err(); err != nil {
 		return fmt.Errorf("election %q: proclaim: %w: %w", t.e.Name(), distsync.ErrNotHeld, err)
+	}
+	if t.resigned.Load() {
+		return fmt.Errorf("election %q: proclaim: %w: the term was resigned", t.e.Name(), distsync.ErrNotHeld)
 	}
 	owner := t.l.Owner()
 	proclaim := scripts.ElectionProclaimArgs{Lock: t.e.l.Keys().Lock, Values: t.e.l.Record().Values,

@@ -334,6 +334,68 @@ func TestResignThatFailsIsReported(t *testing.T) {
 	})
 }
 
+// A Campaign that cannot reach Redis waits for it rather than returning the connection error,
+// on both of its paths for a value that leads already: a term still led is proclaimed once
+// Redis answers (the same term, the new value), and a term whose Resign failed is not led any
+// more: the Campaign waits for, and wins, a new term (a fault checker caught Campaign
+// returning "proclaim: connection refused" after a Resign during a restart of Redis).
+func TestCampaignWaitsOutAnUnreachableRedis(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		net := redistest.NewNetwork()
+		t.Cleanup(net.Restore)
+		a := newElection(t, b.PodVia(t, prefix, net, distsync.WithLeaseTTL(time.Minute)), "unreachable")
+		ta := campaign(t, a, "a")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		type result struct {
+			term *election.Term
+			err  error
+		}
+		// while cut returns what a Campaign of value did while the network was cut, and
+		// then once the network was back; before is done while the network is cut.
+		while := func(value string, before func()) result {
+			net.Cut()
+			before()
+			done := make(chan result, 1)
+			go func() {
+				term, err := a.Campaign(ctx, value)
+				done <- result{term, err}
+			}()
+			select {
+			case r := <-done:
+				net.Restore()
+				t.Fatalf("Campaign(%q) with Redis unreachable returned %v, %v; want it to wait", value, r.term, r.err)
+			case <-time.After(500 * time.Millisecond):
+			}
+			net.Restore()
+			return <-done
+		}
+		r := while("b", func() {})
+		if r.err != nil || r.term != ta || r.term.Value() != "b" {
+			t.Fatalf("Campaign(b) of the leader = %v (value %q), %v; want its own term, proclaimed", r.term, r.term.Value(), r.err)
+		}
+		r = while("c", func() {
+			rctx, rcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer rcancel()
+			if err := ta.Resign(rctx); err == nil {
+				t.Fatal("Resign with Redis unreachable returned nil")
+			}
+			if err := ta.Proclaim(context.Background(), "x"); !errors.Is(err, distsync.ErrNotHeld) {
+				t.Errorf("Proclaim after a Resign = %v, want ErrNotHeld", err)
+			}
+		})
+		if r.err != nil {
+			t.Fatalf("Campaign(c) after a failed Resign: %v", r.err)
+		}
+		if r.term == ta || r.term.Token() <= ta.Token() || r.term.Value() != "c" {
+			t.Errorf("Campaign(c) after a failed Resign = term %d (value %q), want a new term after %d", r.term.Token(), r.term.Value(), ta.Token())
+		}
+		resign(t, r.term)
+	})
+}
+
 // A leader's term is read from the record, not from the fence key, which may expire during a
 // long term (its retention counts from the last acquisition).
 func TestLeaderTermOutlivesTheFenceKey(t *testing.T) {
