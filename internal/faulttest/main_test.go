@@ -30,7 +30,7 @@ const scenarioParallel = 6
 
 func TestMain(m *testing.M) {
 	if raw := os.Getenv(envWorker); raw != "" {
-		os.Exit(workerMain(raw))
+		testrun.Exit(workerMain(raw))
 	}
 	testrun.SetParallel(scenarioParallel)
 	code := testrun.Run(m, func() string {
@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 	if clusterB != nil {
 		clusterB.Cluster.Stop()
 	}
-	os.Exit(code)
+	testrun.Exit(code)
 }
 
 // long skips t, a fault scenario, unless the long tier runs: every scenario starts real

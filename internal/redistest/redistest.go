@@ -152,7 +152,7 @@ func Main(m *testing.M) {
 	if cluster != nil {
 		cluster.Stop()
 	}
-	os.Exit(code)
+	testrun.Exit(code)
 }
 
 // MainLong is [Main] for a package of the long tier (internal/testrun): without

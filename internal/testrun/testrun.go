@@ -53,7 +53,7 @@ func Long() bool { return os.Getenv(EnvLong) == "1" }
 // the command line gave it; after the run it prints the package's line: the import path,
 // then what describe returns (nil: "unit tests, no Redis").
 func Main(m *testing.M, describe func() string) {
-	os.Exit(Run(m, describe))
+	Exit(Run(m, describe))
 }
 
 // Run is [Main] without the exit: it returns m.Run's code, for a TestMain that has more to
