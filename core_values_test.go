@@ -1,8 +1,10 @@
-package distsync
+package distsync_test
 
 import (
+	"fmt"
 	"testing"
 
+	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/core"
 )
 
@@ -10,30 +12,33 @@ import (
 // their docs, and must keep the core's values.
 func TestEventKindsAreTheCores(t *testing.T) {
 	t.Parallel()
-	for k, c := range map[EventKind]int{
-		EventAcquireStarted: core.EventAcquireStarted, EventAcquired: core.EventAcquired,
-		EventNotAcquired: core.EventNotAcquired, EventReleased: core.EventReleased, EventLost: core.EventLost,
-		EventRenewed: core.EventRenewed, EventRenewalFailed: core.EventRenewalFailed, EventQueued: core.EventQueued,
-		EventWoken: core.EventWoken, EventGranted: core.EventGranted, EventOnceLeader: core.EventOnceLeader,
-		EventOnceFollower: core.EventOnceFollower, EventOnceTakeover: core.EventOnceTakeover,
-		EventAllowed: core.EventAllowed, EventDelayed: core.EventDelayed, EventRefused: core.EventRefused,
-		EventCanceled: core.EventCanceled,
+	for k, c := range map[distsync.EventKind]int{
+		distsync.EventAcquireStarted: core.EventAcquireStarted, distsync.EventAcquired: core.EventAcquired,
+		distsync.EventNotAcquired: core.EventNotAcquired, distsync.EventReleased: core.EventReleased, distsync.EventLost: core.EventLost,
+		distsync.EventRenewed: core.EventRenewed, distsync.EventRenewalFailed: core.EventRenewalFailed, distsync.EventQueued: core.EventQueued,
+		distsync.EventWoken: core.EventWoken, distsync.EventGranted: core.EventGranted, distsync.EventOnceLeader: core.EventOnceLeader,
+		distsync.EventOnceFollower: core.EventOnceFollower, distsync.EventOnceTakeover: core.EventOnceTakeover,
+		distsync.EventAllowed: core.EventAllowed, distsync.EventDelayed: core.EventDelayed, distsync.EventRefused: core.EventRefused,
+		distsync.EventCanceled: core.EventCanceled,
 	} {
 		if int(k) != c {
 			t.Errorf("%v = %d, the core's is %d", k, k, c)
 		}
 	}
-	if n := len(eventNames) - 1; n != core.EventCanceled {
-		t.Errorf("%d event kinds named, the core has %d", n, core.EventCanceled)
+	for k := distsync.EventKind(1); k <= core.EventCanceled+1; k++ {
+		unnamed := k.String() == fmt.Sprintf("EventKind(%d)", int(k))
+		if unnamed != (k > core.EventCanceled) {
+			t.Errorf("%d is named %q; the core has %d event kinds", k, k, core.EventCanceled)
+		}
 	}
 }
 
 func TestErrorsAreTheCores(t *testing.T) {
 	t.Parallel()
 	for e, c := range map[error]error{
-		ErrNotAcquired: core.ErrNotAcquired, ErrNotHeld: core.ErrNotHeld, ErrLost: core.ErrLost,
-		ErrReleased: core.ErrReleased, ErrInvalid: core.ErrInvalid, ErrClosed: core.ErrClosed,
-		ErrNotReplicated: core.ErrNotReplicated,
+		distsync.ErrNotAcquired: core.ErrNotAcquired, distsync.ErrNotHeld: core.ErrNotHeld, distsync.ErrLost: core.ErrLost,
+		distsync.ErrReleased: core.ErrReleased, distsync.ErrInvalid: core.ErrInvalid, distsync.ErrClosed: core.ErrClosed,
+		distsync.ErrNotReplicated: core.ErrNotReplicated,
 	} {
 		if e != c {
 			t.Errorf("%v is not the core's error (%v)", e, c)
@@ -43,14 +48,14 @@ func TestErrorsAreTheCores(t *testing.T) {
 
 func TestMinLeaseTTLIsTheCores(t *testing.T) {
 	t.Parallel()
-	if MinLeaseTTL != core.MinLease {
-		t.Errorf("MinLeaseTTL %v, the core's %v", MinLeaseTTL, core.MinLease)
+	if distsync.MinLeaseTTL != core.MinLease {
+		t.Errorf("distsync.MinLeaseTTL %v, the core's %v", distsync.MinLeaseTTL, core.MinLease)
 	}
 }
 
 func TestMaxIdentityLenIsTheCores(t *testing.T) {
 	t.Parallel()
-	if MaxIdentityLen != core.MaxIdentity {
-		t.Errorf("MaxIdentityLen %d, the core's %d", MaxIdentityLen, core.MaxIdentity)
+	if distsync.MaxIdentityLen != core.MaxIdentity {
+		t.Errorf("distsync.MaxIdentityLen %d, the core's %d", distsync.MaxIdentityLen, core.MaxIdentity)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -66,9 +67,12 @@ var (
 	FencedDelete = load("fenced_delete.lua")
 )
 
-// loaded is every script, in the order load made them: the test of the seam (seam_test.go)
-// finds each one's struct.
+// loaded is every script, in the order load made them.
 var loaded []*Script
+
+// All returns every script, in the order they were loaded: the test of the seam
+// (seam_test.go) finds each one's struct.
+func All() []*Script { return slices.Clone(loaded) }
 
 // Script is one loaded Lua script.
 type Script struct {

@@ -25,9 +25,9 @@ package scripts
 // its keys and arguments. Call allocates one array for both (none if the compiler inlines Call
 // and the Call does not escape), as a Call kept for later, a renewal, must.
 
-// maxArgs is the size of Exec's buffer: at least the KEYS and ARGV of every script but those
+// MaxArgs is the size of Exec's buffer: at least the KEYS and ARGV of every script but those
 // with a variadic tail (whose longer calls make append allocate).
-const maxArgs = 24
+const MaxArgs = 24
 
 // Flags returns a flags argument: '1' or '0' for each of fs, in order (mutex_acquire.lua's
 // and reentrant_lock.lua's flags, and the single-flag arguments), as a constant string: no

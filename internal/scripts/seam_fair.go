@@ -27,7 +27,7 @@ type FairAcquireArgs struct {
 
 // Exec runs fair_acquire.lua once with a, as [Script.Exec] does.
 func (a FairAcquireArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -61,7 +61,7 @@ type FairLeaveArgs struct {
 
 // Exec runs fair_leave.lua once with a, as [Script.Exec] does.
 func (a FairLeaveArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -93,7 +93,7 @@ type FairPlaceArgs struct {
 
 // Exec runs fair_place.lua once with a, as [Script.Exec] does.
 func (a FairPlaceArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -120,7 +120,7 @@ type ElectionLeaderArgs struct {
 
 // Exec runs election_leader.lua once with a, as [Script.Exec] does.
 func (a ElectionLeaderArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -147,7 +147,7 @@ type ElectionProclaimArgs struct {
 
 // Exec runs election_proclaim.lua once with a, as [Script.Exec] does.
 func (a ElectionProclaimArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -176,7 +176,7 @@ type ElectionRenewArgs struct {
 
 // Exec runs election_renew.lua once with a, as [Script.Exec] does.
 func (a ElectionRenewArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 

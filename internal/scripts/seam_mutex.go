@@ -36,7 +36,7 @@ type MutexAcquireArgs struct {
 
 // Exec runs mutex_acquire.lua once with a, as [Script.Exec] does.
 func (a MutexAcquireArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -88,7 +88,7 @@ type MutexConfirmArgs struct {
 
 // Exec runs mutex_confirm.lua once with a, as [Script.Exec] does.
 func (a MutexConfirmArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -123,7 +123,7 @@ type MutexLeaveArgs struct {
 
 // Exec runs mutex_leave.lua once with a, as [Script.Exec] does.
 func (a MutexLeaveArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -164,7 +164,7 @@ type MutexReleaseArgs struct {
 
 // Exec runs mutex_release.lua once with a, as [Script.Exec] does.
 func (a MutexReleaseArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -197,7 +197,7 @@ type MutexRenewArgs struct {
 
 // Exec runs mutex_renew.lua once with a, as [Script.Exec] does.
 func (a MutexRenewArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -225,7 +225,7 @@ type ExtendArgs struct {
 
 // Exec runs extend.lua once with a, as [Script.Exec] does.
 func (a ExtendArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -252,7 +252,7 @@ type FenceRaiseArgs struct {
 
 // Exec runs fence_raise.lua once with a, as [Script.Exec] does.
 func (a FenceRaiseArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -273,7 +273,7 @@ type HoldersArgs struct {
 
 // Exec runs holders.lua once with a, as [Script.Exec] does.
 func (a HoldersArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 

@@ -27,7 +27,7 @@ type OnceBeginArgs struct {
 
 // Exec runs once_begin.lua once with a, as [Script.Exec] does.
 func (a OnceBeginArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -66,7 +66,7 @@ type OnceFinishArgs struct {
 
 // Exec runs once_finish.lua once with a, as [Script.Exec] does.
 func (a OnceFinishArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -95,7 +95,7 @@ type OnceForgetArgs struct {
 
 // Exec runs once_forget.lua once with a, as [Script.Exec] does.
 func (a OnceForgetArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -116,7 +116,7 @@ type FencedSetArgs struct {
 
 // Exec runs fenced_set.lua once with a, as [Script.Exec] does.
 func (a FencedSetArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -137,7 +137,7 @@ type FencedDeleteArgs struct {
 
 // Exec runs fenced_delete.lua once with a, as [Script.Exec] does.
 func (a FencedDeleteArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -158,7 +158,7 @@ type InspectArgs struct {
 
 // Exec runs inspect.lua once with a, as [Script.Exec] does.
 func (a InspectArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 

@@ -14,7 +14,7 @@ var (
 	RateSet     = load("rate_set.lua")
 	RateTokens  = load("rate_tokens.lua")
 
-	rateScripts = []*Script{RateReserve, RateCancel, RateSet, RateTokens}
+	RateScripts = []*Script{RateReserve, RateCancel, RateSet, RateTokens}
 )
 
 // RateArgs are the KEYS and ARGV of every rate script (rate_reserve.lua, rate_cancel.lua,
@@ -35,7 +35,7 @@ type RateArgs struct {
 
 // Exec runs s, a rate script, once with a, as [Script.Exec] does.
 func (a RateArgs) Exec(ctx context.Context, c rueidis.Client, s *Script) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(s, buf[:0]).Exec(ctx, c)
 }
 
@@ -43,7 +43,7 @@ func (a RateArgs) Exec(ctx context.Context, c rueidis.Client, s *Script) rueidis
 func (a RateArgs) Call(s *Script) Call { return a.fill(s, make([]string, 0, 10)) }
 
 func (a RateArgs) fill(s *Script, v []string) Call {
-	mustBeOne("RateArgs", s, rateScripts)
+	mustBeOne("RateArgs", s, RateScripts)
 	v = append(v, a.Bucket, a.Limit, a.Burst, a.N, a.MaxWait, a.Retention, a.At, a.RLimit, a.NewLimit, a.NewBurst)
 	return split(s, v, 1)
 }

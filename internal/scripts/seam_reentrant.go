@@ -38,7 +38,7 @@ type ReentrantLockArgs struct {
 
 // Exec runs reentrant_lock.lua once with a, as [Script.Exec] does.
 func (a ReentrantLockArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -68,7 +68,7 @@ type ReentrantUnlockArgs struct {
 
 // Exec runs reentrant_unlock.lua once with a, as [Script.Exec] does.
 func (a ReentrantUnlockArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -100,7 +100,7 @@ type ReentrantAbandonArgs struct {
 
 // Exec runs reentrant_abandon.lua once with a, as [Script.Exec] does.
 func (a ReentrantAbandonArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 
@@ -128,7 +128,7 @@ type ReentrantRenewArgs struct {
 
 // Exec runs reentrant_renew.lua once with a, as [Script.Exec] does.
 func (a ReentrantRenewArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(buf[:0]).Exec(ctx, c)
 }
 

@@ -12,10 +12,10 @@ import (
 
 // The scripts that share a struct.
 var (
-	rwmutexScripts   = []*Script{RWMutexLock, RWMutexUnlock, RWMutexLeave, RWMutexRenew}
-	semaphoreScripts = []*Script{SemaphoreAcquire, SemaphoreRelease, SemaphoreLeave, SemaphoreResize,
+	RWMutexScripts   = []*Script{RWMutexLock, RWMutexUnlock, RWMutexLeave, RWMutexRenew}
+	SemaphoreScripts = []*Script{SemaphoreAcquire, SemaphoreRelease, SemaphoreLeave, SemaphoreResize,
 		SemaphorePlace, SemaphoreRenew, SemaphoreStatus}
-	waitGroupScripts = []*Script{WaitGroupAdd, WaitGroupJoin, WaitGroupLeave, WaitGroupVoid, WaitGroupCheck}
+	WaitGroupScripts = []*Script{WaitGroupAdd, WaitGroupJoin, WaitGroupLeave, WaitGroupVoid, WaitGroupCheck}
 )
 
 // RWMutexKeys are the KEYS of every rwmutex script, in lib/rw.lua's order. A rwmutex makes
@@ -51,7 +51,7 @@ type RWMutexArgs struct {
 
 // Exec runs s, a rwmutex script, once with a, as [Script.Exec] does.
 func (a RWMutexArgs) Exec(ctx context.Context, c rueidis.Client, s *Script) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(s, buf[:0]).Exec(ctx, c)
 }
 
@@ -59,7 +59,7 @@ func (a RWMutexArgs) Exec(ctx context.Context, c rueidis.Client, s *Script) ruei
 func (a RWMutexArgs) Call(s *Script) Call { return a.fill(s, make([]string, 0, 20)) }
 
 func (a RWMutexArgs) fill(s *Script, v []string) Call {
-	mustBeOne("RWMutexArgs", s, rwmutexScripts)
+	mustBeOne("RWMutexArgs", s, RWMutexScripts)
 	k := a.Keys
 	v = append(v, k.W, k.R, k.WW, k.RQ, k.RA, k.Fence, k.Ops, k.WO, k.Rel,
 		a.Mode, a.Owner, a.Waiter, a.More, a.TTL, a.Slack, a.Window, a.FenceTTL, a.OpsTTL, a.Prefix, a.Pub)
@@ -97,7 +97,7 @@ type SemaphoreArgs struct {
 
 // Exec runs s, a semaphore script, once with a, as [Script.Exec] does.
 func (a SemaphoreArgs) Exec(ctx context.Context, c rueidis.Client, s *Script) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(s, buf[:0]).Exec(ctx, c)
 }
 
@@ -105,7 +105,7 @@ func (a SemaphoreArgs) Exec(ctx context.Context, c rueidis.Client, s *Script) ru
 func (a SemaphoreArgs) Call(s *Script) Call { return a.fill(s, make([]string, 0, 17)) }
 
 func (a SemaphoreArgs) fill(s *Script, v []string) Call {
-	mustBeOne("SemaphoreArgs", s, semaphoreScripts)
+	mustBeOne("SemaphoreArgs", s, SemaphoreScripts)
 	k := a.Keys
 	v = append(v, k.H, k.N, k.Q, k.QX, k.QN, k.Size, k.Ops,
 		a.ID, a.N, a.Size, a.TTL, a.WLease, a.Slack, a.Prefix, a.Pub, a.OpsTTL, a.Extra)
@@ -138,7 +138,7 @@ type WaitGroupArgs struct {
 
 // Exec runs s, a waitgroup script, once with a, as [Script.Exec] does.
 func (a WaitGroupArgs) Exec(ctx context.Context, c rueidis.Client, s *Script) rueidis.RedisResult {
-	var buf [maxArgs]string
+	var buf [MaxArgs]string
 	return a.fill(s, buf[:0]).Exec(ctx, c)
 }
 
@@ -146,7 +146,7 @@ func (a WaitGroupArgs) Exec(ctx context.Context, c rueidis.Client, s *Script) ru
 func (a WaitGroupArgs) Call(s *Script) Call { return a.fill(s, make([]string, 0, 12)) }
 
 func (a WaitGroupArgs) fill(s *Script, v []string) Call {
-	mustBeOne("WaitGroupArgs", s, waitGroupScripts)
+	mustBeOne("WaitGroupArgs", s, WaitGroupScripts)
 	k := a.Keys
 	v = append(v, k.S, k.M, k.Ops, a.ID, a.Delta, a.TTL, a.Expiry, a.Keep, a.Channel, a.Pub, a.OpsTTL, a.Extra)
 	return split(s, v, 3)

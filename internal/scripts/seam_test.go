@@ -1,4 +1,4 @@
-package scripts
+package scripts_test
 
 import (
 	"fmt"
@@ -11,7 +11,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/distsync/distsync/internal/scripts"
 )
+
+// luaFiles are the package's .lua files (go test runs in the package's directory).
+var luaFiles = os.DirFS(".")
+
+func readLua(name string) ([]byte, error) { return fs.ReadFile(luaFiles, name) }
 
 // The test of the seam (seam.go): every script's struct names its KEYS and ARGV as the
 // script's header does, in the same order and number, and its Call sends them in that order.
@@ -76,7 +83,7 @@ func parseHeader(src string, read func(string) ([]byte, error)) (vectors, error)
 	p := &headerParser{read: read, byIndex: [2]map[int]*entry{{}, {}}, block: -1}
 	for _, line := range strings.Split(src, "\n") {
 		text, ok := strings.CutPrefix(line, "--")
-		if !ok || strings.HasPrefix(line, includeMark) {
+		if !ok || strings.HasPrefix(line, "-- #include ") {
 			break // the header ends
 		}
 		if err := p.line(strings.TrimPrefix(text, " ")); err != nil {
@@ -107,7 +114,7 @@ type headerParser struct {
 	byIndex  [2]map[int]*entry
 	last     *entry // the entry whose description goes on
 	block    int    // the vector of a lib file's block, -1 outside one
-	optional bool   // past a line that ends "also:"
+	optional bool   // past a line that ends
 }
 
 // put records e as entry i of vector v.
@@ -248,51 +255,51 @@ func mismatch(header, strct vectors) error {
 // seam is one struct and the scripts it is the KEYS and ARGV of.
 type seam struct {
 	args    any
-	scripts []*Script
+	scripts []*scripts.Script
 }
 
 // seams is every struct of the seam.
 var seams = []seam{
-	{ExtendArgs{}, []*Script{Extend}},
-	{MutexAcquireArgs{}, []*Script{MutexAcquire}},
-	{MutexAcquireAllArgs{}, []*Script{MutexAcquireAll}},
-	{MutexReleaseArgs{}, []*Script{MutexRelease}},
-	{MutexLeaveArgs{}, []*Script{MutexLeave}},
-	{MutexConfirmArgs{}, []*Script{MutexConfirm}},
-	{MutexRenewArgs{}, []*Script{MutexRenew}},
-	{ReentrantLockArgs{}, []*Script{ReentrantLock}},
-	{ReentrantUnlockArgs{}, []*Script{ReentrantUnlock}},
-	{ReentrantAbandonArgs{}, []*Script{ReentrantAbandon}},
-	{ReentrantRenewArgs{}, []*Script{ReentrantRenew}},
-	{FairAcquireArgs{}, []*Script{FairAcquire}},
-	{FairLeaveArgs{}, []*Script{FairLeave}},
-	{FairPlaceArgs{}, []*Script{FairPlace}},
-	{SemaphoreArgs{}, semaphoreScripts},
-	{HoldersArgs{}, []*Script{Holders}},
-	{OnceBeginArgs{}, []*Script{OnceBegin}},
-	{OnceFinishArgs{}, []*Script{OnceFinish}},
-	{OnceForgetArgs{}, []*Script{OnceForget}},
-	{RWMutexArgs{}, rwmutexScripts},
-	{FenceRaiseArgs{}, []*Script{FenceRaise}},
-	{FencedSetArgs{}, []*Script{FencedSet}},
-	{FencedDeleteArgs{}, []*Script{FencedDelete}},
-	{ElectionLeaderArgs{}, []*Script{ElectionLeader}},
-	{ElectionProclaimArgs{}, []*Script{ElectionProclaim}},
-	{ElectionRenewArgs{}, []*Script{ElectionRenew}},
-	{InspectArgs{}, []*Script{Inspect}},
-	{WaitGroupArgs{}, waitGroupScripts},
-	{RateArgs{}, rateScripts},
+	{scripts.ExtendArgs{}, []*scripts.Script{scripts.Extend}},
+	{scripts.MutexAcquireArgs{}, []*scripts.Script{scripts.MutexAcquire}},
+	{scripts.MutexAcquireAllArgs{}, []*scripts.Script{scripts.MutexAcquireAll}},
+	{scripts.MutexReleaseArgs{}, []*scripts.Script{scripts.MutexRelease}},
+	{scripts.MutexLeaveArgs{}, []*scripts.Script{scripts.MutexLeave}},
+	{scripts.MutexConfirmArgs{}, []*scripts.Script{scripts.MutexConfirm}},
+	{scripts.MutexRenewArgs{}, []*scripts.Script{scripts.MutexRenew}},
+	{scripts.ReentrantLockArgs{}, []*scripts.Script{scripts.ReentrantLock}},
+	{scripts.ReentrantUnlockArgs{}, []*scripts.Script{scripts.ReentrantUnlock}},
+	{scripts.ReentrantAbandonArgs{}, []*scripts.Script{scripts.ReentrantAbandon}},
+	{scripts.ReentrantRenewArgs{}, []*scripts.Script{scripts.ReentrantRenew}},
+	{scripts.FairAcquireArgs{}, []*scripts.Script{scripts.FairAcquire}},
+	{scripts.FairLeaveArgs{}, []*scripts.Script{scripts.FairLeave}},
+	{scripts.FairPlaceArgs{}, []*scripts.Script{scripts.FairPlace}},
+	{scripts.SemaphoreArgs{}, scripts.SemaphoreScripts},
+	{scripts.HoldersArgs{}, []*scripts.Script{scripts.Holders}},
+	{scripts.OnceBeginArgs{}, []*scripts.Script{scripts.OnceBegin}},
+	{scripts.OnceFinishArgs{}, []*scripts.Script{scripts.OnceFinish}},
+	{scripts.OnceForgetArgs{}, []*scripts.Script{scripts.OnceForget}},
+	{scripts.RWMutexArgs{}, scripts.RWMutexScripts},
+	{scripts.FenceRaiseArgs{}, []*scripts.Script{scripts.FenceRaise}},
+	{scripts.FencedSetArgs{}, []*scripts.Script{scripts.FencedSet}},
+	{scripts.FencedDeleteArgs{}, []*scripts.Script{scripts.FencedDelete}},
+	{scripts.ElectionLeaderArgs{}, []*scripts.Script{scripts.ElectionLeader}},
+	{scripts.ElectionProclaimArgs{}, []*scripts.Script{scripts.ElectionProclaim}},
+	{scripts.ElectionRenewArgs{}, []*scripts.Script{scripts.ElectionRenew}},
+	{scripts.InspectArgs{}, []*scripts.Script{scripts.Inspect}},
+	{scripts.WaitGroupArgs{}, scripts.WaitGroupScripts},
+	{scripts.RateArgs{}, scripts.RateScripts},
 }
 
-func readHeader(t *testing.T, s *Script) vectors {
+func readHeader(t *testing.T, s *scripts.Script) vectors {
 	t.Helper()
-	src, err := files.ReadFile(s.name)
+	src, err := readLua(s.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := parseHeader(string(src), files.ReadFile)
+	h, err := parseHeader(string(src), readLua)
 	if err != nil {
-		t.Fatalf("%s: %v", s.name, err)
+		t.Fatalf("%s: %v", s.Name(), err)
 	}
 	return h
 }
@@ -308,7 +315,7 @@ func TestSeamMatchesHeaders(t *testing.T) {
 		}
 		for _, s := range sm.scripts {
 			if err := mismatch(readHeader(t, s), want); err != nil {
-				t.Errorf("%s and %s disagree: %v", s.name, typ.Name(), err)
+				t.Errorf("%s and %s disagree: %v", s.Name(), typ.Name(), err)
 			}
 		}
 	}
@@ -318,20 +325,20 @@ func TestSeamMatchesHeaders(t *testing.T) {
 // exactly one struct.
 func TestEveryScriptHasASeam(t *testing.T) {
 	t.Parallel()
-	lua, err := fs.Glob(files, "*.lua")
+	lua, err := fs.Glob(luaFiles, "*.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var names []string
-	for _, s := range loaded {
-		names = append(names, s.name)
+	for _, s := range scripts.All() {
+		names = append(names, s.Name())
 	}
 	for _, f := range lua {
 		if !slices.Contains(names, f) {
 			t.Errorf("%s is not loaded", f)
 		}
 	}
-	for _, s := range loaded {
+	for _, s := range scripts.All() {
 		n := 0
 		for _, sm := range seams {
 			if slices.Contains(sm.scripts, s) {
@@ -339,7 +346,7 @@ func TestEveryScriptHasASeam(t *testing.T) {
 			}
 		}
 		if n != 1 {
-			t.Errorf("%s has %d structs, want 1", s.name, n)
+			t.Errorf("%s has %d structs, want 1", s.Name(), n)
 		}
 	}
 }
@@ -376,13 +383,13 @@ func fillMarked(v reflect.Value, opt bool, want *[2][]string) {
 }
 
 // call returns the Call of the struct v for script s.
-func call(v reflect.Value, s *Script) Call {
+func call(v reflect.Value, s *scripts.Script) scripts.Call {
 	m := v.MethodByName("Call")
 	var in []reflect.Value
 	if m.Type().NumIn() == 1 {
 		in = []reflect.Value{reflect.ValueOf(s)}
 	}
-	return m.Call(in)[0].Interface().(Call)
+	return m.Call(in)[0].Interface().(scripts.Call)
 }
 
 // TestSeamSendsInOrder checks that every struct's Call sends its fields in their order: with
@@ -398,18 +405,18 @@ func TestSeamSendsInOrder(t *testing.T) {
 			for _, s := range sm.scripts {
 				got := call(v, s)
 				if got.Script != s {
-					t.Errorf("%s.Call is for %v, want %s", v.Type().Name(), got.Script, s.name)
+					t.Errorf("%s.Call is for %v, want %s", v.Type().Name(), got.Script, s.Name())
 				}
 				if !slices.Equal(got.Keys, want[0]) || !slices.Equal(got.Args, want[1]) {
 					t.Errorf("%s.Call for %s, opt %v: KEYS %q ARGV %q, want %q %q",
-						v.Type().Name(), s.name, opt, got.Keys, got.Args, want[0], want[1])
+						v.Type().Name(), s.Name(), opt, got.Keys, got.Args, want[0], want[1])
 				}
 				if opt && !variadic(structEntriesOf(t, v.Type())) {
 					if cap(got.Args) != len(got.Args) {
 						t.Errorf("%s.Call: room for %d ARGV, not %d", v.Type().Name(), cap(got.Args), len(got.Args))
 					}
-					if n := len(got.Keys) + len(got.Args); n > maxArgs {
-						t.Errorf("%s: %d strings, more than maxArgs", v.Type().Name(), n)
+					if n := len(got.Keys) + len(got.Args); n > scripts.MaxArgs {
+						t.Errorf("%s: %d strings, more than scripts.MaxArgs", v.Type().Name(), n)
 					}
 				}
 			}
@@ -447,41 +454,41 @@ func TestSharedSeamRefusesOtherScripts(t *testing.T) {
 			t.Error("RWMutexArgs.Call(MutexAcquire) did not panic")
 		}
 	}()
-	RWMutexArgs{}.Call(MutexAcquire)
+	scripts.RWMutexArgs{}.Call(scripts.MutexAcquire)
 }
 
 // TestSeamCheckerFindsMismatches feeds the checker headers that disagree with their structs:
 // it must tell every one.
 func TestSeamCheckerFindsMismatches(t *testing.T) {
 	t.Parallel()
-	src := func(s *Script) string {
-		b, err := files.ReadFile(s.name)
+	src := func(s *scripts.Script) string {
+		b, err := readLua(s.Name())
 		if err != nil {
 			t.Fatal(err)
 		}
 		return string(b)
 	}
-	acquire, fair, renew := src(MutexAcquire), src(FairAcquire), src(MutexRenew)
+	acquire, fair, renew := src(scripts.MutexAcquire), src(scripts.FairAcquire), src(scripts.MutexRenew)
 	cases := []struct {
 		name   string
 		header string
 		args   any
 	}{
 		{"two ARGV swapped", strings.NewReplacer("ARGV[2] ttl ", "ARGV[2] fence_ttl ", "ARGV[3] fence_ttl ", "ARGV[3] ttl ").Replace(acquire),
-			MutexAcquireArgs{}},
-		{"an ARGV renamed", strings.Replace(acquire, "ARGV[9] backup ", "ARGV[9] backups ", 1), MutexAcquireArgs{}},
-		{"an ARGV more", strings.Replace(acquire, "-- Reply:", "-- ARGV[11] extra  one more\n-- Reply:", 1), MutexAcquireArgs{}},
-		{"a KEYS more", strings.Replace(acquire, "-- ARGV[1] ", "-- KEYS[5] rel  one more\n-- ARGV[1] ", 1), MutexAcquireArgs{}},
-		{"optional entries made required", strings.Replace(fair, "), also:", "):", 1), FairAcquireArgs{}},
-		{"a variadic tail made one key", strings.Replace(renew, "KEYS[4..] keep", "KEYS[4] keep", 1), MutexRenewArgs{}},
-		{"a header for another script", acquire, MutexLeaveArgs{}},
+			scripts.MutexAcquireArgs{}},
+		{"an ARGV renamed", strings.Replace(acquire, "ARGV[9] backup ", "ARGV[9] backups ", 1), scripts.MutexAcquireArgs{}},
+		{"an ARGV more", strings.Replace(acquire, "-- Reply:", "-- ARGV[11] extra  one more\n-- Reply:", 1), scripts.MutexAcquireArgs{}},
+		{"a KEYS more", strings.Replace(acquire, "-- ARGV[1] ", "-- KEYS[5] rel  one more\n-- ARGV[1] ", 1), scripts.MutexAcquireArgs{}},
+		{"optional entries made required", strings.Replace(fair, "), also:", "):", 1), scripts.FairAcquireArgs{}},
+		{"a variadic tail made one key", strings.Replace(renew, "KEYS[4..] keep", "KEYS[4] keep", 1), scripts.MutexRenewArgs{}},
+		{"a header for another script", acquire, scripts.MutexLeaveArgs{}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if c.header == acquire && c.args == (MutexAcquireArgs{}) {
+			if c.header == acquire && c.args == (scripts.MutexAcquireArgs{}) {
 				t.Fatal("the header was not changed")
 			}
-			h, err := parseHeader(c.header, files.ReadFile)
+			h, err := parseHeader(c.header, readLua)
 			if err != nil {
 				return // a header the parser refuses is found out too
 			}
@@ -493,16 +500,16 @@ func TestSeamCheckerFindsMismatches(t *testing.T) {
 		})
 	}
 	t.Run("a gap", func(t *testing.T) {
-		if _, err := parseHeader(strings.Replace(acquire, "-- ARGV[4] waiter ", "-- ARGV[44] waiter ", 1), files.ReadFile); err == nil {
+		if _, err := parseHeader(strings.Replace(acquire, "-- ARGV[4] waiter ", "-- ARGV[44] waiter ", 1), readLua); err == nil {
 			t.Error("ARGV[4] missing: no error")
 		}
 	})
 	t.Run("the true header", func(t *testing.T) {
-		h, err := parseHeader(acquire, files.ReadFile)
+		h, err := parseHeader(acquire, readLua)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := mismatch(h, structEntriesOf(t, reflect.TypeFor[MutexAcquireArgs]())); err != nil {
+		if err := mismatch(h, structEntriesOf(t, reflect.TypeFor[scripts.MutexAcquireArgs]())); err != nil {
 			t.Error(err)
 		}
 	})
@@ -588,7 +595,7 @@ func TestFlags(t *testing.T) {
 					want += "0"
 				}
 			}
-			if got := Flags(fs...); got != want {
+			if got := scripts.Flags(fs...); got != want {
 				t.Errorf("Flags(%v) = %q, want %q", fs, got, want)
 			}
 		}
