@@ -116,6 +116,7 @@ func chain(t *testing.T, b *redistest.Backend, prefix, name string, p *redistest
 // across a forced re-subscription (CLIENT KILL TYPE pubsub) it converges on the current
 // leader, and goes on seeing every change after it.
 func TestObserverSeesEveryLeaderInOrder(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		// The candidates' places last a minute: on a loaded machine a place that lapsed for a

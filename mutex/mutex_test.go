@@ -266,6 +266,7 @@ func TestWaiterWakesPromptlyOnUnlock(t *testing.T) {
 // subscription connection (CLIENT KILL TYPE pubsub; on miniredis, a restart), and a partition
 // between the waiter and Redis during which the holder unlocks.
 func TestNoLostWakeUpWhenSubscriptionDrops(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 30 * time.Second
 		for _, how := range []string{"client-kill", "partition"} {

@@ -782,6 +782,7 @@ func TestIdleWaitersDoNotPoll(t *testing.T) {
 
 // A waiter whose subscription connection drops re-checks, and does not miss the end.
 func TestResubscribedWaiterDoesNotMissTheEnd(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
 		doer := newWG(t, b.Pod(t, prefix), "resub")

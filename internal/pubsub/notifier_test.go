@@ -162,6 +162,7 @@ func TestLingerKeepsTheSubscription(t *testing.T) {
 // When the subscription connection is killed, rueidis re-subscribes by itself; the listener
 // is told so that it re-checks, and messages flow again.
 func TestResubscribedAfterConnectionLoss(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		n := pubsub.New(b.Client(t), b.Sharded(), nil)
 		defer n.Close(context.Background())

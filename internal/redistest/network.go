@@ -147,7 +147,7 @@ func (c *cutConn) Read(p []byte) (int, error) {
 // ClientVia returns a new client whose connections all go through n.
 func (b *Backend) ClientVia(tb testing.TB, n *Network) rueidis.Client {
 	tb.Helper()
-	opt := b.ClientOption()
+	opt := b.testOption(tb)
 	opt.DialCtxFn = n.dial
 	c, err := rueidis.NewClient(opt)
 	if err != nil {

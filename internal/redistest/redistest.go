@@ -50,6 +50,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -261,10 +262,11 @@ func (b *Backend) ClientOption() rueidis.ClientOption {
 	return rueidis.ClientOption{InitAddress: b.Addrs()}
 }
 
-// Client returns a new rueidis client (one simulated pod), closed when the test ends.
+// Client returns a new rueidis client (one simulated pod), closed when the test ends. Its
+// connections are named after the test (see KillPubSub).
 func (b *Backend) Client(tb testing.TB) rueidis.Client {
 	tb.Helper()
-	c, err := rueidis.NewClient(b.ClientOption())
+	c, err := rueidis.NewClient(b.testOption(tb))
 	if err != nil {
 		tb.Fatalf("rueidis.NewClient: %v", err)
 	}
@@ -464,9 +466,33 @@ func (b *Backend) Do(tb testing.TB, cmd func(c rueidis.Client) rueidis.Completed
 	return c.Do(context.Background(), cmd(c))
 }
 
-// KillPubSub drops every subscription connection of every client. On miniredis, which has no
-// CLIENT KILL, it restarts the server (data kept), which drops every connection: the same
-// fault for a subscriber, plus a reconnect for everyone else.
+// testOption is ClientOption for a client of tb: on a real server, its connections are named
+// after tb, so that KillPubSub can find them among other tests'.
+func (b *Backend) testOption(tb testing.TB) rueidis.ClientOption {
+	opt := b.ClientOption()
+	if b.Name != Mini {
+		opt.ClientName = clientName(tb)
+	}
+	return opt
+}
+
+// clientName is the connection name of tb's clients: its name, with what CLIENT SETNAME
+// refuses (spaces, control and non-ASCII characters) replaced.
+func clientName(tb testing.TB) string {
+	return "test:" + strings.Map(func(r rune) rune {
+		if r <= ' ' || r > '~' {
+			return '_'
+		}
+		return r
+	}, tb.Name())
+}
+
+// KillPubSub drops every subscription connection of the clients made for the test (and its
+// subtests) by Client, ClientVia, Pod and PodVia, server side (CLIENT KILL), and fails the
+// test if it found none. Other tests' subscriptions on the shared servers are left alone, so
+// that a test that kills may run in parallel. On miniredis, which has no CLIENT KILL, it
+// restarts the test's own server (data kept), which drops every connection: the same fault
+// for a subscriber, plus a reconnect for everyone else.
 func (b *Backend) KillPubSub(tb testing.TB) {
 	tb.Helper()
 	if b.Name == Mini {
@@ -486,13 +512,49 @@ func (b *Backend) KillPubSub(tb testing.TB) {
 		}
 		return
 	}
+	name, killed := clientName(tb), 0
 	for _, c := range b.nodes(tb) {
-		if err := c.Do(context.Background(), c.B().ClientKill().TypePubsub().Build()).Error(); err != nil {
-			c.Close()
-			tb.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
-		}
+		killed += killNamed(tb, c, name)
 		c.Close()
 	}
+	if killed == 0 {
+		tb.Fatalf("KillPubSub: no subscription connection of %s to kill", name)
+	}
+}
+
+// killNamed kills, on the node c, the subscription connections named name or after one of its
+// subtests, and returns how many.
+func killNamed(tb testing.TB, c rueidis.Client, name string) int {
+	tb.Helper()
+	ctx := context.Background()
+	list, err := c.Do(ctx, c.B().ClientList().TypePubsub().Build()).ToString()
+	if err != nil {
+		tb.Fatalf("CLIENT LIST TYPE pubsub: %v", err)
+	}
+	n := 0
+	for _, line := range strings.Split(strings.TrimPrefix(list, "txt:"), "\n") { // a RESP3 verbatim string
+		var id int64 = -1
+		named := false
+		for _, f := range strings.Fields(line) {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "id":
+				id, _ = strconv.ParseInt(v, 10, 64)
+			case "name":
+				named = v == name || strings.HasPrefix(v, name+"/")
+			}
+		}
+		if !named || id < 0 {
+			continue
+		}
+		// A connection that closed since the list was read is no longer there to kill.
+		k, err := c.Do(ctx, c.B().ClientKill().Id(id).Build()).AsInt64()
+		if err != nil {
+			tb.Fatalf("CLIENT KILL ID %d: %v", id, err)
+		}
+		n += int(k)
+	}
+	return n
 }
 
 // KeysWithoutTTL returns the keys under prefix that would live for ever.
