@@ -1,24 +1,28 @@
 package scripts
 
+//go:generate go run ./seamgen/cmd
+
 // The seam between Go and Lua. Every script's KEYS and ARGV are one Go struct with a field per
-// entry of the script's header (MutexAcquireArgs for mutex_acquire.lua), and the struct's Exec
-// and Call put them in the header's order: a caller names every key and argument, and builds
-// no positional slice. Scripts that share all their KEYS and ARGV (those of a rwmutex, a
-// semaphore, a wait group: lib/rw.lua, lib/sem.lua, lib/waitgroup.lua) share one struct, whose
-// Exec and Call take the script.
+// entry of the script's header (MutexAcquireArgs for mutex_acquire.lua, beside the script's
+// variable MutexAcquire), and the struct's Exec and Call put them in the header's order: a
+// caller names every key and argument, and builds no positional slice. Scripts that share all
+// their KEYS and ARGV (those of a rwmutex, a semaphore, a wait group, a rate limiter:
+// lib/rw.lua, lib/sem.lua, lib/waitgroup.lua, lib/rate.lua) share one struct, XArgs for the
+// family XScripts, whose Exec and Call take the script.
 //
-// The fields are tagged with the header's names, and seam_test.go checks the tags against the
-// header of every script, in order and count:
+// The structs are written here; their Exec, Call and fill are generated from the scripts'
+// headers (go generate ./internal/scripts writes seam_gen.go; package seamgen), which refuses
+// a struct whose fields disagree with its script's header, in order or count:
 //
 //   - `key:"name"` is a KEYS entry and `arg:"name"` an ARGV entry, in the order of the fields.
 //     name is the header's, verbatim ("fence_ttl"). The Go name is free: by convention it is
 //     the header's name in CamelCase (FenceTTL); a second entry of the same name says what it
-//     is for (RecordTTL, the record's ttl in fair_acquire.lua).
+//     is for (Record.TTL, the record's ttl in fair_acquire.lua).
 //   - A []string field is a variadic tail, "KEYS[n..] name" in the header; or the whole vector,
 //     where the header describes it in prose ("-- KEYS: ..."): then its name is KEYS or ARGV.
 //   - ",opt" marks an optional entry: the header lists it after a line that ends "also:", or
-//     calls it optional. A struct's optional entries are sent all together or not at all; its
-//     doc says which field decides.
+//     calls it optional. Optional entries end their vector, and a struct's are sent all
+//     together or not at all: when the first of them (KEYS before ARGV) is set.
 //   - An untagged struct field (a MutexKeys, a Record) stands for its own fields, in place.
 //
 // Exec builds the slices in a buffer on its own stack: running a script allocates nothing for

@@ -1,11 +1,5 @@
 package scripts
 
-import (
-	"context"
-
-	"github.com/redis/rueidis"
-)
-
 // The KEYS and ARGV of a mutex's scripts, and of extend.lua, fence_raise.lua and holders.lua
 // (see seam.go).
 
@@ -34,22 +28,6 @@ type MutexAcquireArgs struct {
 	Last     string `arg:"last"`
 }
 
-// Exec runs mutex_acquire.lua once with a, as [Script.Exec] does.
-func (a MutexAcquireArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [MaxArgs]string
-	return a.fill(buf[:0]).Exec(ctx, c)
-}
-
-// Call returns a as a call of mutex_acquire.lua.
-func (a MutexAcquireArgs) Call() Call { return a.fill(make([]string, 0, 14)) }
-
-func (a MutexAcquireArgs) fill(v []string) Call {
-	k := a.Keys
-	v = append(v, k.Lock, k.Fence, k.Q, k.QX,
-		a.Owner, a.TTL, a.FenceTTL, a.Waiter, a.Flags, a.Slack, a.Prefix, a.Pub, a.Backup, a.Last)
-	return split(MutexAcquire, v, 4)
-}
-
 // MutexAcquireAllArgs are mutex_acquire_all.lua's KEYS and ARGV, in its header's order: Keys
 // holds four keys per mutex (lock, fence, qx, with) and TTLs a lease per mutex.
 type MutexAcquireAllArgs struct {
@@ -58,15 +36,6 @@ type MutexAcquireAllArgs struct {
 	FenceTTL string   `arg:"fence_ttl"`
 	With     string   `arg:"with"`
 	TTLs     []string `arg:"ttl"`
-}
-
-// Call returns a as a call of mutex_acquire_all.lua.
-func (a MutexAcquireAllArgs) Call() Call {
-	v := make([]string, 0, len(a.Keys)+3+len(a.TTLs))
-	v = append(v, a.Keys...)
-	v = append(v, a.Owner, a.FenceTTL, a.With)
-	v = append(v, a.TTLs...)
-	return split(MutexAcquireAll, v, len(a.Keys))
 }
 
 // MutexConfirmArgs are mutex_confirm.lua's KEYS and ARGV, in its header's order. Its optional
@@ -86,26 +55,6 @@ type MutexConfirmArgs struct {
 	FenceTTL string `arg:"fence_ttl"`
 }
 
-// Exec runs mutex_confirm.lua once with a, as [Script.Exec] does.
-func (a MutexConfirmArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [MaxArgs]string
-	return a.fill(buf[:0]).Exec(ctx, c)
-}
-
-// Call returns a as a call of mutex_confirm.lua.
-func (a MutexConfirmArgs) Call() Call { return a.fill(make([]string, 0, 15)) }
-
-func (a MutexConfirmArgs) fill(v []string) Call {
-	k := a.Keys
-	v = append(v, k.Lock, k.Fence, k.Q, k.QX)
-	if a.Values != "" {
-		v = append(v, a.Values)
-	}
-	nk := len(v)
-	v = append(v, a.Owner, a.TTL, a.Waiter, a.Requeue, a.Slack, a.Prefix, a.Pub, a.Backup, a.Window, a.FenceTTL)
-	return split(MutexConfirm, v, nk)
-}
-
 // MutexLeaveArgs are mutex_leave.lua's KEYS and ARGV, in its header's order.
 type MutexLeaveArgs struct {
 	Keys     MutexKeys
@@ -119,22 +68,6 @@ type MutexLeaveArgs struct {
 	Last     string `arg:"last"`
 	Dequeue  string `arg:"dequeue"`
 	Grant    string `arg:"grant"`
-}
-
-// Exec runs mutex_leave.lua once with a, as [Script.Exec] does.
-func (a MutexLeaveArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [MaxArgs]string
-	return a.fill(buf[:0]).Exec(ctx, c)
-}
-
-// Call returns a as a call of mutex_leave.lua.
-func (a MutexLeaveArgs) Call() Call { return a.fill(make([]string, 0, 14)) }
-
-func (a MutexLeaveArgs) fill(v []string) Call {
-	k := a.Keys
-	v = append(v, k.Lock, k.Fence, k.Q, k.QX,
-		a.Waiter, a.Owner, a.Window, a.FenceTTL, a.Prefix, a.Pub, a.VoidTTL, a.Last, a.Dequeue, a.Grant)
-	return split(MutexLeave, v, 4)
 }
 
 // Record is the optional tail of the scripts of a lock that keeps a record of its holder, an
@@ -162,27 +95,6 @@ type MutexReleaseArgs struct {
 	Waiter   string `arg:"waiter,opt"`
 }
 
-// Exec runs mutex_release.lua once with a, as [Script.Exec] does.
-func (a MutexReleaseArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [MaxArgs]string
-	return a.fill(buf[:0]).Exec(ctx, c)
-}
-
-// Call returns a as a call of mutex_release.lua.
-func (a MutexReleaseArgs) Call() Call { return a.fill(make([]string, 0, 15)) }
-
-func (a MutexReleaseArgs) fill(v []string) Call {
-	k, r := a.Keys, a.Record
-	if r.Values == "" {
-		v = append(v, k.Lock, k.Fence, k.Q, k.QX, a.Rel,
-			a.Owner, a.Window, a.FenceTTL, a.Prefix, a.Pub, a.TTL)
-		return split(MutexRelease, v, 5)
-	}
-	v = append(v, k.Lock, k.Fence, k.Q, k.QX, a.Rel, r.Values,
-		a.Owner, a.Window, a.FenceTTL, a.Prefix, a.Pub, a.TTL, r.Observers, r.TTL, a.Waiter)
-	return split(MutexRelease, v, 6)
-}
-
 // MutexRenewArgs are mutex_renew.lua's KEYS and ARGV, in its header's order.
 type MutexRenewArgs struct {
 	Lock   string   `key:"lock"`
@@ -193,23 +105,6 @@ type MutexRenewArgs struct {
 	TTL    string   `arg:"ttl"`
 	Prefix string   `arg:"prefix"`
 	Pub    string   `arg:"pub"`
-}
-
-// Exec runs mutex_renew.lua once with a, as [Script.Exec] does.
-func (a MutexRenewArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [MaxArgs]string
-	return a.fill(buf[:0]).Exec(ctx, c)
-}
-
-// Call returns a as a call of mutex_renew.lua.
-func (a MutexRenewArgs) Call() Call { return a.fill(make([]string, 0, 7+len(a.Keep))) }
-
-func (a MutexRenewArgs) fill(v []string) Call {
-	v = append(v, a.Lock, a.Q, a.QX)
-	v = append(v, a.Keep...)
-	nk := len(v)
-	v = append(v, a.Owner, a.TTL, a.Prefix, a.Pub)
-	return split(MutexRenew, v, nk)
 }
 
 // ExtendArgs are extend.lua's KEYS and ARGV, in its header's order. Its optional Token is sent
@@ -223,26 +118,6 @@ type ExtendArgs struct {
 	Token string   `arg:"token,opt"`
 }
 
-// Exec runs extend.lua once with a, as [Script.Exec] does.
-func (a ExtendArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [MaxArgs]string
-	return a.fill(buf[:0]).Exec(ctx, c)
-}
-
-// Call returns a as a call of extend.lua.
-func (a ExtendArgs) Call() Call { return a.fill(make([]string, 0, 5+len(a.Keep))) }
-
-func (a ExtendArgs) fill(v []string) Call {
-	v = append(v, a.Key)
-	v = append(v, a.Keep...)
-	nk := len(v)
-	v = append(v, a.Kind, a.Owner, a.TTL)
-	if a.Token != "" {
-		v = append(v, a.Token)
-	}
-	return split(Extend, v, nk)
-}
-
 // FenceRaiseArgs are fence_raise.lua's KEYS and ARGV, in its header's order.
 type FenceRaiseArgs struct {
 	Fence    string `key:"fence"`
@@ -250,39 +125,9 @@ type FenceRaiseArgs struct {
 	FenceTTL string `arg:"fence"` // the header's "fence retention ms"
 }
 
-// Exec runs fence_raise.lua once with a, as [Script.Exec] does.
-func (a FenceRaiseArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [MaxArgs]string
-	return a.fill(buf[:0]).Exec(ctx, c)
-}
-
-// Call returns a as a call of fence_raise.lua.
-func (a FenceRaiseArgs) Call() Call { return a.fill(make([]string, 0, 3)) }
-
-func (a FenceRaiseArgs) fill(v []string) Call {
-	v = append(v, a.Fence, a.Token, a.FenceTTL)
-	return split(FenceRaise, v, 1)
-}
-
 // HoldersArgs are holders.lua's KEYS and ARGV, in its header's order: the claim's keys, laid
 // out as Layout says.
 type HoldersArgs struct {
 	Keys   []string `key:"KEYS"`
 	Layout string   `arg:"layout"`
-}
-
-// Exec runs holders.lua once with a, as [Script.Exec] does.
-func (a HoldersArgs) Exec(ctx context.Context, c rueidis.Client) rueidis.RedisResult {
-	var buf [MaxArgs]string
-	return a.fill(buf[:0]).Exec(ctx, c)
-}
-
-// Call returns a as a call of holders.lua.
-func (a HoldersArgs) Call() Call { return a.fill(make([]string, 0, 1+len(a.Keys))) }
-
-func (a HoldersArgs) fill(v []string) Call {
-	v = append(v, a.Keys...)
-	nk := len(v)
-	v = append(v, a.Layout)
-	return split(Holders, v, nk)
 }

@@ -1,11 +1,5 @@
 package scripts
 
-import (
-	"context"
-
-	"github.com/redis/rueidis"
-)
-
 // The scripts of package rate, which share their KEYS and ARGV (lib/rate.lua). Their
 // contracts are in the headers of the .lua files.
 var (
@@ -31,19 +25,4 @@ type RateArgs struct {
 	RLimit    string `arg:"rlimit"` // the limit the reservation was made under
 	NewLimit  string `arg:"new_limit"`
 	NewBurst  string `arg:"new_burst"`
-}
-
-// Exec runs s, a rate script, once with a, as [Script.Exec] does.
-func (a RateArgs) Exec(ctx context.Context, c rueidis.Client, s *Script) rueidis.RedisResult {
-	var buf [MaxArgs]string
-	return a.fill(s, buf[:0]).Exec(ctx, c)
-}
-
-// Call returns a as a call of s, a rate script.
-func (a RateArgs) Call(s *Script) Call { return a.fill(s, make([]string, 0, 10)) }
-
-func (a RateArgs) fill(s *Script, v []string) Call {
-	mustBeOne("RateArgs", s, RateScripts)
-	v = append(v, a.Bucket, a.Limit, a.Burst, a.N, a.MaxWait, a.Retention, a.At, a.RLimit, a.NewLimit, a.NewBurst)
-	return split(s, v, 1)
 }

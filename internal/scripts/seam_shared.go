@@ -1,21 +1,14 @@
 package scripts
 
-import (
-	"context"
-
-	"github.com/redis/rueidis"
-)
-
-// The KEYS and ARGV shared by all the scripts of a rwmutex (lib/rw.lua), of a semaphore
-// (lib/sem.lua) and of a wait group (lib/waitgroup.lua): one struct each, whose Exec and Call
-// take the script, and panic if it is not one of the family's (see seam.go).
+// The KEYS and ARGV shared by all the scripts of a rwmutex (lib/rw.lua) and of a semaphore
+// (lib/sem.lua): one struct each, whose Exec and Call take the script, and panic if it is not
+// one of the family's (see seam.go).
 
 // The scripts that share a struct.
 var (
 	RWMutexScripts   = []*Script{RWMutexLock, RWMutexUnlock, RWMutexLeave, RWMutexRenew}
 	SemaphoreScripts = []*Script{SemaphoreAcquire, SemaphoreRelease, SemaphoreLeave, SemaphoreResize,
 		SemaphorePlace, SemaphoreRenew, SemaphoreStatus}
-	WaitGroupScripts = []*Script{WaitGroupAdd, WaitGroupJoin, WaitGroupLeave, WaitGroupVoid, WaitGroupCheck}
 )
 
 // RWMutexKeys are the KEYS of every rwmutex script, in lib/rw.lua's order. A rwmutex makes
@@ -49,23 +42,6 @@ type RWMutexArgs struct {
 	Pub      string `arg:"pub"`
 }
 
-// Exec runs s, a rwmutex script, once with a, as [Script.Exec] does.
-func (a RWMutexArgs) Exec(ctx context.Context, c rueidis.Client, s *Script) rueidis.RedisResult {
-	var buf [MaxArgs]string
-	return a.fill(s, buf[:0]).Exec(ctx, c)
-}
-
-// Call returns a as a call of s, a rwmutex script.
-func (a RWMutexArgs) Call(s *Script) Call { return a.fill(s, make([]string, 0, 20)) }
-
-func (a RWMutexArgs) fill(s *Script, v []string) Call {
-	mustBeOne("RWMutexArgs", s, RWMutexScripts)
-	k := a.Keys
-	v = append(v, k.W, k.R, k.WW, k.RQ, k.RA, k.Fence, k.Ops, k.WO, k.Rel,
-		a.Mode, a.Owner, a.Waiter, a.More, a.TTL, a.Slack, a.Window, a.FenceTTL, a.OpsTTL, a.Prefix, a.Pub)
-	return split(s, v, 9)
-}
-
 // SemaphoreKeys are the KEYS of every semaphore script, in lib/sem.lua's order. A semaphore
 // makes them once.
 type SemaphoreKeys struct {
@@ -93,61 +69,4 @@ type SemaphoreArgs struct {
 	Pub    string `arg:"pub"`
 	OpsTTL string `arg:"ops_ttl"`
 	Extra  string `arg:"extra"`
-}
-
-// Exec runs s, a semaphore script, once with a, as [Script.Exec] does.
-func (a SemaphoreArgs) Exec(ctx context.Context, c rueidis.Client, s *Script) rueidis.RedisResult {
-	var buf [MaxArgs]string
-	return a.fill(s, buf[:0]).Exec(ctx, c)
-}
-
-// Call returns a as a call of s, a semaphore script.
-func (a SemaphoreArgs) Call(s *Script) Call { return a.fill(s, make([]string, 0, 17)) }
-
-func (a SemaphoreArgs) fill(s *Script, v []string) Call {
-	mustBeOne("SemaphoreArgs", s, SemaphoreScripts)
-	k := a.Keys
-	v = append(v, k.H, k.N, k.Q, k.QX, k.QN, k.Size, k.Ops,
-		a.ID, a.N, a.Size, a.TTL, a.WLease, a.Slack, a.Prefix, a.Pub, a.OpsTTL, a.Extra)
-	return split(s, v, 7)
-}
-
-// WaitGroupKeys are the KEYS of every waitgroup script, in lib/waitgroup.lua's order. A wait
-// group makes them once.
-type WaitGroupKeys struct {
-	S   string `key:"s"`
-	M   string `key:"m"`
-	Ops string `key:"ops"`
-}
-
-// WaitGroupArgs are the KEYS and ARGV of every waitgroup script (waitgroup_add.lua,
-// waitgroup_join.lua, waitgroup_leave.lua, waitgroup_void.lua, waitgroup_check.lua), in
-// lib/waitgroup.lua's order.
-type WaitGroupArgs struct {
-	Keys    WaitGroupKeys
-	ID      string `arg:"id"`
-	Delta   string `arg:"delta"`
-	TTL     string `arg:"ttl"`
-	Expiry  string `arg:"expiry"`
-	Keep    string `arg:"keep"`
-	Channel string `arg:"channel"`
-	Pub     string `arg:"pub"`
-	OpsTTL  string `arg:"ops_ttl"`
-	Extra   string `arg:"extra"`
-}
-
-// Exec runs s, a waitgroup script, once with a, as [Script.Exec] does.
-func (a WaitGroupArgs) Exec(ctx context.Context, c rueidis.Client, s *Script) rueidis.RedisResult {
-	var buf [MaxArgs]string
-	return a.fill(s, buf[:0]).Exec(ctx, c)
-}
-
-// Call returns a as a call of s, a waitgroup script.
-func (a WaitGroupArgs) Call(s *Script) Call { return a.fill(s, make([]string, 0, 12)) }
-
-func (a WaitGroupArgs) fill(s *Script, v []string) Call {
-	mustBeOne("WaitGroupArgs", s, WaitGroupScripts)
-	k := a.Keys
-	v = append(v, k.S, k.M, k.Ops, a.ID, a.Delta, a.TTL, a.Expiry, a.Keep, a.Channel, a.Pub, a.OpsTTL, a.Extra)
-	return split(s, v, 3)
 }
