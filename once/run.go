@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/internal/core"
 	"github.com/distsync/distsync/internal/pubsub"
@@ -24,16 +26,7 @@ import (
 // (Do cancels it), so a result it cuts short reaches nobody. Those results match
 // [distsync.ErrNotAcquired] all the same, as a caller's own cancelled wait does.
 func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(context.Context) (T, error)) {
-	defer func() {
-		g.mu.Lock()
-		if g.calls[key] == c {
-			delete(g.calls, key)
-		}
-		c.out = c.shared || c.joined > 1 // nobody joins once the call is out of the map
-		g.mu.Unlock()
-		c.cancel()
-		close(c.done)
-	}()
+	defer g.end(c, key)
 	// For the Handle's observer, the call acquires the lead: it reports the lead it takes
 	// (and its hold), or, not acquired, the result of another leader (Err nil) or its error.
 	obs := g.c.Begin(ctx, g.kind, g.name, 1, false)
@@ -67,41 +60,19 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 		}
 	}()
 
-	// What the call may take while it waits: the result key of leader (its result, if the
-	// call missed its message), and published results whose fencing token is at least floor.
-	// A leader that Forget found leading is waited for, but its result is not taken (leader
-	// is "" then, and floor is above its token), unless the call waited for it before the
-	// Forget (joined is that leader): its callers came before the Forget. Tokens tell the
-	// results apart: a message that comes with a smaller one is an older lead's (published
-	// before this call looked, and delivered late), which may predate a Forget.
-	leader, floor := "", int64(-1) // -1: take no published result (look again instead)
-	joined := ""
+	w := waiting{floor: -1} // no published result to take yet: look again instead
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for backoff := 10 * time.Millisecond; ; {
 		resub := l.Next() // before the check: a re-subscription after it means look again
 		owner := g.c.NewID()
 		sent := time.Now()
-		begin := scripts.OnceBeginArgs{Lead: ks.lead, Kept: ks.kept, Res: ks.resPrefix + leader, Mine: ks.resPrefix + owner,
-			Fence: ks.fence, Forgot: ks.forgot, Last: ks.last, Owner: owner, TTL: core.Ms(g.ttl), FenceTTL: core.Ms(g.fenceTTL()),
-			Floor: strconv.FormatInt(floor, 10)}
-		reply, err := begin.Exec(ctx, g.c.Client).ToArray()
-		if _, redisErr := rediserr.As(err); err != nil && !redisErr {
-			// The script may have run without its reply (a cancelled ctx does not cancel a
-			// command Redis received): if it made this call the leader, give the lead up.
-			g.c.Undo("giving up an unused lead", g.ttl, func(ctx context.Context) error {
-				return g.finish(ctx, ks, owner, "", 0, 0)
-			})
-		}
+		reply, err := g.begin(ctx, ks, owner, &w)
 		if err != nil {
 			if core.RetryAfter(ctx, &backoff, err) {
 				continue
 			}
-			if ctx.Err() != nil {
-				c.err = g.notAcquired(key, ctx.Err())
-			} else {
-				c.err = g.wrap(key, err)
-			}
+			c.err = g.failed(ctx, key, err)
 			return
 		}
 		kind, _ := reply[0].ToString()
@@ -112,108 +83,177 @@ func (g *Group[T]) run(ctx context.Context, c *call[T], key string, fn func(cont
 			c.shared = true
 			return
 		case "l":
-			var token int64 // the lead's fencing token: {'l', token}
-			if len(reply) > 1 {
-				token, _ = reply[1].AsInt64()
-			}
-			// The lease keeps the fence key (the lead's token, which waiters compare results
-			// with) and a Forget's mark alive as long as the lead.
-			lease, err := g.c.Hold(core.LeaseSpec{Key: ks.lead, Owner: owner, Kind: "s", Keep: []string{ks.fence, ks.forgot},
-				TTL: g.ttl, Renew: g.renew, Sent: sent, Token: token,
-				Release: func(ctx context.Context, _ *core.Lease) error { return g.finish(ctx, ks, owner, "", 0, token) }})
-			switch {
-			case errors.Is(err, core.ErrLate):
+			lease, err := g.holdLead(ks, owner, sent, reply)
+			if errors.Is(err, core.ErrLate) {
 				continue // the lead came too late to use and was given up: look again
-			case err != nil:
+			} else if err != nil {
 				c.err = g.wrap(key, err) // the Handle closed: fn must not run uncoordinated
 				return
 			}
-			if leader != "" { // it waited for a leader whose result it would have taken
-				obs.Once(core.EventOnceTakeover)
-			} else {
-				obs.Once(core.EventOnceLeader)
-			}
+			obs.Once(leadEvent(w.leader != ""))
 			led = true
 			obs.Done(lease, nil)
 			g.lead(c, ks, key, owner, lease, fn, ctx, sub != nil)
 			return
 		case "w":
-			// {'w', leader, pttl, token, forgotten}
-			leader, _ = reply[1].ToString()
-			floor = -1
-			if len(reply) > 4 {
-				floor, _ = reply[3].AsInt64()
-				switch forgotten, _ := reply[4].AsInt64(); {
-				case forgotten != 1 || leader == joined:
-					joined = leader
-				default:
-					leader = "" // it led when Forget ran: its result predates the Forget
-					if floor >= 0 {
-						floor++ // a later leader's result is newer
-					}
-				}
-			}
+			w.follow(reply)
 			if !followed {
 				followed = true
 				obs.Once(core.EventOnceFollower)
 			}
 			if sub == nil {
 				if sub, err = g.c.Notifier.Subscribe(ctx, ks.channel, l); err != nil {
-					switch {
-					case errors.Is(err, pubsub.ErrClosed):
-						c.err = g.wrap(key, distsync.ErrClosed)
-					case ctx.Err() != nil:
-						c.err = g.notAcquired(key, ctx.Err())
-					default:
-						c.err = g.wrap(key, err)
-					}
+					c.err = g.failed(ctx, key, err)
 					return
 				}
 				continue
 			}
 			pttl, _ := reply[2].AsInt64()
-			wait := time.Duration(pttl) * time.Millisecond
-			timer.Reset(core.Backstop(wait, g.ttl))
+			timer.Reset(core.Backstop(time.Duration(pttl)*time.Millisecond, g.ttl))
 		default:
 			c.err = g.wrap(key, core.Unexpected(scripts.OnceBegin, kind))
 			return
 		}
-	wait:
-		for {
-			select {
-			case m := <-l.ch:
-				if m == forgetNotice {
-					if leader != "" {
-						// A Forget marked the leader this call waits for and may take the
-						// result of: its callers came before the Forget and get that result;
-						// later ones must not join it.
-						g.detach(c, key)
-					}
-					continue
+		if g.await(ctx, c, key, l, resub, timer, &w) {
+			return
+		}
+	}
+}
+
+// begin runs once_begin.lua for the call, as owner, with what it may take (w). If the script
+// may have run without its reply reaching the call (a cancelled ctx does not cancel a command
+// Redis received), it gives up the lead the script may have given it, in the background.
+func (g *Group[T]) begin(ctx context.Context, ks keyset, owner string, w *waiting) ([]rueidis.RedisMessage, error) {
+	begin := scripts.OnceBeginArgs{Lead: ks.lead, Kept: ks.kept, Res: ks.resPrefix + w.leader, Mine: ks.resPrefix + owner,
+		Fence: ks.fence, Forgot: ks.forgot, Last: ks.last, Owner: owner, TTL: core.Ms(g.ttl), FenceTTL: core.Ms(g.fenceTTL()),
+		Floor: strconv.FormatInt(w.floor, 10)}
+	reply, err := begin.Exec(ctx, g.c.Client).ToArray()
+	if _, redisErr := rediserr.As(err); err != nil && !redisErr {
+		g.c.Undo("giving up an unused lead", g.ttl, func(ctx context.Context) error {
+			return g.finish(ctx, ks, owner, "", 0, 0)
+		})
+	}
+	return reply, err
+}
+
+// failed is the call's error when it gives up: it could not look (begin) or subscribe to
+// wait, and will not try again.
+func (g *Group[T]) failed(ctx context.Context, key string, err error) error {
+	switch {
+	case errors.Is(err, pubsub.ErrClosed):
+		return g.wrap(key, distsync.ErrClosed)
+	case ctx.Err() != nil:
+		return g.notAcquired(key, ctx.Err())
+	default:
+		return g.wrap(key, err)
+	}
+}
+
+// waiting is what a call that waits may take: the result key of leader (its result, if the
+// call missed its message), and published results whose fencing token is at least floor (-1:
+// none; look again instead). A leader that Forget found leading is waited for, but its result
+// is not taken (leader is "" then, and floor is above its token), unless the call waited for
+// it before the Forget (joined is that leader): its callers came before the Forget. Tokens
+// tell the results apart: a message that comes with a smaller one is an older lead's
+// (published before this call looked, and delivered late), which may predate a Forget.
+type waiting struct {
+	leader string
+	floor  int64
+	joined string
+}
+
+// follow reads once_begin.lua's reply that the call waits: {'w', leader, pttl, token,
+// forgotten}.
+func (w *waiting) follow(reply []rueidis.RedisMessage) {
+	w.leader, _ = reply[1].ToString()
+	w.floor = -1
+	if len(reply) <= 4 {
+		return
+	}
+	w.floor, _ = reply[3].AsInt64()
+	switch forgotten, _ := reply[4].AsInt64(); {
+	case forgotten != 1 || w.leader == w.joined:
+		w.joined = w.leader
+	default:
+		w.leader = "" // it led when Forget ran: its result predates the Forget
+		if w.floor >= 0 {
+			w.floor++ // a later leader's result is newer
+		}
+	}
+}
+
+// end takes the finished call c out of the calls of key, and tells its callers.
+func (g *Group[T]) end(c *call[T], key string) {
+	g.mu.Lock()
+	if g.calls[key] == c {
+		delete(g.calls, key)
+	}
+	c.out = c.shared || c.joined > 1 // nobody joins once the call is out of the map
+	g.mu.Unlock()
+	c.cancel()
+	close(c.done)
+}
+
+// leadEvent is the observer's event of a lead taken: a takeover if the call waited for a
+// leader whose result it would have taken.
+func leadEvent(takeover bool) uint8 {
+	if takeover {
+		return core.EventOnceTakeover
+	}
+	return core.EventOnceLeader
+}
+
+// holdLead starts the lease of the lead once_begin.lua gave the call ({'l', token}). The lease
+// keeps the fence key (the lead's token, which waiters compare results with) and a Forget's
+// mark alive as long as the lead.
+func (g *Group[T]) holdLead(ks keyset, owner string, sent time.Time, reply []rueidis.RedisMessage) (*core.Lease, error) {
+	var token int64
+	if len(reply) > 1 {
+		token, _ = reply[1].AsInt64()
+	}
+	return g.c.Hold(core.LeaseSpec{Key: ks.lead, Owner: owner, Kind: "s", Keep: []string{ks.fence, ks.forgot},
+		TTL: g.ttl, Renew: g.renew, Sent: sent, Token: token,
+		Release: func(ctx context.Context, _ *core.Lease) error { return g.finish(ctx, ks, owner, "", 0, token) }})
+}
+
+// await waits, for a call that follows a leader, until it must look again (false): a message
+// it may not take, a re-subscription, the backstop. It returns true once the call has its
+// result or error in c: a result it may take, its ctx ended, or the Handle closed.
+func (g *Group[T]) await(ctx context.Context, c *call[T], key string, l *listener, resub <-chan struct{}, timer *time.Timer, w *waiting) bool {
+	for {
+		select {
+		case m := <-l.ch:
+			if m == forgetNotice {
+				if w.leader != "" {
+					// A Forget marked the leader this call waits for and may take the
+					// result of: its callers came before the Forget and get that result;
+					// later ones must not join it.
+					g.detach(c, key)
 				}
-				// "<token>\n<result>": a result this call may take, from the leader it waits
-				// for or a later one (who took over after a lost lease), or anything else:
-				// a lead given up ("<token>\n"), an older result, or one the call must not
-				// take. Then it looks again.
-				tok, res, ok := strings.Cut(m, "\n")
-				n, err := strconv.ParseInt(tok, 10, 64)
-				if !ok || err != nil || res == "" || floor < 0 || n < floor {
-					break wait
-				}
-				c.val, c.err = g.decode(key, res)
-				c.shared = true
-				return
-			case <-resub:
-				break wait
-			case <-timer.C:
-				break wait // the backstop: a lease that lapses publishes nothing
-			case <-ctx.Done():
-				c.err = g.notAcquired(key, ctx.Err())
-				return
-			case <-g.c.Done():
-				c.err = g.wrap(key, distsync.ErrClosed)
-				return
+				continue
 			}
+			// "<token>\n<result>": a result this call may take, from the leader it waits for
+			// or a later one (who took over after a lost lease), or anything else: a lead
+			// given up ("<token>\n"), an older result, or one the call must not take. Then it
+			// looks again.
+			tok, res, ok := strings.Cut(m, "\n")
+			n, err := strconv.ParseInt(tok, 10, 64)
+			if !ok || err != nil || res == "" || w.floor < 0 || n < w.floor {
+				return false
+			}
+			c.val, c.err = g.decode(key, res)
+			c.shared = true
+			return true
+		case <-resub:
+			return false
+		case <-timer.C:
+			return false // the backstop: a lease that lapses publishes nothing
+		case <-ctx.Done():
+			c.err = g.notAcquired(key, ctx.Err())
+			return true
+		case <-g.c.Done():
+			c.err = g.wrap(key, distsync.ErrClosed)
+			return true
 		}
 	}
 }
