@@ -280,10 +280,7 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 			if core.RetryAfter(ctx, &backoff, err) {
 				continue
 			}
-			if ctx.Err() != nil {
-				return wg.notAcquired(ctx.Err())
-			}
-			return wg.wrap(err)
+			return wg.failed(ctx, err)
 		}
 		backoff = 10 * time.Millisecond
 		switch {
@@ -303,44 +300,59 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 		round = r[1]
 		if sub == nil {
 			if sub, err = wg.c.Notifier.Subscribe(ctx, wg.channel, l); err != nil {
-				switch {
-				case errors.Is(err, pubsub.ErrClosed):
-					return wg.wrap(distsync.ErrClosed)
-				case ctx.Err() != nil:
-					return wg.notAcquired(ctx.Err())
-				}
-				return wg.wrap(err)
+				return wg.failed(ctx, err)
 			}
 			continue
 		}
 		ms, _ := strconv.ParseInt(r[2], 10, 64)
 		timer.Reset(core.Backstop(time.Duration(ms)*time.Millisecond, wg.ttl))
-	wait:
-		for {
-			select {
-			case <-l.signal:
-				// "<round>\n<outcome>": the latest round that ended.
-				if at, o := l.last(); at == round {
-					wg.seen(mine, parseRound(at))
-					return wg.outcome(at, o)
-				} else if newer(at, round) {
-					break wait // round ended too, its message lost: its outcome is kept
-				}
-			case <-resub:
-				break wait
-			case <-timer.C:
-				break wait // the backstop: a lease that lapses publishes nothing
-			case <-ctx.Done():
-				return wg.notAcquired(ctx.Err())
-			case <-wg.c.Done():
-				return wg.wrap(distsync.ErrClosed)
-			}
+		if done, err := wg.await(ctx, l, resub, timer, round, mine); done {
+			return err
 		}
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
 			default:
 			}
+		}
+	}
+}
+
+// failed is Wait's error when it gives up: it could not check the group or subscribe to wait,
+// and will not try again.
+func (wg *WaitGroup) failed(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, pubsub.ErrClosed):
+		return wg.wrap(distsync.ErrClosed)
+	case ctx.Err() != nil:
+		return wg.notAcquired(ctx.Err())
+	}
+	return wg.wrap(err)
+}
+
+// await waits for the end of round, which Wait waits for, until it must check again (done
+// false): a message of a later round's end (round's own was lost), a re-subscription, the
+// backstop. It returns true and Wait's result once round ended, ctx ended or the Handle
+// closed.
+func (wg *WaitGroup) await(ctx context.Context, l *listener, resub <-chan struct{}, timer *time.Timer, round string, mine *taken) (done bool, err error) {
+	for {
+		select {
+		case <-l.signal:
+			// "<round>\n<outcome>": the latest round that ended.
+			if at, o := l.last(); at == round {
+				wg.seen(mine, parseRound(at))
+				return true, wg.outcome(at, o)
+			} else if newer(at, round) {
+				return false, nil // round ended too, its message lost: its outcome is kept
+			}
+		case <-resub:
+			return false, nil
+		case <-timer.C:
+			return false, nil // the backstop: a lease that lapses publishes nothing
+		case <-ctx.Done():
+			return true, wg.notAcquired(ctx.Err())
+		case <-wg.c.Done():
+			return true, wg.wrap(distsync.ErrClosed)
 		}
 	}
 }
