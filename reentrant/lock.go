@@ -185,40 +185,13 @@ func (m *Mutex) attempt(ctx context.Context, waiter string, t waitq.Try) (waitq.
 	switch {
 	case len(vals) == 3 && vals[0] == 1:
 		if h != nil {
-			// A re-entry of h. If h's lease ended while the attempt was in flight, the count it
-			// added is not this process's to keep: undo it and report the loss.
-			m.mu.Lock()
-			err := h.lease.Err()
-			if err == nil {
-				h.n++
-			}
-			m.mu.Unlock()
-			if err != nil {
-				m.undo(undoOf(id, o))
-				return waitq.Result{}, "", core.Permanent(fmt.Errorf("re-entering a hold that ended: %w", err))
-			}
-			return held, "", nil
+			err = m.reentered(h, id, o)
+		} else {
+			err = m.held(o, id, vals[2], sent)
 		}
-		// A renewal also tells the head waiter when the lease now ends (reentrant_renew.lua):
-		// made by RenewWith at each renewal, not here, so that a hold released before its first
-		// renewal, the common case, pays nothing for it.
-		l, err := m.c.Hold(core.LeaseSpec{
-			Key: m.lock, Owner: m.field(o), Kind: "h", TTL: m.ttl, Renew: m.renew,
-			Token: vals[2], Sent: sent, RenewWith: m.renewWith, Release: m.releaseLease,
-		})
-		if err != nil { // closed, or too late to use: nothing of it is registered here
-			m.undo(undoOf(id, o))
+		if err != nil {
 			return waitq.Result{}, "", err
 		}
-		m.mu.Lock()
-		m.holds[o] = &hold{n: 1, lease: l}
-		// The owner's Locks waiting in the room re-enter this hold instead (see lock2).
-		for _, rw := range m.waiting {
-			if rw.o == o {
-				rw.cancel(errOwnerHolds)
-			}
-		}
-		m.mu.Unlock()
 		return held, "", nil
 	case len(vals) == 4 && vals[0] == 0:
 		pttl := time.Duration(vals[1]) * time.Millisecond
@@ -241,6 +214,48 @@ func (m *Mutex) attempt(ctx context.Context, waiter string, t waitq.Try) (waitq.
 		return waitq.Result{}, "", core.Permanent(fmt.Errorf("re-entering a hold that ended: %w", h.lease.Err()))
 	}
 	return waitq.Result{}, "", core.Unexpected(scripts.ReentrantLock, slices.Clone(vals)) // a copy: vals is on the stack
+}
+
+// reentered counts a re-entry of h that Redis made for attempt id of o. If h's lease ended
+// while the attempt was in flight, the count it added is not this process's to keep: it undoes
+// it and reports the loss.
+func (m *Mutex) reentered(h *hold, id string, o Owner) error {
+	m.mu.Lock()
+	err := h.lease.Err()
+	if err == nil {
+		h.n++
+	}
+	m.mu.Unlock()
+	if err != nil {
+		m.undo(undoOf(id, o))
+		return core.Permanent(fmt.Errorf("re-entering a hold that ended: %w", err))
+	}
+	return nil
+}
+
+// held starts the lease of a hold that attempt id of o, sent at sent, took with token, and
+// records it. A renewal also tells the head waiter when the lease now ends
+// (reentrant_renew.lua): made by RenewWith at each renewal, not here, so that a hold released
+// before its first renewal, the common case, pays nothing for it.
+func (m *Mutex) held(o Owner, id string, token int64, sent time.Time) error {
+	l, err := m.c.Hold(core.LeaseSpec{
+		Key: m.lock, Owner: m.field(o), Kind: "h", TTL: m.ttl, Renew: m.renew,
+		Token: token, Sent: sent, RenewWith: m.renewWith, Release: m.releaseLease,
+	})
+	if err != nil { // closed, or too late to use: nothing of it is registered here
+		m.undo(undoOf(id, o))
+		return err
+	}
+	m.mu.Lock()
+	m.holds[o] = &hold{n: 1, lease: l}
+	// The owner's Locks waiting in the room re-enter this hold instead (see lock2).
+	for _, rw := range m.waiting {
+		if rw.o == o {
+			rw.cancel(errOwnerHolds)
+		}
+	}
+	m.mu.Unlock()
+	return nil
 }
 
 // undoOf is what Abandon takes to undo attempt id of o: made only when an attempt must be
