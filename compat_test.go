@@ -404,10 +404,19 @@ func evictedScenario(t *testing.T, nodes []rueidis.Client, name string, a, b fun
 	evicts := err == nil && v.AtLeast(7, 4)
 	check := func(t *testing.T, nodes []rueidis.Client) {
 		t.Helper()
-		evictScripts(t, nodes)
-		gone := !loadedOn(t, nodes, scripts.MutexAcquire, scripts.MutexRelease)
+		// The eviction is LRU: a script the handles run during the 600 others (a waiter's
+		// re-check at a late renewal's lease end, on a loaded machine) is kept by that run.
+		// Flood again, a few times, before concluding that the server does not evict.
+		gone := false
+		for try := 0; try < 3 && !gone; try++ {
+			evictScripts(t, nodes)
+			gone = !loadedOn(t, nodes, scripts.MutexAcquire, scripts.MutexRelease)
+			if !evicts {
+				break
+			}
+		}
 		if evicts && !gone {
-			t.Fatalf("Redis %v kept distsync's scripts after 600 others: this test tests nothing", v)
+			t.Fatalf("Redis %v kept distsync's scripts after three floods of 600 others: this test tests nothing", v)
 		}
 		t.Logf("scripts evicted: %v", gone)
 	}
