@@ -218,157 +218,29 @@ func (q *quorumLock) try1(ctx context.Context) (*core.Lease, bool, error) {
 func (q *quorumLock) gather(ctx context.Context, try bool) (*core.Lease, string, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type result struct {
-		i   int
-		ok  bool
-		err error
-	}
-	// An attempt that returns after gather has decided gives back what it took by itself.
-	var mu sync.Mutex
-	decided := false
-	results := make(chan result, len(q.ms))
-	attempt := func(i int) {
-		m := q.ms[i]
-		go func() {
-			var err error
-			ok := true
-			if try {
-				_, ok, err = m.tryLock(rctx)
-			} else {
-				_, err = m.lock(rctx)
-			}
-			mu.Lock()
-			late := decided
-			if !late {
-				results <- result{i, ok && err == nil, err}
-			}
-			mu.Unlock()
-			if late && ok && err == nil {
-				q.giveBack([]int{i})
-			}
-		}()
-	}
-	const (
-		pending = iota
-		held
-		parked
-		out // returned without the claim: an error, or (try) held elsewhere
-	)
-	state := make([]int, len(q.ms))
+	g := &gathering{q: q, try: try, rctx: rctx, results: make(chan attempted, len(q.ms)),
+		state: make([]primaryState, len(q.ms)), began: time.Now()}
 	for i := range q.ms {
-		attempt(i)
+		g.attempt(i)
 	}
-	count := func(st int) (n int) {
-		for _, x := range state {
-			if x == st {
-				n++
-			}
-		}
-		return n
-	}
-	var errs []error
-	most := 0
-	var split, grace <-chan time.Time
-	began := time.Now()
-	done := ctx.Done()
 	if try {
-		split = time.After(QuorumWait) // a primary that does not answer must not hold up a TryLock
+		g.split = time.After(QuorumWait) // a primary that does not answer must not hold up a TryLock
 	}
-	armSplit := func() {
-		if !try {
-			split = time.After(QuorumWait + time.Duration(rand.Int64N(int64(QuorumWait))))
-		}
-	}
-wait:
-	for count(pending) > 0 {
+	for stop := false; !stop && g.count(pending) > 0; {
 		select {
-		case r := <-results:
-			switch {
-			case r.ok:
-				state[r.i] = held
-				most = max(most, count(held))
-				if count(held) >= q.need {
-					if grace == nil {
-						// The others are likely on their way back with their claims: give them as
-						// long again as the majority took (cancelling them in flight would cost each
-						// a clean-up), then cancel them.
-						grace = time.After(min(max(time.Since(began), time.Millisecond), QuorumWait))
-					}
-					split = nil
-					continue
-				}
-				if !try {
-					for i, st := range state {
-						if st == parked {
-							state[i] = pending
-							attempt(i) // progress: the parked primaries are worth attempting again
-						}
-					}
-				}
-				armSplit()
-			default:
-				state[r.i] = out
-				if r.err != nil && rctx.Err() == nil && !errors.Is(r.err, distsync.ErrNotAcquired) {
-					errs = append(errs, fmt.Errorf("primary %d: %w", r.i, r.err))
-				}
-				if count(out) > len(q.ms)-q.need {
-					break wait // a majority cannot be had any more
-				}
-			}
-		case <-split:
-			split = nil
-			if try {
-				break wait
-			}
-			var back []int
-			for i, st := range state {
-				if st == held {
-					back = append(back, i)
-					state[i] = parked
-				}
-			}
-			// In the background: a primary that answers slowly (stopped, cut off) must not
-			// stop the gathering, or the claims of the primaries that come free meanwhile
-			// would wait, held and unused, and every other process behind them. A parked
-			// primary attempted again meanwhile comes after its own release in Redis (one
-			// connection, in order), and waits in that primary's queue like any other.
-			go q.giveBack(back)
-			if count(pending) == 0 {
-				for i := range state {
-					if state[i] == parked {
-						state[i] = pending
-						attempt(i)
-					}
-				}
-			}
-		case <-grace:
-			break wait
-		case <-done:
-			break wait
+		case r := <-g.results:
+			stop = g.took(r)
+		case <-g.split:
+			stop = g.splitUp()
+		case <-g.grace:
+			stop = true
+		case <-ctx.Done():
+			stop = true
 		}
 	}
 	cancel()
-	mu.Lock()
-	decided = true
-	for drained := false; !drained; {
-		select {
-		case r := <-results:
-			if r.ok {
-				state[r.i] = held
-			}
-		default:
-			drained = true
-		}
-	}
-	mu.Unlock()
-	var got []int
-	for i, st := range state {
-		if st == held {
-			got = append(got, i)
-		}
-	}
-	most = max(most, len(got))
-	why := fmt.Sprintf("held on %d of %d primaries at most, fewer than the quorum of %d", most, len(q.ms), q.need)
+	got := g.decide()
+	why := fmt.Sprintf("held on %d of %d primaries at most, fewer than the quorum of %d", g.most, len(q.ms), q.need)
 	if len(got) >= q.need && ctx.Err() == nil {
 		if l := q.hold(ctx, got); l != nil {
 			return l, "", nil
@@ -376,10 +248,171 @@ wait:
 		return nil, "the quorum's claims lapsed or their fencing counters could not be raised in time", nil
 	}
 	q.giveBack(got)
-	if ctx.Err() == nil && count(out) > len(q.ms)-q.need && len(errs) > 0 {
-		return nil, why, fmt.Errorf("a quorum of %d of %d primaries cannot be had: %w", q.need, len(q.ms), errors.Join(errs...))
+	if ctx.Err() == nil && g.count(out) > len(q.ms)-q.need && len(g.errs) > 0 {
+		return nil, why, fmt.Errorf("a quorum of %d of %d primaries cannot be had: %w", q.need, len(q.ms), errors.Join(g.errs...))
 	}
 	return nil, why, nil
+}
+
+// primaryState is where a gather stands with one primary.
+type primaryState int
+
+const (
+	pending primaryState = iota // attempted, no answer yet
+	held                        // its claim is the gather's
+	parked                      // given back after a split; attempted again on progress
+	out                         // returned without the claim: an error, or (try) held elsewhere
+)
+
+// attempted is what one primary's attempt returned.
+type attempted struct {
+	i   int
+	ok  bool
+	err error
+}
+
+// gathering is the state of one gather.
+type gathering struct {
+	q     *quorumLock
+	try   bool
+	rctx  context.Context // the attempts', cancelled once the gather decides
+	began time.Time
+
+	// An attempt that returns after the gather decided gives back what it took by itself.
+	mu      sync.Mutex
+	decided bool
+	results chan attempted
+
+	state        []primaryState
+	errs         []error
+	most         int              // the most primaries held at once
+	split, grace <-chan time.Time // see gather's doc; nil when not armed
+}
+
+// attempt attempts primary i, in the background.
+func (g *gathering) attempt(i int) {
+	m := g.q.ms[i]
+	go func() {
+		var err error
+		ok := true
+		if g.try {
+			_, ok, err = m.tryLock(g.rctx)
+		} else {
+			_, err = m.lock(g.rctx)
+		}
+		g.mu.Lock()
+		late := g.decided
+		if !late {
+			g.results <- attempted{i, ok && err == nil, err}
+		}
+		g.mu.Unlock()
+		if late && ok && err == nil {
+			g.q.giveBack([]int{i})
+		}
+	}()
+}
+
+// count returns how many primaries are in state st.
+func (g *gathering) count(st primaryState) (n int) {
+	for _, x := range g.state {
+		if x == st {
+			n++
+		}
+	}
+	return n
+}
+
+// took notes what an attempt returned, and reports whether the gather can stop: a majority
+// cannot be had any more. A majority held arms the grace for the others' claims.
+func (g *gathering) took(r attempted) (stop bool) {
+	if !r.ok {
+		g.state[r.i] = out
+		if r.err != nil && g.rctx.Err() == nil && !errors.Is(r.err, distsync.ErrNotAcquired) {
+			g.errs = append(g.errs, fmt.Errorf("primary %d: %w", r.i, r.err))
+		}
+		return g.count(out) > len(g.q.ms)-g.q.need
+	}
+	g.state[r.i] = held
+	g.most = max(g.most, g.count(held))
+	if g.count(held) >= g.q.need {
+		if g.grace == nil {
+			// The others are likely on their way back with their claims: give them as long
+			// again as the majority took (cancelling them in flight would cost each a
+			// clean-up), then cancel them.
+			g.grace = time.After(min(max(time.Since(g.began), time.Millisecond), QuorumWait))
+		}
+		g.split = nil
+		return false
+	}
+	if !g.try {
+		g.retryParked() // progress: the parked primaries are worth attempting again
+		g.split = time.After(QuorumWait + time.Duration(rand.Int64N(int64(QuorumWait))))
+	}
+	return false
+}
+
+// retryParked attempts the parked primaries again.
+func (g *gathering) retryParked() {
+	for i, st := range g.state {
+		if st == parked {
+			g.state[i] = pending
+			g.attempt(i)
+		}
+	}
+}
+
+// splitUp ends a split: some primaries held, not a majority, for a while. A TryLock stops. A
+// Lock gives back what it holds and parks those primaries; if it waits on none, it attempts
+// them again at once.
+func (g *gathering) splitUp() (stop bool) {
+	g.split = nil
+	if g.try {
+		return true
+	}
+	var back []int
+	for i, st := range g.state {
+		if st == held {
+			back = append(back, i)
+			g.state[i] = parked
+		}
+	}
+	// In the background: a primary that answers slowly (stopped, cut off) must not stop the
+	// gathering, or the claims of the primaries that come free meanwhile would wait, held
+	// and unused, and every other process behind them. A parked primary attempted again
+	// meanwhile comes after its own release in Redis (one connection, in order), and waits in
+	// that primary's queue like any other.
+	go g.q.giveBack(back)
+	if g.count(pending) == 0 {
+		g.retryParked()
+	}
+	return false
+}
+
+// decide ends the gather's attempts (rctx is cancelled): it takes the results already sent,
+// leaves the later ones to give back what they took by themselves, and returns the primaries
+// held.
+func (g *gathering) decide() []int {
+	g.mu.Lock()
+	g.decided = true
+	for drained := false; !drained; {
+		select {
+		case r := <-g.results:
+			if r.ok {
+				g.state[r.i] = held
+			}
+		default:
+			drained = true
+		}
+	}
+	g.mu.Unlock()
+	var got []int
+	for i, st := range g.state {
+		if st == held {
+			got = append(got, i)
+		}
+	}
+	g.most = max(g.most, len(got))
+	return got
 }
 
 // raiseTimeout bounds the raise of the fencing counters: a primary that does not answer in time
