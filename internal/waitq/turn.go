@@ -48,64 +48,30 @@ type TurnResult struct {
 // returns nil once an attempt or a grant acquired; ctx's error; core.ErrClosed; or the error
 // of an attempt that is not transient. The caller leaves the queue on error.
 func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t Turn) error {
-	var (
-		place   *core.Lease // the lease on the waiter's place
-		backup  string
-		timer   *time.Timer // made when the first attempt fails: an uncontended call starts none
-		watch   *time.Timer
-		watchC  <-chan time.Time
-		backoff = minBackoff
-	)
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-		if watch != nil {
-			watch.Stop()
-		}
-		if place != nil {
-			place.Stop()
-		}
-	}()
+	w := &turnWait{h: h, waiterLease: waiterLease, t: t, backoff: minBackoff}
+	defer w.stop()
 	for {
 		// A grant announced before this attempt is found (and adopted) by the attempt itself;
 		// taken from its message later, it could be stale: the waiter may have queued again
 		// since, and its place's deadline would no longer bound the grant.
 		drain(t.Slot.C)
 		sent := time.Now()
-		res, err := t.Attempt(ctx, backup)
+		res, err := t.Attempt(ctx, w.backup)
 		switch {
 		case err != nil && ctx.Err() == nil && core.Transient(err):
-			h.Log().Debug("distsync: queued attempt failed, retrying", "waiter", t.ID, "err", err, "in", backoff)
-			if err := givenBack(ctx, h, err); err != nil {
+			if err := w.retry(ctx, err); err != nil {
 				return err
 			}
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-h.Done():
-				return core.ErrClosed
-			}
-			backoff = min(2*backoff, maxBackoff)
 			continue
 		case err != nil:
 			return err
 		case res.Acquired:
 			return nil
 		}
-		backoff = minBackoff
+		w.backoff = minBackoff
 		h.Note(ctx, core.EventQueued)
-		if place == nil || place.Err() != nil {
-			// If a renewal finds the place gone (Redis unreachable for a waiter lease, or
-			// pruned), the loop re-checks, which queues the waiter again.
-			var err error
-			place, err = h.Hold(core.LeaseSpec{Key: t.Place, Keep: t.PlaceKeep, Owner: t.ID, Kind: "z", TTL: waiterLease,
-				Renew: true, Sent: sent, Place: true, Renewal: t.PlaceRenewal,
-				Release: func(ctx context.Context, _ *core.Lease) error { return t.Leave(ctx) }})
-			if err != nil {
-				return err // the handle closed
-			}
+		if err := w.holdPlace(sent); err != nil {
+			return err // the handle closed
 		}
 		if !t.Slot.Ready() {
 			// Subscribe, then check again: a release published between the failed attempt
@@ -115,81 +81,153 @@ func WaitTurn(ctx context.Context, h *core.Handle, waiterLease time.Duration, t 
 			}
 			continue
 		}
-		if timer == nil {
-			timer = time.NewTimer(res.Wait)
+		if w.timer == nil {
+			w.timer = time.NewTimer(res.Wait)
 		} else {
-			timer.Reset(res.Wait)
+			w.timer.Reset(res.Wait)
 		}
-
-	listen:
-		for {
-			select {
-			case sig := <-t.Slot.C:
-				switch sig.Kind {
-				case Granted:
-					h.Note(ctx, core.EventGranted)
-					// Redis keeps a grant for its window (the releaser's) after it was made, and
-					// it was made after the last renewal of the place that found the place there
-					// (a grant takes the waiter out of the queue). That renewal was sent at
-					// place.Deadline() - (waiterLease - drift): counted from then with the
-					// grant's window, the grant is surely this waiter's, without asking Redis.
-					w := sig.Grant.Window
-					deadline := place.Deadline().Add(-waiterLease + core.Drift(waiterLease) - core.Drift(w) + w)
-					if time.Until(deadline) > w/4 && !h.WaitsForReplicas() {
-						err := t.Take(sig.Grant, deadline)
-						if !errors.Is(err, core.ErrLate) || ctx.Err() != nil {
-							return err
-						}
-						// Too late to use after all (this process stalled past the grant, or
-						// the grant was gone when its holder was recorded): given back, as a
-						// late attempt's claim is. The wait goes on, with a look in Redis.
-						h.Log().Debug("distsync: a grant came too late to use, waiting on", "waiter", t.ID, "err", err)
-						if err := givenBack(ctx, h, err); err != nil {
-							return err
-						}
-						break listen
-					}
-					backup = sig.Grant.Backup
-					break listen // too little of it is sure to be left: adopt it in Redis
-				case Watch:
-					if watch == nil {
-						watch = time.NewTimer(sig.Window + 2*time.Millisecond)
-					} else {
-						watch.Reset(sig.Window + 2*time.Millisecond)
-					}
-					watchC = watch.C
-				case Confirmed:
-					if watch != nil {
-						watch.Stop()
-					}
-					watchC = nil
-				case Extended:
-					// The holder renewed (the waiter heads the queue): its lease now ends in
-					// Window. Re-check just after that, not before: a holder that died renews
-					// no more, and its lock is taken a round trip after its expiry. (The
-					// waiter's place is kept by its own lease, not by re-checking.)
-					timer.Reset(sig.Window + 2*time.Millisecond)
-				default:
-					h.Note(ctx, core.EventWoken)
-					break listen
-				}
-			case <-watchC:
-				watchC = nil
-				break listen // a grant ahead lapsed unconfirmed: its waiter is dead
-			case <-place.Done():
-				if errors.Is(place.Err(), core.ErrClosed) {
-					return core.ErrClosed // the caller leaves the queue
-				}
-				break listen
-			case <-timer.C:
-				break listen
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-h.Done():
-				return core.ErrClosed
-			}
+		if done, err := w.listen(ctx); done {
+			return err
 		}
 	}
+}
+
+// turnWait is the state of one WaitTurn.
+type turnWait struct {
+	h           *core.Handle
+	waiterLease time.Duration
+	t           Turn
+
+	place   *core.Lease // the lease on the waiter's place
+	backup  string      // the waiters watching a grant to this one, for the next attempt
+	timer   *time.Timer // the re-check; made when the first attempt fails: an uncontended call starts none
+	watch   *time.Timer // a grant ahead that must be confirmed
+	watchC  <-chan time.Time
+	backoff time.Duration
+}
+
+// stop stops the timers and the place's lease.
+func (w *turnWait) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	if w.watch != nil {
+		w.watch.Stop()
+	}
+	if w.place != nil {
+		w.place.Stop()
+	}
+}
+
+// retry waits before the attempt after one that failed with the transient err.
+func (w *turnWait) retry(ctx context.Context, err error) error {
+	w.h.Log().Debug("distsync: queued attempt failed, retrying", "waiter", w.t.ID, "err", err, "in", w.backoff)
+	if err := givenBack(ctx, w.h, err); err != nil {
+		return err
+	}
+	select {
+	case <-time.After(w.backoff):
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.h.Done():
+		return core.ErrClosed
+	}
+	w.backoff = min(2*w.backoff, maxBackoff)
+	return nil
+}
+
+// holdPlace starts the lease on the waiter's place, queued by an attempt sent at sent, unless
+// one lives. If a renewal finds the place gone (Redis unreachable for a waiter lease, or
+// pruned), the loop re-checks, which queues the waiter again.
+func (w *turnWait) holdPlace(sent time.Time) error {
+	if w.place != nil && w.place.Err() == nil {
+		return nil
+	}
+	t := w.t
+	var err error
+	w.place, err = w.h.Hold(core.LeaseSpec{Key: t.Place, Keep: t.PlaceKeep, Owner: t.ID, Kind: "z", TTL: w.waiterLease,
+		Renew: true, Sent: sent, Place: true, Renewal: t.PlaceRenewal,
+		Release: func(ctx context.Context, _ *core.Lease) error { return t.Leave(ctx) }})
+	return err
+}
+
+// listen waits for what makes the waiter look again (done false): a message, a watched grant
+// that lapsed, its place lapsing, the re-check. It returns true and WaitTurn's result once a
+// grant was taken, or the wait ended (ctx, the handle closed).
+func (w *turnWait) listen(ctx context.Context) (done bool, err error) {
+	for {
+		select {
+		case sig := <-w.t.Slot.C:
+			switch sig.Kind {
+			case Granted:
+				w.h.Note(ctx, core.EventGranted)
+				return w.granted(ctx, sig.Grant)
+			case Watch:
+				if w.watch == nil {
+					w.watch = time.NewTimer(sig.Window + 2*time.Millisecond)
+				} else {
+					w.watch.Reset(sig.Window + 2*time.Millisecond)
+				}
+				w.watchC = w.watch.C
+			case Confirmed:
+				if w.watch != nil {
+					w.watch.Stop()
+				}
+				w.watchC = nil
+			case Extended:
+				// The holder renewed (the waiter heads the queue): its lease now ends in
+				// Window. Re-check just after that, not before: a holder that died renews no
+				// more, and its lock is taken a round trip after its expiry. (The waiter's
+				// place is kept by its own lease, not by re-checking.)
+				w.timer.Reset(sig.Window + 2*time.Millisecond)
+			default:
+				w.h.Note(ctx, core.EventWoken)
+				return false, nil
+			}
+		case <-w.watchC:
+			w.watchC = nil
+			return false, nil // a grant ahead lapsed unconfirmed: its waiter is dead
+		case <-w.place.Done():
+			if errors.Is(w.place.Err(), core.ErrClosed) {
+				return true, core.ErrClosed // the caller leaves the queue
+			}
+			return false, nil
+		case <-w.timer.C:
+			return false, nil
+		case <-ctx.Done():
+			return true, ctx.Err()
+		case <-w.h.Done():
+			return true, core.ErrClosed
+		}
+	}
+}
+
+// granted takes a grant announced to the waiter, if enough of it is surely left; else it
+// looks in Redis (done false), where the next attempt adopts the grant.
+//
+// Redis keeps a grant for its window (the releaser's) after it was made, and it was made after
+// the last renewal of the place that found the place there (a grant takes the waiter out of
+// the queue). That renewal was sent at place.Deadline() - (waiterLease - drift): counted from
+// then with the grant's window, the grant is surely this waiter's, without asking Redis.
+func (w *turnWait) granted(ctx context.Context, g Grant) (done bool, err error) {
+	win := g.Window
+	deadline := w.place.Deadline().Add(-w.waiterLease + core.Drift(w.waiterLease) - core.Drift(win) + win)
+	if time.Until(deadline) <= win/4 || w.h.WaitsForReplicas() {
+		w.backup = g.Backup
+		return false, nil // too little of it is sure to be left: adopt it in Redis
+	}
+	err = w.t.Take(g, deadline)
+	if !errors.Is(err, core.ErrLate) || ctx.Err() != nil {
+		return true, err
+	}
+	// Too late to use after all (this process stalled past the grant, or the grant was gone
+	// when its holder was recorded): given back, as a late attempt's claim is. The wait goes
+	// on, with a look in Redis.
+	w.h.Log().Debug("distsync: a grant came too late to use, waiting on", "waiter", w.t.ID, "err", err)
+	if err := givenBack(ctx, w.h, err); err != nil {
+		return true, err
+	}
+	return false, nil
 }
 
 // givenBack waits, if err is a claim that came too late and is being given back under the
