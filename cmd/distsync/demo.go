@@ -53,76 +53,110 @@ func demo(ctx context.Context, cfg demoConfig, out io.Writer) (err error) {
 	// way the run ends: a mutex keeps its fencing counter for the handle's fence retention
 	// (7 days by default) after the last Lock, so a run would otherwise leave a key behind on
 	// the user's Redis.
-	prefix := fmt.Sprintf("distsync-demo:%016x:", rand.Uint64())
-	var clients []*counting.Client
-	var handles []*distsync.Handle
-	cleaned := false
-	cleanUp := func() (deleted int, err error) {
-		if cleaned {
-			return 0, nil
-		}
-		cleaned = true
-		for _, h := range handles {
-			_ = h.Close(context.Background())
-		}
-		defer func() {
-			for _, c := range clients {
-				c.Close()
-			}
-		}()
-		if len(clients) == 0 {
-			return 0, nil
-		}
-		// ctx may be cancelled already (an interrupt): the keys must go all the same.
-		sweepCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		deleted, err = sweep.DeleteKeys(sweepCtx, clients[0].Client, prefix)
-		if err != nil {
-			err = fmt.Errorf("%w (%s*): %w", errKeysLeft, prefix, err)
-		}
-		return deleted, err
-	}
+	pods := &demoPods{prefix: fmt.Sprintf("distsync-demo:%016x:", rand.Uint64())}
 	defer func() {
-		if _, cerr := cleanUp(); cerr != nil {
+		if _, cerr := pods.cleanUp(ctx); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 	}()
-	for range cfg.pods {
-		raw, err := rueidis.NewClient(opt)
-		if err != nil {
-			return fmt.Errorf("connect to %s: %w", where, err)
-		}
-		c := counting.New(raw)
-		h, err := distsync.New(c, distsync.WithKeyPrefix(prefix))
-		if err != nil {
-			raw.Close()
-			return err
-		}
-		c.Reset() // New's version check: the report counts what the pods' mutexes send
-		clients, handles = append(clients, c), append(handles, h)
+	if err := pods.open(opt, where, cfg.pods); err != nil {
+		return err
 	}
-	rtt, err := pingRTT(ctx, clients[0])
+	rtt, err := pingRTT(ctx, pods.clients[0])
 	if err != nil {
 		return fmt.Errorf("ping %s: %w", where, err)
 	}
-	for _, c := range clients {
+	for _, c := range pods.clients {
 		c.Reset()
 	}
 
 	fmt.Fprintf(out, "distsync demo: %d pods × %d goroutines, %d rounds each, on one mutex\n", cfg.pods, cfg.goroutines, cfg.rounds)
 	fmt.Fprintf(out, "Redis:            %s (round trip p50 %v)\n", where, rtt.Round(time.Microsecond))
 
-	var (
-		inside, maxInside atomic.Int32
-		mu                sync.Mutex // guards the records; the mutex under test already serialises them
-		records           []demoRecord
-		lastUnlock        time.Time
-		lastHolder        = -1
-		wg                sync.WaitGroup
-		firstErr          error
-		errOnce           sync.Once
-	)
+	run := &demoRun{lastHolder: -1}
 	start := time.Now()
+	if err := run.contend(ctx, cfg, pods.handles); err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	report(out, cfg, run.records, int(run.maxInside.Load()), pods.clients, rtt, elapsed)
+	deleted, err := pods.cleanUp(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "keys left:        none (deleted the run's %d, all under %s)\n", deleted, pods.prefix)
+	return nil
+}
+
+// demoPods are the demo's simulated pods: a client and a Handle each, every key under prefix.
+type demoPods struct {
+	prefix  string
+	clients []*counting.Client
+	handles []*distsync.Handle
+	cleaned bool
+}
+
+// open connects n pods to opt's Redis (where names it).
+func (d *demoPods) open(opt rueidis.ClientOption, where string, n int) error {
+	for range n {
+		raw, err := rueidis.NewClient(opt)
+		if err != nil {
+			return fmt.Errorf("connect to %s: %w", where, err)
+		}
+		c := counting.New(raw)
+		h, err := distsync.New(c, distsync.WithKeyPrefix(d.prefix))
+		if err != nil {
+			raw.Close()
+			return err
+		}
+		c.Reset() // New's version check: the report counts what the pods' mutexes send
+		d.clients, d.handles = append(d.clients, c), append(d.handles, h)
+	}
+	return nil
+}
+
+// cleanUp closes the pods and deletes every key under the prefix, once; it returns how many.
+func (d *demoPods) cleanUp(ctx context.Context) (deleted int, err error) {
+	if d.cleaned {
+		return 0, nil
+	}
+	d.cleaned = true
+	for _, h := range d.handles {
+		_ = h.Close(context.Background())
+	}
+	defer func() {
+		for _, c := range d.clients {
+			c.Close()
+		}
+	}()
+	if len(d.clients) == 0 {
+		return 0, nil
+	}
+	// ctx may be cancelled already (an interrupt): the keys must go all the same.
+	sweepCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	deleted, err = sweep.DeleteKeys(sweepCtx, d.clients[0].Client, d.prefix)
+	if err != nil {
+		err = fmt.Errorf("%w (%s*): %w", errKeysLeft, d.prefix, err)
+	}
+	return deleted, err
+}
+
+// demoRun is what the demo's goroutines record as they take turns on the mutex.
+type demoRun struct {
+	inside, maxInside atomic.Int32
+	mu                sync.Mutex // guards the records; the mutex under test already serialises them
+	records           []demoRecord
+	lastUnlock        time.Time
+	lastHolder        int
+	firstErr          error
+	errOnce           sync.Once
+}
+
+// contend runs cfg.goroutines goroutines on each Handle, each locking the mutex "demo"
+// cfg.rounds times, and returns the first error any of them met.
+func (r *demoRun) contend(ctx context.Context, cfg demoConfig, handles []*distsync.Handle) error {
+	var wg sync.WaitGroup
 	for p, h := range handles {
 		m, err := mutex.New(h, "demo")
 		if err != nil {
@@ -134,30 +168,8 @@ func demo(ctx context.Context, cfg demoConfig, out io.Writer) (err error) {
 			go func() {
 				defer wg.Done()
 				for range cfg.rounds {
-					t0 := time.Now()
-					lease, err := m.LockLease(ctx)
-					if err != nil {
-						errOnce.Do(func() { firstErr = err })
-						return
-					}
-					got := time.Now()
-					n := inside.Add(1)
-					for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
-					}
-					mu.Lock()
-					r := demoRecord{pod: p, goroutine: id, token: lease.Token(), wait: got.Sub(t0)}
-					if lastHolder >= 0 && lastHolder != id {
-						r.handoff = got.Sub(lastUnlock)
-					}
-					records = append(records, r)
-					mu.Unlock()
-					time.Sleep(cfg.hold)
-					inside.Add(-1)
-					mu.Lock()
-					lastHolder, lastUnlock = id, time.Now()
-					mu.Unlock()
-					if err := m.Unlock(ctx); err != nil {
-						errOnce.Do(func() { firstErr = err })
+					if err := r.round(ctx, m, p, id, cfg.hold); err != nil {
+						r.errOnce.Do(func() { r.firstErr = err })
 						return
 					}
 				}
@@ -165,17 +177,33 @@ func demo(ctx context.Context, cfg demoConfig, out io.Writer) (err error) {
 		}
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	if firstErr != nil {
-		return firstErr
-	}
-	report(out, cfg, records, int(maxInside.Load()), clients, rtt, elapsed)
-	deleted, err := cleanUp()
+	return r.firstErr
+}
+
+// round is one turn of goroutine id of pod p: Lock, hold for hold, Unlock, recorded.
+func (r *demoRun) round(ctx context.Context, m *mutex.Mutex, p, id int, hold time.Duration) error {
+	t0 := time.Now()
+	lease, err := m.LockLease(ctx)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "keys left:        none (deleted the run's %d, all under %s)\n", deleted, prefix)
-	return nil
+	got := time.Now()
+	n := r.inside.Add(1)
+	for m := r.maxInside.Load(); n > m && !r.maxInside.CompareAndSwap(m, n); m = r.maxInside.Load() {
+	}
+	r.mu.Lock()
+	rec := demoRecord{pod: p, goroutine: id, token: lease.Token(), wait: got.Sub(t0)}
+	if r.lastHolder >= 0 && r.lastHolder != id {
+		rec.handoff = got.Sub(r.lastUnlock)
+	}
+	r.records = append(r.records, rec)
+	r.mu.Unlock()
+	time.Sleep(hold)
+	r.inside.Add(-1)
+	r.mu.Lock()
+	r.lastHolder, r.lastUnlock = id, time.Now()
+	r.mu.Unlock()
+	return m.Unlock(ctx)
 }
 
 // demoRedis returns client options for the Redis the demo uses: the URL given (a bare
