@@ -495,5 +495,3 @@ func duration(d time.Duration) string {
 	}
 	return d.Round(time.Millisecond).String()
 }
-
-// The JSON output: field names are lower snake case; durations are in ms, -1 for none.

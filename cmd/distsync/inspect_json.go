@@ -2,7 +2,8 @@
 
 package main
 
-// This file: what inspect --json and ls --json print.
+// This file: what inspect --json and ls --json print. Field names are lower snake case;
+// durations are in ms, -1 for none.
 
 import (
 	"encoding/json"
