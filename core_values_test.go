@@ -8,8 +8,8 @@ import (
 	"github.com/distsync/distsync/internal/core"
 )
 
-// The core's event kinds and errors are this package's: its constants are written here, with
-// their docs, and must keep the core's values.
+// The core's event kinds and errors are this package's: each is exported here, with its doc,
+// as the core's very value, and every kind has a name.
 func TestEventKindsAreTheCores(t *testing.T) {
 	t.Parallel()
 	for k, c := range map[distsync.EventKind]int{

@@ -93,50 +93,50 @@ type EventKind uint8
 // decision's Call. Its Tokens, SetLimit and SetBurst decide nothing and report nothing.
 const (
 	// EventAcquireStarted: a call began to acquire (Lock, TryLock, Acquire, Campaign, Do...).
-	EventAcquireStarted EventKind = iota + 1
+	EventAcquireStarted EventKind = core.EventAcquireStarted
 	// EventAcquired: the call acquired; Wait and Token are set.
-	EventAcquired
+	EventAcquired EventKind = core.EventAcquired
 	// EventNotAcquired: the call returned without acquiring; Wait is set, and Err says why.
-	EventNotAcquired
+	EventNotAcquired EventKind = core.EventNotAcquired
 	// EventReleased: the hold was released (or the Handle was closed); Held is set.
-	EventReleased
+	EventReleased EventKind = core.EventReleased
 	// EventLost: the hold ended without being released; Held is set, and Err says why. The
 	// Handle also logs it, at level Warn, with [WithLogger].
-	EventLost
+	EventLost EventKind = core.EventLost
 	// EventRenewed: the Handle's renewal loop extended the hold's lease.
-	EventRenewed
+	EventRenewed EventKind = core.EventRenewed
 	// EventRenewalFailed: a renewal of the hold could not reach Redis or failed there; it is
 	// retried until the lease's deadline, at which the hold is lost. Err is the error.
-	EventRenewalFailed
+	EventRenewalFailed EventKind = core.EventRenewalFailed
 	// EventQueued: the call found the claim taken and began to wait (once per call).
-	EventQueued
+	EventQueued EventKind = core.EventQueued
 	// EventWoken: a waiting call was told to try again (a release's message, or its turn among
 	// the waiting calls of its process).
-	EventWoken
+	EventWoken EventKind = core.EventWoken
 	// EventGranted: a release handed the claim to the waiting call inside Redis (a hand-off).
-	EventGranted
+	EventGranted EventKind = core.EventGranted
 	// EventOnceLeader: a once call runs the function itself.
-	EventOnceLeader
+	EventOnceLeader EventKind = core.EventOnceLeader
 	// EventOnceFollower: a once call waits for the result of a leader elsewhere.
-	EventOnceFollower
+	EventOnceFollower EventKind = core.EventOnceFollower
 	// EventOnceTakeover: a waiting once call took over from a leader whose lease was lost,
 	// and runs the function itself.
-	EventOnceTakeover
+	EventOnceTakeover EventKind = core.EventOnceTakeover
 	// EventAllowed: a rate limiter's decision took its tokens, to be used now: an Allow that
 	// returned true, a Reservation that is OK with no delay, a Wait that returned at once.
-	EventAllowed
+	EventAllowed EventKind = core.EventAllowed
 	// EventDelayed: a rate limiter's decision took its tokens, to be used after a delay,
 	// which Wait gives: a Reservation that is OK with a delay, a Wait that sleeps for it
 	// before it returns (or before it gives the tokens back: EventCanceled).
-	EventDelayed
+	EventDelayed EventKind = core.EventDelayed
 	// EventRefused: a rate limiter's call returned without tokens: an Allow that returned
 	// false, a Reservation that is not OK, or a Wait (or Allow, or Reserve) that returned an
 	// error, which Err is (n over the burst, a deadline too near, its ctx, Redis's error).
-	EventRefused
+	EventRefused EventKind = core.EventRefused
 	// EventCanceled: a rate limiter's reservation was given back (its tokens, as many as the
 	// later reservations did not count on): by rate.Reservation.Cancel, or by a Wait that
 	// ended before its time to act, whose reason Err is. Call is the decision's.
-	EventCanceled
+	EventCanceled EventKind = core.EventCanceled
 )
 
 var eventNames = [...]string{
