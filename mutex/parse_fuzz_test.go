@@ -85,6 +85,11 @@ func checkParse(t *testing.T, m *single, p string) {
 		if back := fmt.Sprintf("w %d %s", ms, w); back != p || sig.Window != time.Duration(ms)*time.Millisecond || ms < 1 {
 			t.Fatalf("parse(%q) = Watch %v: not a watch the scripts publish to this waiter", p, sig.Window)
 		}
+	case waitq.Extended:
+		ms := int64(sig.Window / time.Millisecond)
+		if back := fmt.Sprintf("x %d %s", ms, w); back != p || sig.Window != time.Duration(ms)*time.Millisecond || ms < 1 {
+			t.Fatalf("parse(%q) = Extended %v: not a renewal notice the scripts publish to this waiter", p, sig.Window)
+		}
 	case waitq.Confirmed:
 		if p != "c "+w {
 			t.Fatalf("parse(%q) = Confirmed: not a confirm the scripts publish to this waiter", p)

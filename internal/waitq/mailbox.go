@@ -161,7 +161,8 @@ func (b *Mailbox) Resubscribed() {
 // ParseQueued parses a message of a queue kept in Redis (see internal/scripts/lib/queue.lua;
 // the waiter id it is for comes last): "g <n> <backup> <ms> <id>" (a grant for ms: n is its
 // fencing token, or the permits granted), "w <ms> <id>" (watch a grant), "c <id>" (the
-// watched grant was confirmed), with the numbers integers >= 1 as the scripts write them.
+// watched grant was confirmed), "x <ms> <id>" (the lease waited behind was renewed: it ends in
+// ms; lib/renew.lua), with the numbers integers >= 1 as the scripts write them.
 // Anything else asks for a re-check: a malformed grant is never taken.
 func ParseQueued(p string) (string, Signal) {
 	f := strings.Split(p, " ")
