@@ -17,9 +17,11 @@
 // candidate keeping a short lease on its place ([distsync.DefaultWaiterLease]), so that a
 // candidate whose process died is skipped within that lease. [Election.Leader] and
 // [Election.Observe] name a new leader only once its Campaign holds the term and has recorded
-// it: never a candidate that died before it could, nor one whose take came too late to use. A candidate whose context ends leaves the queue
-// before Campaign returns, and leaves nothing in Redis. Nobody polls: candidates and
-// observers are woken by pub/sub.
+// it: never a candidate that died before it could, nor one whose take came too late to use.
+// A candidate whose context ends leaves the queue before Campaign returns, and leaves nothing
+// in Redis; if Redis does not answer that leave within a second, the Handle finishes it in
+// the background (and the candidate's place lapses with its waiter lease in any case).
+// Nobody polls: candidates and observers are woken by pub/sub.
 package election
 
 import (

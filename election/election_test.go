@@ -448,13 +448,21 @@ func TestCancelledCandidateLeavesNothing(t *testing.T) {
 			res <- err
 		}()
 		waitQueued(t, b, prefix, "cancel", 1)
+		cancelled := time.Now()
 		cancel()
 		err := <-res
+		took := time.Since(cancelled)
 		if !errors.Is(err, distsync.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("cancelled Campaign: %v, want ErrNotAcquired and context.Canceled", err)
 		}
+		// The leave is done before Campaign returns unless Redis did not answer it within a
+		// second (a stalled machine): then the Handle finishes it in the background.
 		if q := queued(t, b, prefix, "cancel"); len(q) != 0 {
-			t.Errorf("queue after the cancel: %v", q)
+			if took < 900*time.Millisecond {
+				t.Errorf("queue after the cancel, which returned in %v: %v", took, q)
+			} else if !redistest.Eventually(15*time.Second, func() bool { return len(queued(t, b, prefix, "cancel")) == 0 }) {
+				t.Errorf("queue 15 s after the cancel, which returned in %v: %v", took, queued(t, b, prefix, "cancel"))
+			}
 		}
 		vals, err := b.Do(t, func(c rueidis.Client) rueidis.Completed {
 			return c.B().Hgetall().Key(key(prefix, "cancel", "v")).Build()
