@@ -59,8 +59,10 @@ func Example_rateLimit() {
 		}
 	}
 	wg.Wait()
-	fmt.Println("calls:", calls.Load(), "most at once:", peak.Load())
-	// Output: calls: 40 most at once: 3
+	// How many ran at once at the most depends on the scheduling (a loaded machine may never
+	// have three in flight); that it never exceeds the size does not.
+	fmt.Println("calls:", calls.Load(), "at most 3 at once:", peak.Load() <= 3)
+	// Output: calls: 40 at most 3 at once: true
 }
 
 // Permits are weighted; asking for more than the size is a mistake reported at once.
