@@ -92,9 +92,9 @@ func (e *Election) Name() string { return e.l.Name() }
 // Redis cannot be reached, until ctx ends): a leader that campaigns again (it retries after
 // an error it did not understand, say) never waits behind its own term. A term whose Resign
 // has begun is not led any more, even while that Resign goes on in the background: Campaign
-// then waits for a new term. Campaigns of one value run one at a time: one that starts while another
-// waits, waits for it, and then returns the Term it won (proclaiming its own value) or, if it
-// gave up, campaigns itself. The Term is shared: a Resign through any of them ends it.
+// then waits for a new term. Campaigns of one value run one at a time: one that starts while
+// another waits, waits for it, and then returns the Term it won (proclaiming its own value)
+// or, if it gave up, campaigns itself. The Term is shared: a Resign through any of them ends it.
 func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	if err := e.take(ctx); err != nil {
 		return nil, err

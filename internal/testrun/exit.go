@@ -26,9 +26,9 @@ func Exit(code int) {
 	os.Exit(code)
 }
 
-// ChildEnv is what to add to the environment of a child process built with -race (the
-// distsync command, a fault worker) so that it, too, exits without the finaliser's second
-// (see [Exit]); nothing if GORACE is set.
+// ChildEnv is what to add to the environment of a child process built with -race that does
+// not end through Exit (the distsync command) so that it, too, exits without the finaliser's
+// second; nothing if GORACE is set.
 func ChildEnv() []string {
 	if os.Getenv("GORACE") != "" {
 		return nil

@@ -86,7 +86,8 @@ func Generate(dir string) ([]byte, error) {
 		}
 		seams = append(seams, s)
 	}
-	for _, f := range sortedValues(p.loads) {
+	loaded := sortedValues(p.loads)
+	for _, f := range loaded {
 		if covered[f] != 1 {
 			return nil, fmt.Errorf("%s is the script of %d structs, want 1", f, covered[f])
 		}
@@ -96,7 +97,7 @@ func Generate(dir string) ([]byte, error) {
 		return nil, err
 	}
 	for _, f := range lua {
-		if !slices.Contains(sortedValues(p.loads), filepath.Base(f)) {
+		if !slices.Contains(loaded, filepath.Base(f)) {
 			return nil, fmt.Errorf("%s is not loaded", filepath.Base(f))
 		}
 	}
