@@ -69,15 +69,20 @@ func await(t *testing.T, what string, ch <-chan redistest.Returned, limit time.D
 }
 
 // waits fails t if the call ch reports returns within d: it must wait while what it waits
-// behind holds. If that is a lease or a waiting mark that a stall of this process of premise
-// or more could have let lapse, and this process stalled that long since the premise was set
-// up (since), it returns an error instead, for redistest.Retry.
-func waits(t *testing.T, what string, ch <-chan redistest.Returned, d time.Duration, since time.Time, premise time.Duration) error {
+// behind holds. If that is a lease or a waiting mark that a stall of premise or more could have
+// let lapse, and this process, or a reply of Redis to one of the pods that keep it, stalled
+// that long since the premise was set up (since), it returns an error instead, for
+// redistest.Retry.
+func waits(t *testing.T, what string, ch <-chan redistest.Returned, d time.Duration, since time.Time, premise time.Duration, keepers ...*redistest.Pod) error {
 	t.Helper()
 	select {
 	case r := <-ch:
-		if stalled := redistest.Stalled(since, r.At); stalled >= premise {
-			return fmt.Errorf("%s returned (%v) while it should wait, but this process stalled %v meanwhile: what it waited behind may have lapsed",
+		stalled := redistest.Stalled(since, r.At)
+		for _, p := range keepers {
+			stalled = max(stalled, p.Client.Slowest(since, r.At))
+		}
+		if stalled >= premise {
+			return fmt.Errorf("%s returned (%v) while it should wait, but this process or Redis stalled %v meanwhile: what it waited behind may have lapsed",
 				what, r.Err, stalled.Round(time.Millisecond))
 		}
 		t.Fatalf("%s returned (%v) while it should wait", what, r.Err)
@@ -418,7 +423,8 @@ func TestCrashedWaitingWriterDoesNotBlockReaders(t *testing.T) {
 			net := redistest.NewNetwork()
 			t.Cleanup(net.Restore)
 			first := newRW(t, b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)), "ghost")
-			writer := newRW(t, b.PodVia(t, prefix, net, distsync.WithLeaseTTL(ttl)), "ghost")
+			wpod := b.PodVia(t, prefix, net, distsync.WithLeaseTTL(ttl))
+			writer := newRW(t, wpod, "ghost")
 			late := newRW(t, b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)), "ghost")
 			must(t, "first RLock", first.RLock)
 			wctx, wcancel := context.WithCancel(context.Background())
@@ -431,7 +437,7 @@ func TestCrashedWaitingWriterDoesNotBlockReaders(t *testing.T) {
 			lres := async(context.Background(), late.RLock)
 			// The writer re-checks a tenth of a second before its mark would lapse (waitq's
 			// keepMargin): a stall that long may let the mark lapse.
-			if err := waits(t, "RLock behind a waiting writer", lres, 200*time.Millisecond, marked, 100*time.Millisecond); err != nil {
+			if err := waits(t, "RLock behind a waiting writer", lres, 200*time.Millisecond, marked, 100*time.Millisecond, wpod); err != nil {
 				return err
 			}
 			net.Cut() // the waiting writer is gone
@@ -1025,7 +1031,8 @@ func TestDeadWritersLockIsTakenAtItsExpiry(t *testing.T) {
 				defer cancel()
 				prefix := b.Prefix(t)
 				sends := lockSends(t, b)
-				writer := newRW(t, b.PodOn(t, sends, prefix, distsync.WithLeaseTTL(ttl)), "dead")
+				wpod := b.PodOn(t, sends, prefix, distsync.WithLeaseTTL(ttl))
+				writer := newRW(t, wpod, "dead")
 				reader := newRW(t, b.Pod(t, prefix, distsync.WithLeaseTTL(ttl)), "dead")
 				var wres, rres <-chan redistest.Returned
 				cut, expiry, err := start(t, b, prefix, ttl, func() {
@@ -1051,9 +1058,10 @@ func TestDeadWritersLockIsTakenAtItsExpiry(t *testing.T) {
 				case r := <-rres:
 					// The waiting writer's mark, which holds new readers back, lives as long as
 					// it re-checks, which it does with a tenth of a second to spare (waitq's
-					// keepMargin): a stall that long may let the mark lapse.
-					if stalled := redistest.Stalled(cut, r.At); stalled >= 100*time.Millisecond {
-						return fmt.Errorf("the reader got in (%v) before the waiting writer, but this process stalled %v meanwhile: the writer's mark may have lapsed",
+					// keepMargin): a stall of this process, or a reply of Redis, that long may
+					// let the mark lapse.
+					if stalled := max(redistest.Stalled(cut, r.At), wpod.Client.Slowest(cut, r.At)); stalled >= 100*time.Millisecond {
+						return fmt.Errorf("the reader got in (%v) before the waiting writer, but this process or Redis stalled %v meanwhile: the writer's mark may have lapsed",
 							r.Err, stalled.Round(time.Millisecond))
 					}
 					t.Fatalf("the reader got in (%v) before the waiting writer", r.Err)
@@ -1063,7 +1071,7 @@ func TestDeadWritersLockIsTakenAtItsExpiry(t *testing.T) {
 				late := within(t, "the waiting writer", in.At, sends, expiry, margin, cut)
 				// The next writer's lease, renewed, lapses only if this process stalls for two
 				// renewal periods.
-				if err := waits(t, "the reader while the next writer holds", rres, 100*time.Millisecond, cut, 2*ttl/3); err != nil {
+				if err := waits(t, "the reader while the next writer holds", rres, 100*time.Millisecond, cut, 2*ttl/3, wpod); err != nil {
 					return err
 				}
 				if err := kept(t, "Unlock", writer.Unlock); err != nil {
@@ -1327,9 +1335,10 @@ func TestIdleWritersBehindReadersDoNotPoll(t *testing.T) {
 			case r := <-res[1]:
 				// Writer 0 keeps its place in the writers' order as long as it re-checks before
 				// its waiting mark lapses, which it does with a tenth of a second to spare
-				// (waitq's keepMargin): a stall of this process that long may cost it its place.
-				if stalled := redistest.Stalled(queued, r.At); stalled >= 100*time.Millisecond {
-					return fmt.Errorf("writer 1 got in (%v) before writer 0, but this process stalled %v meanwhile: writer 0's waiting mark may have lapsed",
+				// (waitq's keepMargin): a stall of this process, or a reply of Redis, that long
+				// may cost it its place.
+				if stalled := max(redistest.Stalled(queued, r.At), pods[0].Client.Slowest(queued, r.At)); stalled >= 100*time.Millisecond {
+					return fmt.Errorf("writer 1 got in (%v) before writer 0, but this process or Redis stalled %v meanwhile: writer 0's waiting mark may have lapsed",
 						r.Err, stalled.Round(time.Millisecond))
 				}
 				t.Fatalf("writer 1 got in (%v) before writer 0, the first writer waiting", r.Err)

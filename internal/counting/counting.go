@@ -18,6 +18,7 @@ type Client struct {
 	mu     sync.Mutex
 	counts map[string]int
 	log    []Sent
+	gen    int   // bumped by Reset: a reply to a command counted before it is not noted
 	multis []int // sizes of the DoMulti calls (pipelines)
 }
 
@@ -25,6 +26,7 @@ type Client struct {
 type Sent struct {
 	At   time.Time
 	Name string
+	Took time.Duration // from At to its reply (0 until the reply came)
 }
 
 // New wraps c.
@@ -32,12 +34,31 @@ func New(c rueidis.Client) *Client {
 	return &Client{Client: c, counts: make(map[string]int)}
 }
 
-func (c *Client) count(cmd rueidis.Completed) {
-	name := cmd.Commands()[0]
+// count counts cmds, sent together, and returns the place of the first in the log, for replied.
+func (c *Client) count(cmds ...rueidis.Completed) (i, gen int) {
+	now := time.Now()
 	c.mu.Lock()
-	c.counts[name]++
-	c.log = append(c.log, Sent{At: time.Now(), Name: name})
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	i = len(c.log)
+	for _, cmd := range cmds {
+		name := cmd.Commands()[0]
+		c.counts[name]++
+		c.log = append(c.log, Sent{At: now, Name: name})
+	}
+	return i, c.gen
+}
+
+// replied notes that the commands counted from place i on, n of them, have their replies.
+func (c *Client) replied(i, n, gen int) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen != c.gen {
+		return
+	}
+	for j := i; j < i+n; j++ {
+		c.log[j].Took = max(now.Sub(c.log[j].At), time.Nanosecond)
+	}
 }
 
 // Total returns the number of commands counted so far.
@@ -60,6 +81,28 @@ func (c *Client) Since(t time.Time) []Sent {
 	return out
 }
 
+// Slowest returns the longest round trip of the commands sent from from to to; a command
+// still waiting for its reply counts as long as it has waited. A test whose premise is that
+// Redis answered in time (a waiter's re-check reached Redis before its entry lapsed) reads it,
+// as it reads how long its own process stalled: a busy Redis is load too.
+func (c *Client) Slowest(from, to time.Time) time.Duration {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var worst time.Duration
+	for _, s := range c.log {
+		if s.At.Before(from) || s.At.After(to) {
+			continue
+		}
+		took := s.Took
+		if took == 0 {
+			took = now.Sub(s.At)
+		}
+		worst = max(worst, took)
+	}
+	return worst
+}
+
 // Counts returns a copy of the counts by command name.
 func (c *Client) Counts() map[string]int {
 	c.mu.Lock()
@@ -77,6 +120,7 @@ func (c *Client) Reset() {
 	defer c.mu.Unlock()
 	c.counts = make(map[string]int)
 	c.log, c.multis = nil, nil
+	c.gen++
 }
 
 // Pipelines returns the number of commands in each DoMulti call so far.
@@ -88,23 +132,25 @@ func (c *Client) Pipelines() []int {
 
 // Do implements rueidis.Client.
 func (c *Client) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	c.count(cmd)
+	i, gen := c.count(cmd)
+	defer c.replied(i, 1, gen)
 	return c.Client.Do(ctx, cmd)
 }
 
 // DoMulti implements rueidis.Client.
 func (c *Client) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
-	for _, cmd := range multi {
-		c.count(cmd)
-	}
+	first, gen := c.count(multi...)
 	c.mu.Lock()
 	c.multis = append(c.multis, len(multi))
 	c.mu.Unlock()
+	defer c.replied(first, len(multi), gen)
 	return c.Client.DoMulti(ctx, multi...)
 }
 
 // Receive implements rueidis.Client.
 func (c *Client) Receive(ctx context.Context, subscribe rueidis.Completed, fn func(msg rueidis.PubSubMessage)) error {
-	c.count(subscribe)
+	// It lasts as long as the subscription: it has no round trip of its own.
+	i, gen := c.count(subscribe)
+	c.replied(i, 1, gen)
 	return c.Client.Receive(ctx, subscribe, fn)
 }

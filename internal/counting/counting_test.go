@@ -1,0 +1,66 @@
+package counting_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/distsync/distsync/embedded"
+	"github.com/distsync/distsync/internal/counting"
+)
+
+// slow is a rueidis.Client whose Do and DoMulti answer d late.
+type slow struct {
+	rueidis.Client
+	d time.Duration
+}
+
+func (s slow) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	time.Sleep(s.d)
+	return s.Client.Do(ctx, cmd)
+}
+
+func (s slow) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	time.Sleep(s.d)
+	return s.Client.DoMulti(ctx, multi...)
+}
+
+// Slowest reports the longest round trip of the commands sent in its window, pipelines
+// included, and forgets what Reset forgot.
+func TestSlowest(t *testing.T) {
+	const d = 20 * time.Millisecond
+	srv, err := embedded.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	raw, err := srv.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	c := counting.New(slow{raw, d})
+	b := c.B()
+	before := time.Now()
+	c.Do(context.Background(), b.Ping().Build())
+	c.DoMulti(context.Background(), b.Ping().Build(), b.Get().Key("k").Build())
+	after := time.Now()
+	if got := c.Slowest(before, after); got < d || got > after.Sub(before) {
+		t.Errorf("Slowest = %v, want between %v and %v", got, d, after.Sub(before))
+	}
+	if got := c.Slowest(after.Add(time.Second), after.Add(2*time.Second)); got != 0 {
+		t.Errorf("Slowest of a window with no command = %v, want 0", got)
+	}
+	if got, want := c.Pipelines(), []int{2}; len(got) != 1 || got[0] != want[0] {
+		t.Errorf("Pipelines = %v, want %v", got, want)
+	}
+	if got := c.Total(); got != 3 {
+		t.Errorf("Total = %d, want 3", got)
+	}
+	c.Reset()
+	if got := c.Slowest(before, time.Now()); got != 0 {
+		t.Errorf("Slowest after Reset = %v, want 0", got)
+	}
+}
