@@ -848,9 +848,6 @@ func TestNoKeysLeft(t *testing.T) {
 				t.Fatalf("Wait on zero after the round: %v", err)
 			}
 			noKeysWithoutTTL(t, b, prefix)
-			if b.Mini != nil {
-				b.Mini.FastForward(expiry + time.Millisecond)
-			}
 			if !redistest.Eventually(3*expiry, func() bool { return len(b.Keys(t, prefix)) == 0 }) {
 				t.Fatalf("keys left after the expiry: %v", b.Keys(t, prefix))
 			}

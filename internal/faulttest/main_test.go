@@ -39,6 +39,7 @@ func TestMain(m *testing.M) {
 		}
 		return "the checker's unit tests, and the fault scenarios (long tier) on " + redistest.ServerName()
 	})
+	redistest.StopMini()
 	if storeProc != nil {
 		storeProc.Stop()
 	}

@@ -1,7 +1,8 @@
 // Package redistest is the test harness of distsync: it starts what a test needs and tears it
 // down. Three backends:
 //
-//   - "miniredis": an embedded miniredis per test (TTLs follow the real clock);
+//   - "miniredis": a miniredis per test (TTLs follow the real clock), each in a process of the
+//     test binary's own (see [MiniServer]), on a free loopback port;
 //   - "redis": one real redis-server per test binary, on a free loopback port;
 //   - "cluster": one 3-master Redis Cluster per test binary, from the same redis-server.
 //
@@ -57,11 +58,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/rueidis"
 
 	"github.com/distsync/distsync"
-	"github.com/distsync/distsync/embedded"
 	"github.com/distsync/distsync/internal/api"
 	"github.com/distsync/distsync/internal/testrun"
 )
@@ -144,6 +143,7 @@ func Main(m *testing.M) {
 		go clusterOnce.Do(startSharedCluster)
 	}
 	code := testrun.Run(m, describe)
+	StopMini()
 	// Wait for a start still under way, so that what it started is stopped too.
 	standaloneOnce.Do(func() {})
 	clusterOnce.Do(func() {})
@@ -166,12 +166,10 @@ func startSharedCluster() { cluster, clusterErr = startCluster(nil) }
 // Backend is one Redis a test talks to.
 type Backend struct {
 	Name    string
-	Mini    *miniredis.Miniredis // for "miniredis"
-	Server  *Server              // for "redis"
-	Cluster *Cluster             // for "cluster"
+	Mini    *MiniServer // for "miniredis"
+	Server  *Server     // for "redis"
+	Cluster *Cluster    // for "cluster"
 	tb      testing.TB
-
-	embedded *embedded.Server
 }
 
 // Each runs f as a subtest on every backend, the three in parallel (each test isolates itself
@@ -198,13 +196,12 @@ func Open(tb testing.TB, name string) *Backend {
 	b := &Backend{Name: name, tb: tb}
 	switch name {
 	case Mini:
-		srv, err := embedded.Start()
+		srv, err := startMini()
 		if err != nil {
 			tb.Fatalf("miniredis: %v", err)
 		}
-		tb.Cleanup(srv.Close)
-		b.embedded = srv
-		b.Mini = srv.Miniredis()
+		tb.Cleanup(srv.stop)
+		b.Mini = srv
 	case Standalone:
 		requireBinaries(tb)
 		standaloneOnce.Do(startStandalone)
@@ -257,7 +254,9 @@ func (b *Backend) Addrs() []string {
 // ClientOption returns the rueidis options for a client of this backend.
 func (b *Backend) ClientOption() rueidis.ClientOption {
 	if b.Name == Mini {
-		return b.embedded.ClientOption()
+		// As embedded.Server.ClientOption: miniredis has no client-side caching and no
+		// commands on a subscribed RESP3 connection, and it answers CLUSTER SLOTS.
+		return rueidis.ClientOption{InitAddress: b.Addrs(), DisableCache: true, AlwaysRESP2: true, ForceSingleClient: true}
 	}
 	return rueidis.ClientOption{InitAddress: b.Addrs()}
 }
@@ -333,15 +332,6 @@ func (b *Backend) nodes(tb testing.TB) []rueidis.Client {
 // Keys returns every key that starts with prefix, on every node, sorted, each once.
 func (b *Backend) Keys(tb testing.TB, prefix string) []string {
 	tb.Helper()
-	if b.Name == Mini {
-		var out []string
-		for _, k := range b.Mini.Keys() {
-			if strings.HasPrefix(k, prefix) {
-				out = append(out, k)
-			}
-		}
-		return out // sorted
-	}
 	var out []string
 	for _, c := range b.nodes(tb) {
 		var cursor uint64
@@ -373,9 +363,6 @@ func escapeGlob(s string) string {
 // on all nodes (plain and, where the server has it, sharded pub/sub together).
 func (b *Backend) Channels(tb testing.TB, pattern string) []string {
 	tb.Helper()
-	if b.Name == Mini {
-		return b.Mini.PubSubChannels(pattern)
-	}
 	var out []string
 	for _, c := range b.nodes(tb) {
 		cmds := []rueidis.Completed{c.B().PubsubChannels().Pattern(pattern).Build()}
@@ -431,9 +418,6 @@ func (b *Backend) LeftChannels(tb testing.TB, pattern string, hs ...*distsync.Ha
 // the server has it, sharded pub/sub counted together).
 func (b *Backend) Subscribers(tb testing.TB, channel string) int64 {
 	tb.Helper()
-	if b.Name == Mini {
-		return int64(b.Mini.PubSubNumSub(channel)[channel])
-	}
 	var n int64
 	for _, c := range b.nodes(tb) {
 		cmds := []rueidis.Completed{c.B().PubsubNumsub().Channel(channel).Build()}
@@ -496,18 +480,7 @@ func clientName(tb testing.TB) string {
 func (b *Backend) KillPubSub(tb testing.TB) {
 	tb.Helper()
 	if b.Name == Mini {
-		b.Mini.Close()
-		// The port is an ephemeral one: while it is closed, a client reconnecting to it can be
-		// given it as its own source port and connect to itself, holding it until the client
-		// gives that connection up. Try again for a while.
-		var err error
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			if err = b.Mini.Restart(); err == nil || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if err != nil {
+		if err := b.Mini.restart(); err != nil {
 			tb.Fatalf("miniredis restart: %v", err)
 		}
 		return

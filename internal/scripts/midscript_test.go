@@ -34,7 +34,7 @@ type stall struct {
 func newStall(t *testing.T, b *redistest.Backend, cmd string, d time.Duration, answer bool) *stall {
 	s := &stall{}
 	s.d.Store(int64(d))
-	b.Mini.Server().SetPreHook(func(c *server.Peer, name string, _ ...string) bool {
+	b.Mini.InProcess().Server().SetPreHook(func(c *server.Peer, name string, _ ...string) bool {
 		if name != cmd || !s.armed.CompareAndSwap(true, false) {
 			return false
 		}
@@ -48,7 +48,7 @@ func newStall(t *testing.T, b *redistest.Backend, cmd string, d time.Duration, a
 		time.Sleep(time.Duration(s.d.Load()))
 		return answer
 	})
-	t.Cleanup(func() { b.Mini.Server().SetPreHook(nil) })
+	t.Cleanup(func() { b.Mini.InProcess().Server().SetPreHook(nil) })
 	return s
 }
 
@@ -111,7 +111,7 @@ type midscript struct {
 }
 
 func newMidscript(t *testing.T, tag string) *midscript {
-	b := redistest.Open(t, redistest.Mini)
+	b := redistest.OpenInProcess(t) // the stalls hook into the server
 	return &midscript{t: t, b: b, c: b.Client(t), ctx: context.Background(), p: b.Prefix(t) + "{" + tag + "}:", lapse: lapse}
 }
 

@@ -141,7 +141,7 @@ func stalledRefill(t *testing.T, b *redistest.Backend, arm func()) {
 // of the moment, then stalls 2 s.
 func TestRateBucketIsReadBeforeTheClock(t *testing.T) {
 	t.Parallel()
-	b := redistest.Open(t, redistest.Mini)
+	b := redistest.OpenInProcess(t) // the stall hooks into the server
 	stalledRefill(t, b, stallOnce(t, b, "TIME", 2*time.Second, true))
 }
 
@@ -151,6 +151,6 @@ func TestRateBucketIsReadBeforeTheClock(t *testing.T) {
 // on miniredis with two test suites running). Here PEXPIRE stalls 2 s, past the old TTL.
 func TestRateBucketOutlivesItsOldTTLInAScript(t *testing.T) {
 	t.Parallel()
-	b := redistest.Open(t, redistest.Mini)
+	b := redistest.OpenInProcess(t) // the stall hooks into the server
 	stalledRefill(t, b, stallOnce(t, b, "PEXPIRE", 2*time.Second, false))
 }
