@@ -286,10 +286,14 @@ func (b *Backend) Handle(tb testing.TB, client rueidis.Client, opts ...distsync.
 }
 
 // Handle returns a distsync handle on client, closed when tb ends (before the client, if the
-// client was made for tb too).
+// client was made for tb too). Its version check may take a minute: a test's premise is a
+// server that answers, not one that answers within New's 5 s on a machine busy with other
+// work (two suites at once met a Cluster node 10 s late).
 func Handle(tb testing.TB, client rueidis.Client, opts ...distsync.Option) *distsync.Handle {
 	tb.Helper()
-	h, err := distsync.New(client, opts...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h, err := distsync.NewWithContext(ctx, client, opts...)
 	if err != nil {
 		tb.Fatalf("distsync.New: %v", err)
 	}
