@@ -30,7 +30,7 @@
 -- is adopted here, unless its token shows that a goroutine of the same process took it
 -- already: the caller becomes its holder, with its token.
 --
--- The fast path (a free mutex, a caller not queued) is four calls: ZSCORE, SET NX, TIME, SET GET.
+-- The fast path (a free mutex, a caller not queued) is three calls: SET NX, TIME, SET GET.
 
 -- #include lib/clock.lua
 -- #include lib/fence.lua
@@ -40,18 +40,19 @@ local owner, ttl, waiter = ARGV[1], ARGV[2], ARGV[4]
 local flags = ARGV[5]
 local again, queued, granted = string.sub(flags, 1, 1) == '1', string.sub(flags, 2, 2) == '1', string.sub(flags, 3, 3) == '1'
 
--- An attempt whose caller gave up while it was in flight was voided by mutex_leave.lua;
--- it must not take the lock when it arrives late.
-if redis.call('ZSCORE', qx, '!' .. owner) then
-  return {0, 0, 0}
-end
+-- An attempt whose caller gave up while it was in flight was voided by mutex_leave.lua; it
+-- must not take the lock when it arrives late. The fast path looks for the void mark only if
+-- the fence says that one may be live (taken_unless_void); every other path looks here.
 
 -- The fast path: a caller with no place in the queue and no grant to look for takes a free
 -- mutex. It comes before lib/queue.lua is included, so that it does not pay for making the
 -- queue's functions (a Lua closure each, every run).
 local fast = not (again or queued or granted)
 if fast and redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
-  return taken(lock, fence, ARGV[3])
+  return taken_unless_void(lock, fence, ARGV[3], qx, owner)
+end
+if redis.call('ZSCORE', qx, '!' .. owner) then
+  return {0, 0, 0}
 end
 
 -- #include lib/queue.lua

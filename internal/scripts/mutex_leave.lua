@@ -55,9 +55,21 @@ if owner ~= '' then
     passed = 1
   else
     -- Void the attempt. (A grant is made by a release, never in flight: nothing to void.)
+    -- The fence is marked (a '0' before its token) so that the fast path of
+    -- mutex_acquire.lua, which otherwise does not, looks for the void mark (lib/fence.lua).
     local void_ttl = tonumber(ARGV[7])
     redis.call('ZADD', qx, now() + void_ttl, '!' .. owner)
     live_for(qx, void_ttl)
+    -- It lives at least as long as the void mark.
+    local f = redis.pcall('GET', fence)
+    if not f then
+      redis.call('SET', fence, '0', 'PX', void_ttl)
+    elseif type(f) == 'string' then
+      if string.sub(f, 1, 1) ~= '0' then
+        redis.call('SET', fence, '0' .. f, 'KEEPTTL')
+      end
+      live_for(fence, void_ttl)
+    end
   end
 end
 return {passed, given}

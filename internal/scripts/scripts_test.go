@@ -537,6 +537,82 @@ func TestLeavePassingOnAGrantStillVoidsTheAttempt(t *testing.T) {
 	})
 }
 
+// The uncontended take of a mutex (SET NX, then the token) looks for a void mark only when the
+// fence is marked for one: a leave that voids an attempt marks the fence (a '0' before its
+// token, the same integer to every reader). While the void mark lives, the fence keeps the
+// mark through other takes and hand-offs, tokens keep increasing, and the voided attempt, late
+// on a free lock, takes nothing and hands out no token. Once no void mark is live, the next
+// take drops the mark.
+func TestVoidMarkOnTheFence(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		take := func(owner string) []int64 { return e.acquireWith(owner, "", "000", "", "0") } // the fast path
+		token := func(what string, got []int64) int64 {
+			t.Helper()
+			if len(got) != 2 || got[0] != 1 {
+				t.Fatalf("%s: %v, want acquired", what, got)
+			}
+			return got[1]
+		}
+		fence := func() (string, int64) {
+			t.Helper()
+			v := e.get(e.k.fence)
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("fence %q is not an integer: %v", v, err)
+			}
+			return v, n
+		}
+		first := token("first take", take("o1"))
+		if v, _ := fence(); strings.HasPrefix(v, "0") {
+			t.Fatalf("fence %q marked before any void", v)
+		}
+		e.release("o1")
+		if e.leave("", "late", 0) != 0 {
+			t.Fatal("leave of an attempt that had not run passed something on")
+		}
+		if v, n := fence(); !strings.HasPrefix(v, "0") || n != first {
+			t.Fatalf("fence %q after the void, want %d marked with a leading 0", v, first)
+		}
+		second := token("a take while the void lives", take("o2"))
+		if second <= first {
+			t.Fatalf("token %d after %d", second, first)
+		}
+		e.release("o2")
+		if v, n := fence(); !strings.HasPrefix(v, "0") || n != second {
+			t.Fatalf("fence %q after a take while the void lives, want %d, still marked", v, second)
+		}
+		e.acquire("o3", "", false)
+		e.acquire("x", "w1", false) // queued
+		e.release("o3")             // granted to w1: a token handed out inside Redis
+		_, granted := e.grantee()
+		if v, n := fence(); !strings.HasPrefix(v, "0") || n != granted || granted <= second {
+			t.Fatalf("fence %q after a hand-off with token %d (last %d), want it, still marked", v, granted, second)
+		}
+		e.leave("w1", "", 0) // passes the grant on: free
+		before := e.get(e.k.fence)
+		if got := take("late"); got[0] != 0 {
+			t.Fatalf("the voided attempt took the free lock: %v", got)
+		}
+		if v := e.get(e.k.lock); v != "" {
+			t.Fatalf("lock = %q after the voided attempt", v)
+		}
+		if v := e.get(e.k.fence); v != before {
+			t.Fatalf("fence %q after the voided attempt, want %q as it was", v, before)
+		}
+		// The void mark lapses: the next take drops the fence's mark.
+		e.do(e.c.B().Zadd().Key(e.k.qx).ScoreMember().ScoreMember(1, "!late").Build())
+		_, last := fence()
+		next := token("a take after the void lapsed", take("o4"))
+		if v, n := fence(); strings.HasPrefix(v, "0") || n != next || next <= last {
+			qx, _ := e.do(e.c.B().Zrange().Key(e.k.qx).Min("0").Max("-1").Withscores().Build()).ToAny()
+			t.Fatalf("fence %q after a take with token %d (last %d), want it unmarked; qx %v", v, next, last, qx)
+		}
+		e.release("o4")
+	})
+}
+
 // A release retried after its reply was lost knows it went through (rel), while one that finds
 // the lock lost meanwhile (gone without its release: Redis restarted empty, say) reports it.
 func TestRetriedReleaseTellsAReleaseFromALoss(t *testing.T) {

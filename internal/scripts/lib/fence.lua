@@ -6,6 +6,14 @@
 -- but never replicated once the promoted replica's clock has passed it, and than tokens whose
 -- fence key expired (see docs/guarantees.md). One call in the common case: SET ... GET.
 --
+-- A fence may carry a mark, a '0' before its token (the value still reads as the same
+-- integer, to Lua and to any client): a mutex's waiter voided an attempt of its own that may
+-- still reach Redis (mutex_leave.lua), so a take of that mutex must look for a void mark, which
+-- it otherwise need not (taken_unless_void). No token begins with 0 (tokens are at least the
+-- server time in µs). The mark is kept: the token is written back with it. It returns the
+-- token, whether the fence carried the mark, and the fence's value before the call (nil if it
+-- had none).
+--
 -- If the fence key holds no token to count on from (a value of another type; a string that is
 -- not an integer; one at 2^53 - 1 or above, past which a Lua number cannot count by one, and
 -- from which the reply to Redis would overflow), it returns nil, with the fence key as it
@@ -16,7 +24,9 @@ local function next_token(fence, fence_ttl, now_us)
   if type(last) == 'table' then
     return nil -- another type (WRONGTYPE): nothing was written
   end
+  local voids = false
   if last then
+    voids = string.sub(last, 1, 1) == '0'
     local n = tonumber(last)
     if not n or n ~= math.floor(n) or n >= 2^53 - 1 then
       redis.call('SET', fence, last, 'PX', fence_ttl) -- put it back
@@ -24,10 +34,12 @@ local function next_token(fence, fence_ttl, now_us)
     end
     if n >= token then
       token = n + 1 -- the clock is behind the last token: count on from it
-      redis.call('SET', fence, int(token), 'PX', fence_ttl)
+    end
+    if n >= now_us or voids then
+      redis.call('SET', fence, (voids and '0' or '') .. int(token), 'PX', fence_ttl)
     end
   end
-  return token
+  return token, voids, last
 end
 
 -- no_token() is the error reply of a claim refused because next_token() returned nil.
@@ -44,6 +56,39 @@ local function taken(key, fence, fence_ttl)
   if not token then
     redis.call('DEL', key)
     return no_token(fence)
+  end
+  return {1, token}
+end
+
+-- taken_unless_void() is taken() for a mutex's fast path, which looks for no void mark of its
+-- attempt before it takes the lock (that would be a call on every uncontended Lock): if the
+-- fence carries the mark that one may be live, it looks now. A voided attempt gives the lock
+-- back (key deleted: it was free, since its SET NX took it) and the fence as it was, and
+-- replies {0, 0, 0}, as mutex_acquire.lua does to a voided attempt; the fence's mark is
+-- dropped by the first take that finds no void mark live in qx.
+local function taken_unless_void(key, fence, fence_ttl, qx, owner)
+  local now_ms, now_us = now()
+  local token, voids, last = next_token(fence, fence_ttl, now_us)
+  if not token then
+    redis.call('DEL', key)
+    return no_token(fence)
+  end
+  if voids then
+    if redis.call('ZSCORE', qx, '!' .. owner) then
+      redis.call('DEL', key)
+      redis.call('SET', fence, last, 'PX', fence_ttl)
+      return {0, 0, 0}
+    end
+    local live = false
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', qx, '(' .. now_ms, '+inf')) do
+      if string.sub(m, 1, 1) == '!' then
+        live = true
+        break
+      end
+    end
+    if not live then
+      redis.call('SET', fence, int(token), 'PX', fence_ttl)
+    end
   end
   return {1, token}
 end
