@@ -49,7 +49,7 @@ local again, queued, granted = string.sub(flags, 1, 1) == '1', string.sub(flags,
 -- queue's functions (a Lua closure each, every run).
 local fast = not (again or queued or granted)
 if fast and redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
-  return taken_unless_void(lock, fence, ARGV[3], qx, owner)
+  return taken_unless_void(lock, fence, ARGV[3], qx, owner, {0, 0, 0})
 end
 if redis.call('ZSCORE', qx, '!' .. owner) then
   return {0, 0, 0}

@@ -60,16 +60,7 @@ if owner ~= '' then
     local void_ttl = tonumber(ARGV[7])
     redis.call('ZADD', qx, now() + void_ttl, '!' .. owner)
     live_for(qx, void_ttl)
-    -- It lives at least as long as the void mark.
-    local f = redis.pcall('GET', fence)
-    if not f then
-      redis.call('SET', fence, '0', 'PX', void_ttl)
-    elseif type(f) == 'string' then
-      if string.sub(f, 1, 1) ~= '0' then
-        redis.call('SET', fence, '0' .. f, 'KEEPTTL')
-      end
-      live_for(fence, void_ttl)
-    end
+    mark_voids(fence, void_ttl)
   end
 end
 return {passed, given}

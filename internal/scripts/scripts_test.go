@@ -774,6 +774,39 @@ func TestFairHandOffRacingWithLeave(t *testing.T) {
 	})
 }
 
+// A fair lock's late attempt of a waiter that left does nothing on the fast path too (a free
+// lock, nobody queued), where it looks for its void mark only because fair_leave.lua marked
+// the fence; a take of another waiter goes on, with a larger token.
+func TestFairVoidedAttemptOnTheFastPath(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		first := e.fairAcquire("p/a", false)
+		if first[0] != 1 {
+			t.Fatalf("fair acquire of a free lock = %v", first)
+		}
+		e.release("p/a")
+		v, err := scripts.FairLeave.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
+			[]string{"p/late", windowArg, "60000", e.k.ch, e.k.pub, "60000"}).AsInt64()
+		if err != nil || v != 0 {
+			t.Fatalf("fair leave of a waiter that held nothing = %v, %v", v, err)
+		}
+		before := e.get(e.k.fence)
+		if !strings.HasPrefix(before, "0") {
+			t.Fatalf("fence %q after the leave, want it marked with a leading 0", before)
+		}
+		if got := e.fairAcquire("p/late", false); got[0] != -1 {
+			t.Fatalf("late attempt of a waiter that left, on a free lock = %v, want {-1}", got)
+		}
+		if l, f := e.get(e.k.lock), e.get(e.k.fence); l != "" || f != before {
+			t.Fatalf("lock %q, fence %q after the voided attempt; want free and %q", l, f, before)
+		}
+		if got := e.fairAcquire("q/b", false); got[0] != 1 || got[1] <= first[1] {
+			t.Fatalf("fair acquire of another waiter = %v, want held with a token above %d", got, first[1])
+		}
+	})
+}
+
 // An undo of a reentrant Lock attempt that was counted in a hold that has since expired does
 // not take a count away from the owner's new hold.
 func TestReentrantUndoSparesALaterHold(t *testing.T) {

@@ -60,13 +60,13 @@ local function taken(key, fence, fence_ttl)
   return {1, token}
 end
 
--- taken_unless_void() is taken() for a mutex's fast path, which looks for no void mark of its
--- attempt before it takes the lock (that would be a call on every uncontended Lock): if the
--- fence carries the mark that one may be live, it looks now. A voided attempt gives the lock
--- back (key deleted: it was free, since its SET NX took it) and the fence as it was, and
--- replies {0, 0, 0}, as mutex_acquire.lua does to a voided attempt; the fence's mark is
--- dropped by the first take that finds no void mark live in qx.
-local function taken_unless_void(key, fence, fence_ttl, qx, owner)
+-- taken_unless_void() is taken() for the fast path of a mutex or a fair lock, which looks for
+-- no void mark of its attempt before it takes the lock (that would be a call on every
+-- uncontended take): if the fence carries the mark that one may be live, it looks now, for
+-- '!'..id in qx. A voided attempt gives the lock back (key deleted: it was free, since its SET
+-- NX took it) and the fence as it was, and replies void, as the script does to a voided
+-- attempt; the fence's mark is dropped by the first take that finds no void mark live in qx.
+local function taken_unless_void(key, fence, fence_ttl, qx, id, void)
   local now_ms, now_us = now()
   local token, voids, last = next_token(fence, fence_ttl, now_us)
   if not token then
@@ -74,10 +74,10 @@ local function taken_unless_void(key, fence, fence_ttl, qx, owner)
     return no_token(fence)
   end
   if voids then
-    if redis.call('ZSCORE', qx, '!' .. owner) then
+    if redis.call('ZSCORE', qx, '!' .. id) then
       redis.call('DEL', key)
       redis.call('SET', fence, last, 'PX', fence_ttl)
-      return {0, 0, 0}
+      return void
     end
     local live = false
     for _, m in ipairs(redis.call('ZRANGEBYSCORE', qx, '(' .. now_ms, '+inf')) do
@@ -91,4 +91,18 @@ local function taken_unless_void(key, fence, fence_ttl, qx, owner)
     end
   end
   return {1, token}
+end
+
+-- mark_voids() marks fence for a void mark just written in qx, kept void_ttl ms: a '0' before
+-- its token (next_token), and a life at least as long as the void mark's.
+local function mark_voids(fence, void_ttl)
+  local f = redis.pcall('GET', fence)
+  if not f then
+    redis.call('SET', fence, '0', 'PX', void_ttl)
+  elseif type(f) == 'string' then
+    if string.sub(f, 1, 1) ~= '0' then
+      redis.call('SET', fence, '0' .. f, 'KEEPTTL')
+    end
+    live_for(fence, void_ttl)
+  end
 end
