@@ -540,7 +540,8 @@ func wgLiveness(m model, h *history) ([]violation, time.Duration) {
 		if end <= t {
 			continue
 		}
-		d := dur(end - t - h.f.hiccupTime(t, end))
+		// Neither a machine stall nor the waiter's own stop (SIGSTOP) counts.
+		d := dur(end - t - h.f.hiccupTime(t, end) - h.f.stoppedTime(w.w, t, end))
 		longest = max(longest, d)
 		if d > m.bound && len(out) < 5 {
 			how := "returned at " + rel(h, end)

@@ -165,6 +165,22 @@ func TestCheckerWaitGroup(t *testing.T) {
 			at(10, "w3", evWGWait, "w3#0"),
 			at(4000, "w3", evWGReturn, "w3#0", ok),
 		)},
+		// CI met it: a member stopped (SIGSTOP) for 2.5 s, its own Wait, begun before, returned
+		// just after SIGCONT, 1.517 s after the round ended during the stop.
+		{name: "a Wait of a worker stopped after the round ended is not stranded by the stop", evs: hist(
+			member("w1", "w1#0", 0, 1, 500, 501),
+			at(10, "w3", evWGWait, "w3#0"),
+			drv(400, drvStop, "w3"),
+			drv(3400, drvCont, "w3"),
+			at(3420, "w3", evWGReturn, "w3#0", ok),
+		)},
+		{name: "a Wait of a worker stopped, stranded after its stop, fails", fails: "stranded: Wait w3#0", evs: hist(
+			member("w1", "w1#0", 0, 1, 500, 501),
+			at(10, "w3", evWGWait, "w3#0"),
+			drv(400, drvStop, "w3"),
+			drv(900, drvCont, "w3"),
+			at(4000, "w3", evWGReturn, "w3#0", ok),
+		)},
 		{name: "a Wait that returns when the round ends passes", evs: hist(
 			member("w1", "w1#0", 0, 1, 500, 501),
 			at(10, "w3", evWGWait, "w3#0"),

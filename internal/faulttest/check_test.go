@@ -468,6 +468,18 @@ func union(ss []span) []span {
 }
 
 // hiccupTime returns how much of [from, to) the machine did not run some process of the run.
+// stoppedTime returns how long worker w was stopped (SIGSTOP) between from and to: time in
+// which it could not act, whatever it waited for.
+func (f *faults) stoppedTime(w string, from, to int64) int64 {
+	var d int64
+	for _, s := range f.stops[w] {
+		if s.to > from && s.from < to {
+			d += min(s.to, to) - max(s.from, from)
+		}
+	}
+	return d
+}
+
 func (f *faults) hiccupTime(from, to int64) int64 {
 	var d int64
 	for _, s := range f.hiccups {
