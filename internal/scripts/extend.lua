@@ -24,7 +24,9 @@ end
 if kind == 's' then
   -- PEXPIRE finds no key only on miniredis, which expires keys between a script's commands:
   -- then the lease is lost, and told so.
-  if redis.call('GET', key) == owner and redis.call('PEXPIRE', key, ttl) == 1 then
+  -- A mutex holder's value may have a '+' after it: waited for (lib/queue.lua).
+  local cur = redis.call('GET', key)
+  if (cur == owner or cur == owner .. '+') and redis.call('PEXPIRE', key, ttl) == 1 then
     return renewed()
   end
   return 0

@@ -52,8 +52,10 @@ if rec then
   redis.call('HSET', rec.values, w, ARGV[12])
   live_for(rec.values, rec.live)
 end
+-- A holder's value has a '+' after it once a waiter queued behind it (as a mutex's: its
+-- release, mutex_release.lua, hands the lock on then); an election's never has.
 local cur = redis.call('GET', lock)
-if cur == w then
+if cur == w or cur == w .. '+' then
   -- A retry of a take that went through. It writes (the lease from now), as every reply that
   -- reports a claim does: a WAIT after it (distsync.WithReplicaAck) then waits for the take.
   if redis.call('PEXPIRE', lock, ttl) == 1 then
@@ -64,6 +66,9 @@ end
 if cur and granted_to(cur, w) then
   -- A grant whose message the waiter missed, or could not use in time: adopt it.
   redis.call('SET', lock, w, 'PX', ttl)
+  if not rec and redis.call('EXISTS', q) == 1 then
+    mark_waited(lock, w)
+  end
   if ARGV[8] ~= '' then
     tell_each(ARGV[7], ARGV[6], ARGV[8], 'c')
   end
@@ -91,6 +96,9 @@ if not cur then
     redis.call('SET', lock, w, 'PX', ttl)
     redis.call('ZREM', q, w)
     redis.call('ZREM', qx, w)
+    if not rec and redis.call('EXISTS', q) == 1 then
+      mark_waited(lock, w)
+    end
     return {1, token}
   end
   pass_on(lock, fence, q, qx, ARGV[4], ARGV[3], ARGV[6], ARGV[7], rec)
@@ -111,6 +119,9 @@ if ARGV[5] ~= '1' then
   redis.call('ZADD', qx, now_ms + wlease, w)
   live_for(q, pttl + tonumber(ARGV[9]) + wlease)
   live_for(qx, pttl + tonumber(ARGV[9]) + wlease)
+  if not rec then
+    mark_waited(lock, cur)
+  end
   if rec then
     -- Again: a pass_on() above may have unseated another holder, and dropped this waiter's
     -- value as the holder it replaced (a grant to this waiter that lapsed).

@@ -32,7 +32,7 @@ redis.call('ZADD', qx, now() + void_ttl, '!' .. w)
 live_for(qx, void_ttl)
 mark_voids(fence, void_ttl) -- for fair_acquire.lua's fast path (lib/fence.lua)
 local cur = redis.call('GET', lock)
-if cur == w or (cur and granted_to(cur, w)) then
+if cur == w or cur == w .. '+' or (cur and granted_to(cur, w)) then
   pass_on(lock, fence, q, qx, ARGV[2], ARGV[3], ARGV[4], ARGV[5], rec)
   return 1
 end

@@ -20,6 +20,8 @@ if cur and (not n or n ~= math.floor(n) or n >= 2^53 - 1) then
   return no_token(KEYS[1])
 end
 if not n or n < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  -- A mark for a void mark (a '0' before the token, lib/fence.lua) is kept.
+  local mark = cur and string.sub(cur, 1, 1) == '0' and '0' or ''
+  redis.call('SET', KEYS[1], mark .. ARGV[1], 'PX', ARGV[2])
 end
 return 1

@@ -417,8 +417,9 @@ func TestReleasesTellAKeyGoneInTheScript(t *testing.T) {
 			script: scripts.MutexRelease, keys: []string{p + "lock", p + "fence", p + "q", p + "qx", p + "rel"},
 			args: []string{"o", windowArg, "60000", p + "ch", "PUBLISH", "30000"}, want: is(0), gone: []string{p + "lock"}},
 		// With a waiter, the lock is passed on all the same (a grant: lib/queue.lua).
-		{name: "mutex_release, a waiter queued", stalled: "EXISTS", setup: func() {
-			m.lease(p+"lock", "o")
+		// (The holder's value marked as waited for, as the waiter's queueing does.)
+		{name: "mutex_release, a waiter queued", stalled: "ZRANGE", setup: func() {
+			m.lease(p+"lock", "o+")
 			m.queued()
 		}, script: scripts.MutexRelease, keys: []string{p + "lock", p + "fence", p + "q", p + "qx", p + "rel"},
 			args: []string{"o", windowArg, "60000", p + "ch", "PUBLISH", "30000"}, want: is(0),

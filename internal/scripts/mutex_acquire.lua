@@ -31,6 +31,10 @@
 -- already: the caller becomes its holder, with its token.
 --
 -- The fast path (a free mutex, a caller not queued) is three calls: SET NX, TIME, SET GET.
+--
+-- A holder's value gets a '+' after it once a waiter queues behind it (mark_waited,
+-- lib/queue.lua), or if it takes the lock while others wait: its release hands the lock on
+-- then, and otherwise deletes it without looking at the queue (mutex_release.lua).
 
 -- #include lib/clock.lua
 -- #include lib/fence.lua
@@ -80,6 +84,7 @@ if cur or fast or not redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
     if waiter ~= '' then
       local now_ms, now_us = now()
       enqueue(q, qx, waiter, now_ms, now_us, pttl + tonumber(ARGV[6]))
+      mark_waited(lock, cur)
     end
     local g = 0
     if cur and string.sub(cur, 1, 1) == '~' then -- (cur is false if the lock lapsed since SET NX)
@@ -111,5 +116,8 @@ if waiter ~= '' then
   elseif queued and redis.call('ZREM', q, waiter) == 1 then
     redis.call('ZREM', qx, waiter)
   end
+end
+if redis.call('EXISTS', q) == 1 then
+  mark_waited(lock, owner) -- others wait: the release must look for them
 end
 return {1, token}

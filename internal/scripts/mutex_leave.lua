@@ -50,7 +50,7 @@ if token and (ARGV[9] == '1' and token > tonumber(ARGV[8]) or ARGV[10] ~= '0' an
   cur = redis.call('GET', lock)
 end
 if owner ~= '' then
-  if cur == owner then
+  if cur == owner or cur == owner .. '+' then
     pass_on(lock, fence, q, qx, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
     passed = 1
   else

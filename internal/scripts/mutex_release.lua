@@ -22,19 +22,24 @@
 -- value: a loss is never reported as a release, and a release is reported as a loss only if
 -- more than a handful of other releases of the name came in between (lib/rel.lua).
 --
--- Without waiters this is five calls: GET, EXISTS, DEL, LPUSH, PEXPIRE (and an LTRIM one release
--- in sixteen: lib/rel.lua).
+-- A holder's value has a '+' after it once a waiter queued behind it (mark_waited,
+-- lib/queue.lua): then the lock is handed on. Without it, nobody waits, or those that do will
+-- look again before their turn could come (they queued before this hold began, when the lock
+-- was free: a lease or a grant lapsed), and the release is four calls: GET, DEL, LPUSH, PEXPIRE
+-- (and an LTRIM one release in sixteen: lib/rel.lua). A grant ('~...') is never marked: its
+-- release looks at the queue.
 
 -- #include lib/rel.lua
 
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local cur = redis.call('GET', KEYS[1])
+if cur ~= ARGV[1] and cur ~= ARGV[1] .. '+' then
   if released(KEYS[5], ARGV[1]) then
     return 1
   end
   return 0
 end
 -- Nobody waits: free the lock without making the queue's functions (a Lua closure each).
-if not KEYS[6] and redis.call('EXISTS', KEYS[3]) == 0 then
+if not KEYS[6] and cur == ARGV[1] and (string.sub(cur, 1, 1) ~= '~' or redis.call('EXISTS', KEYS[3]) == 0) then
   if redis.call('DEL', KEYS[1]) == 0 then
     return 0 -- the lease expired after the GET (miniredis only: extend.lua): it was lost
   end

@@ -19,7 +19,9 @@
 
 -- PEXPIRE finds no key only on miniredis, which expires keys between a script's commands
 -- (extend.lua): the lease is gone, not renewed.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('PEXPIRE', KEYS[1], ARGV[2]) == 0 then
+-- A mutex holder's value may have a '+' after it: waited for (lib/queue.lua).
+local cur = redis.call('GET', KEYS[1])
+if cur ~= ARGV[1] and cur ~= ARGV[1] .. '+' or redis.call('PEXPIRE', KEYS[1], ARGV[2]) == 0 then
   return 0
 end
 for i = 4, #KEYS do

@@ -58,8 +58,19 @@ func (e *env) acquire(owner, waiter string, requeue bool) []int64 {
 	return e.acquireWith(owner, waiter, flags, "", "0")
 }
 
+// own returns the owner value the mutex scripts get for a test's name o: shaped as distsync
+// makes them ('<handle id>:<sequence>'), which a waiter marks as waited for (lib/queue.lua).
+// A grant ('~...'), a fair waiter id (with a '/') and "" are left as they are.
+func own(o string) string {
+	if o == "" || strings.HasPrefix(o, "~") || strings.ContainsAny(o, ":/") {
+		return o
+	}
+	return "h:" + o
+}
+
 func (e *env) acquireWith(owner, waiter, flags, backup, last string) []int64 {
 	e.t.Helper()
+	owner = own(owner)
 	v, err := scripts.MutexAcquire.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
 		[]string{owner, "10000", "60000", waiter, flags, "5000", e.k.ch, e.k.pub, backup, last}).AsIntSlice()
 	if err != nil {
@@ -70,6 +81,7 @@ func (e *env) acquireWith(owner, waiter, flags, backup, last string) []int64 {
 
 func (e *env) release(owner string) int64 {
 	e.t.Helper()
+	owner = own(owner)
 	v, err := scripts.MutexRelease.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx, e.k.lock + ":rel"},
 		[]string{owner, windowArg, "60000", e.k.ch, e.k.pub, "10000"}).AsInt64()
 	if err != nil {
@@ -104,6 +116,7 @@ func (e *env) leave(waiter, owner string, last int64) int64 {
 
 func (e *env) leaveArgs(waiter, owner string, last int64, dequeue string, grant int64) int64 {
 	e.t.Helper()
+	owner = own(owner)
 	v, err := scripts.MutexLeave.Exec(context.Background(), e.c, []string{e.k.lock, e.k.fence, e.k.q, e.k.qx},
 		[]string{waiter, owner, windowArg, "60000", e.k.ch, e.k.pub, "60000", strconv.FormatInt(last, 10), dequeue,
 			strconv.FormatInt(grant, 10)}).AsIntSlice()
@@ -260,7 +273,7 @@ func TestAcquireRelease(t *testing.T) {
 		if now := time.Now().UnixMicro(); got[1] < now-int64(time.Minute/time.Microsecond) {
 			t.Fatalf("token %d does not follow the server clock (%d)", got[1], now)
 		}
-		if v := e.get(e.k.lock); v != "o1" {
+		if v := e.get(e.k.lock); v != own("o1") {
 			t.Fatalf("lock = %q", v)
 		}
 		e.everyKeyExpires()
@@ -345,7 +358,7 @@ func TestGrantIsAdoptedOnce(t *testing.T) {
 		if got := e.acquireWith("o4", "w2", "011", "", "0"); got[0] != 1 || got[1] != tok {
 			t.Fatalf("adopting the grant = %v, want {1, %d}", got, tok)
 		}
-		if v := e.get(e.k.lock); v != "o4" {
+		if v := e.get(e.k.lock); v != own("o4") {
 			t.Fatalf("lock = %q after adoption", v)
 		}
 	})
@@ -602,7 +615,7 @@ func TestVoidMarkOnTheFence(t *testing.T) {
 			t.Fatalf("fence %q after the voided attempt, want %q as it was", v, before)
 		}
 		// The void mark lapses: the next take drops the fence's mark.
-		e.do(e.c.B().Zadd().Key(e.k.qx).ScoreMember().ScoreMember(1, "!late").Build())
+		e.do(e.c.B().Zadd().Key(e.k.qx).ScoreMember().ScoreMember(1, "!"+own("late")).Build())
 		_, last := fence()
 		next := token("a take after the void lapsed", take("o4"))
 		if v, n := fence(); strings.HasPrefix(v, "0") || n != next || next <= last {
@@ -610,6 +623,84 @@ func TestVoidMarkOnTheFence(t *testing.T) {
 			t.Fatalf("fence %q after a take with token %d (last %d), want it unmarked; qx %v", v, next, last, qx)
 		}
 		e.release("o4")
+	})
+}
+
+// The uncontended release deletes the lock without looking at the queue: a holder's value gets
+// a '+' after it when a waiter queues behind it (or when it takes the lock with others queued),
+// and only then does the release hand the lock on. A renewal and a leave know the marked value
+// as the holder's; a value not shaped as distsync's is never marked; a release of an unmarked
+// hold, taken while only a lapsed entry was queued, frees the lock.
+func TestWaitedForMark(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		take := func(owner string) []int64 { return e.acquireWith(owner, "", "000", "", "0") } // the fast path
+		renew := func(owner string) int64 {
+			t.Helper()
+			v, err := scripts.MutexRenew.Exec(context.Background(), e.c, []string{e.k.lock, e.k.q, e.k.qx},
+				[]string{own(owner), "10000", e.k.ch, e.k.pub}).AsInt64()
+			if err != nil {
+				t.Fatalf("renew: %v", err)
+			}
+			return v
+		}
+		if got := take("o1"); got[0] != 1 {
+			t.Fatalf("take of a free lock = %v", got)
+		}
+		if v := e.get(e.k.lock); v != own("o1") {
+			t.Fatalf("lock = %q with nobody waiting, want %q unmarked", v, own("o1"))
+		}
+		if got := e.acquire("x", "w1", false); got[0] != 0 {
+			t.Fatalf("acquire of a held lock = %v", got)
+		}
+		if v := e.get(e.k.lock); v != own("o1")+"+" {
+			t.Fatalf("lock = %q with a waiter queued, want %q marked", v, own("o1")+"+")
+		}
+		if renew("o1") != 1 {
+			t.Fatal("the holder's renewal failed on its marked value")
+		}
+		if e.release("o1") != 1 {
+			t.Fatal("the release of the marked hold failed")
+		}
+		if w, _ := e.grantee(); w != "w1" {
+			t.Fatalf("lock = %q after the release of a marked hold, want a grant to w1", e.get(e.k.lock))
+		}
+		e.leave("w1", "", 0) // passes the grant on: free, nobody queued
+
+		// A hold taken while only a lapsed entry is queued is not marked; its release frees
+		// the lock (the entry's waiter stopped re-checking).
+		e.do(e.c.B().Zadd().Key(e.k.q).ScoreMember().ScoreMember(1, "dead").Build())
+		e.do(e.c.B().Zadd().Key(e.k.qx).ScoreMember().ScoreMember(1, "dead").Build())
+		if got := take("o2"); got[0] != 1 {
+			t.Fatalf("take = %v", got)
+		}
+		if e.release("o2") != 1 {
+			t.Fatal("the release of an unmarked hold failed")
+		}
+		if v := e.get(e.k.lock); v != "" {
+			t.Fatalf("lock = %q after the release of an unmarked hold, want free", v)
+		}
+
+		// A leave that finds the attempt it gave up on holding the lock, marked, passes it on.
+		if got := take("o3"); got[0] != 1 {
+			t.Fatalf("take = %v", got)
+		}
+		e.acquire("y", "w2", false) // queued: marks o3's hold
+		if e.leave("", "o3", 0) != 1 {
+			t.Fatal("leave did not pass on the marked lock its abandoned attempt took")
+		}
+		if w, _ := e.grantee(); w != "w2" {
+			t.Fatalf("lock = %q, want a grant to w2", e.get(e.k.lock))
+		}
+		e.leave("w2", "", 0)
+
+		// Someone else's value is never marked.
+		e.do(e.c.B().Set().Key(e.k.lock).Value("someone").Px(10 * time.Second).Build())
+		e.acquire("z", "w3", false)
+		if v := e.get(e.k.lock); v != "someone" {
+			t.Fatalf("lock = %q after a waiter queued behind a foreign value, want it untouched", v)
+		}
 	})
 }
 
@@ -665,7 +756,7 @@ func TestExtend(t *testing.T) {
 		e := setup(t, b)
 		e.acquire("o1", "", false)
 		ext := func(owner string) int64 {
-			v, err := scripts.Extend.Exec(context.Background(), e.c, []string{e.k.lock}, []string{"s", owner, "30000"}).AsInt64()
+			v, err := scripts.Extend.Exec(context.Background(), e.c, []string{e.k.lock}, []string{"s", own(owner), "30000"}).AsInt64()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -698,7 +789,7 @@ func TestDoMultiLoadsMissingScripts(t *testing.T) {
 		}
 		e.acquire("o1", "", false)
 		res := scripts.DoMulti(context.Background(), e.c, []scripts.Call{
-			{Script: scripts.Extend, Keys: []string{e.k.lock}, Args: []string{"s", "o1", "10000"}},
+			{Script: scripts.Extend, Keys: []string{e.k.lock}, Args: []string{"s", own("o1"), "10000"}},
 			{Script: scripts.Extend, Keys: []string{e.k.lock}, Args: []string{"s", "nope", "10000"}},
 		})
 		for i, want := range []int64{1, 0} {

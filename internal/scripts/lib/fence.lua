@@ -97,12 +97,14 @@ end
 -- its token (next_token), and a life at least as long as the void mark's.
 local function mark_voids(fence, void_ttl)
   local f = redis.pcall('GET', fence)
-  if not f then
-    redis.call('SET', fence, '0', 'PX', void_ttl)
-  elseif type(f) == 'string' then
-    if string.sub(f, 1, 1) ~= '0' then
-      redis.call('SET', fence, '0' .. f, 'KEEPTTL')
-    end
-    live_for(fence, void_ttl)
+  if type(f) == 'table' then
+    return -- another type: next_token refuses it, so no take can go through
+  end
+  if f and string.sub(f, 1, 1) ~= '0' then
+    -- XX: miniredis, which expires keys between a script's commands, may have dropped it.
+    f = redis.call('SET', fence, '0' .. f, 'XX', 'KEEPTTL')
+  end
+  if not (f and live_for(fence, void_ttl)) then
+    redis.call('SET', fence, '0', 'PX', void_ttl) -- no fence: a token of 0, marked
   end
 end

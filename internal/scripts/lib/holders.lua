@@ -19,6 +19,7 @@ local function exclusive_holder(out, key, fence)
   if not owner then
     return
   end
+  owner = string.gsub(owner, '%+$', '') -- a mutex holder's mark: waited for (lib/queue.lua)
   local pttl = redis.call('PTTL', key)
   local t = string.match(owner, '^~.*:(%d+)$') -- a grant names its token
   out[#out + 1] = {owner, pttl, t and tonumber(t) or fence_token(redis.call('GET', fence)), 1, 0}

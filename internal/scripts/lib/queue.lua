@@ -65,6 +65,18 @@ local function tell_each(pub, prefix, ids, msg)
   end
 end
 
+-- mark_waited() marks the lock, held by value cur, as waited for: a '+' after a holder's owner
+-- value, so that its release (mutex_release.lua) hands the lock on rather than deleting it. A
+-- grant ('~...') is not marked: the release of one always looks at the queue. Only a value
+-- shaped as distsync writes them is marked: '<handle id>:<sequence>' (a mutex's owner value)
+-- or '<process>/<call>' (a fair lock's waiter id), which end with a letter or digit; anything
+-- else in the key is not distsync's to change.
+local function mark_waited(lock, cur)
+  if cur and string.sub(cur, 1, 1) ~= '~' and string.find(cur, '[:/]') and string.find(cur, '%w$') then
+    redis.call('SET', lock, cur .. '+', 'XX', 'KEEPTTL') -- XX: miniredis may have expired it since
+  end
+end
+
 -- granted_to() reports whether the lock value cur is a grant to waiter.
 local function granted_to(cur, waiter)
   local mine = '~' .. waiter .. ':'

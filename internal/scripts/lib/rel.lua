@@ -19,7 +19,7 @@ end
 
 -- record_release() records owner's release, kept ttl ms. The list is cut back to rel_keep
 -- once it reaches twice that, not at every release: a release then costs two calls here, not
--- three (an uncontended Lock+Unlock is 10 calls in all).
+-- three (an uncontended mutex Lock+Unlock is 9 Redis commands in all).
 local function record_release(rel, owner, ttl)
   if redis.call('LPUSH', rel, owner) >= 2 * rel_keep then
     redis.call('LTRIM', rel, 0, rel_keep - 1)
