@@ -303,7 +303,8 @@ func distinctCell(r row, floor, bestPeer float64) string {
 	if r.lib.name == "distsync" && bestPeer > 0 {
 		notes = append(notes, fmt.Sprintf("%.2f× best peer", d.perSec/bestPeer))
 	}
-	notes = append(notes, fmt.Sprintf("CPU per pair: Redis %v, client %v", d.redisCPU.Round(100*time.Nanosecond), d.clientCPU.Round(100*time.Nanosecond)))
+	notes = append(notes, fmt.Sprintf("per pair: Redis %.2f cmds, CPU Redis %v, client %v", d.redisCmds,
+		d.redisCPU.Round(100*time.Nanosecond), d.clientCPU.Round(100*time.Nanosecond)))
 	return fmt.Sprintf("%.0f (%s)", d.perSec, strings.Join(notes, ", "))
 }
 

@@ -126,14 +126,16 @@ func distinctKeys(ctx context.Context, l lib, addr string, goroutines int, dur t
 		return distinct{}, err
 	}
 	n := float64(pairs.Load())
-	_, redisCPU := after.per(before, n)
-	return distinct{perSec: n / elapsed.Seconds(), redisCPU: redisCPU, clientCPU: time.Duration(float64(cpu1-cpu0) / n)}, nil
+	redisCmds, redisCPU := after.per(before, n)
+	return distinct{perSec: n / elapsed.Seconds(), redisCmds: redisCmds, redisCPU: redisCPU, clientCPU: time.Duration(float64(cpu1-cpu0) / n)}, nil
 }
 
-// distinct is the outcome of distinctKeys: pairs per second, and the CPU time of a pair in
-// Redis (INFO cpu) and in this process (getrusage).
+// distinct is the outcome of distinctKeys: pairs per second, the Redis commands of a pair
+// (INFO commandstats: a script's inner calls included, the script call too), and the CPU time
+// of a pair in Redis (INFO cpu) and in this process (getrusage).
 type distinct struct {
 	perSec              float64
+	redisCmds           float64
 	redisCPU, clientCPU time.Duration
 }
 

@@ -29,6 +29,7 @@
 
 -- #include lib/clock.lua
 -- #include lib/fence.lua
+-- #include lib/void.lua
 
 local lock, fence, q, qx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local w, ttl, wlease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4])

@@ -38,6 +38,7 @@
 
 -- #include lib/clock.lua
 -- #include lib/fence.lua
+-- #include lib/void.lua
 
 local lock, fence, q, qx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, ttl, waiter = ARGV[1], ARGV[2], ARGV[4]
