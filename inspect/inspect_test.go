@@ -397,6 +397,27 @@ func TestMutexHeldWithOthers(t *testing.T) {
 				t.Errorf("%q: With = %q, want %q", n, r.With, want)
 			}
 		}
+		// A waiter queued behind the set's hold marks the holder's value (lib/queue.lua): the
+		// holder and the set read the same.
+		waiter, _ := mutex.New(other, names[0])
+		wctx, wcancel := context.WithCancel(ctx)
+		waited := make(chan error, 1)
+		go func() { waited <- waiter.Lock(wctx) }()
+		if !redistest.Eventually(10*time.Second, func() bool { return len(e.inspect(inspect.Mutex, names[0]).Queue) > 0 }) {
+			t.Fatal("the waiter never queued")
+		}
+		r := e.inspect(inspect.Mutex, names[0])
+		if len(r.Holders) != 1 {
+			t.Fatalf("with a waiter: holders %+v, want 1", r.Holders)
+		}
+		checkHolder(t, names[0], r.Holders[0], a.ID(), tokens[0], 1, false)
+		if want := names[1:]; !slices.Equal(r.With, want) {
+			t.Errorf("with a waiter: With = %q, want %q", r.With, want)
+		}
+		wcancel()
+		if err := <-waited; err == nil {
+			t.Fatal("the waiter took a member of the held set")
+		}
 		plain, _ := mutex.New(a, "set:plain")
 		if err := plain.Lock(ctx); err != nil {
 			t.Fatal(err)
