@@ -442,7 +442,8 @@ var errStale = errors.New("a member taken earlier was lost meanwhile")
 
 // stillHeld reads, in one round trip, the lock of each member idx, and returns errStale
 // unless every one still holds its owner value (the lease's: owner values are never made
-// twice, so the member was held throughout), or the error of a read (ctx's included).
+// twice, so the member was held throughout; with a '+' after it once someone queued behind
+// it), or the error of a read (ctx's included).
 func (a *All) stillHeld(ctx context.Context, held []*core.Lease, idx []int) error {
 	if len(idx) == 0 {
 		return nil
@@ -460,7 +461,7 @@ func (a *All) stillHeld(ctx context.Context, held []*core.Lease, idx []int) erro
 			return err
 		case err != nil:
 			return errStale // take it again: its waits retry what is transient
-		case v != held[idx[k]].Owner():
+		case v != held[idx[k]].Owner() && v != held[idx[k]].Owner()+"+": // '+': waited for (lib/queue.lua)
 			return errStale
 		}
 	}

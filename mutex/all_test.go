@@ -476,6 +476,47 @@ func TestAllRetakesAMemberLostWhileWaiting(t *testing.T) {
 	})
 }
 
+// A member taken early keeps its hold while the set waits for a later one, also when another
+// process queues behind it (which marks the holder's value, lib/queue.lua): the set does not
+// take it again, so its token for it is the one it took first.
+func TestAllKeepsAMemberWaitedFor(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		early, late := "k0", "k1"
+		if b.Name == redistest.ClusterB && keys.Slot(keyOf(prefix, late, "")) < keys.Slot(keyOf(prefix, early, "")) {
+			early, late = late, early // the set takes early first, and waits for late holding it
+		}
+		p, q := newPod(t, b, prefix), newPod(t, b, prefix)
+		blocker := q.mutex(t, late)
+		lockWithin(t, blocker, 5*time.Second)
+		all, _ := p.all(t, early, late)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		ch := redistest.Async(ctx, all.Lock)
+		waitQueued(t, b, prefix, late, 1)
+		first := fenceOf(t, b, prefix, early) // the set's token for early: the last handed out
+		// Another process queues behind the set's hold of early.
+		wctx, wcancel := context.WithCancel(context.Background())
+		defer wcancel()
+		wch := redistest.Async(wctx, q.mutex(t, early).Lock)
+		waitQueued(t, b, prefix, early, 1)
+		unlock(t, blocker)
+		if r := wait(t, ch, 15*time.Second); r.Err != nil {
+			t.Fatalf("Lock: %v", r.Err)
+		}
+		if tok := all.Tokens()[0]; tok != first {
+			t.Errorf("the set's token for %s is %d, want %d, the one it took first: it took the member again", early, tok, first)
+		}
+		if err := all.Unlock(context.Background()); err != nil {
+			t.Fatalf("Unlock: %v", err)
+		}
+		if r := wait(t, wch, 15*time.Second); r.Err != nil {
+			t.Fatalf("the waiter behind the set: %v", r.Err)
+		}
+	})
+}
+
 // A set whose acquisition's reply comes after its leases' deadline (Redis or the network
 // stalled for a lease) gives it back, as a Mutex does: TryLock reports it not taken, and Lock
 // takes the set again and returns with live leases, not with an error while its context lasts.
