@@ -121,7 +121,10 @@ func TestObserverSeesEveryLeaderInOrder(t *testing.T) {
 		prefix := b.Prefix(t)
 		// The candidates' places last a minute: on a loaded machine a place that lapsed for a
 		// late renewal would queue its candidate again at the back, out of the chain's order.
-		opts := []distsync.Option{distsync.WithLeaseTTL(5 * time.Second), distsync.WithWaiterLease(time.Minute)}
+		// The leases are long too: every leader resigns, none is waited out, and the server's
+		// restart below (KillPubSub on miniredis) must not cost a term its lease, which two
+		// suites at once on two cores did to a 5 s one.
+		opts := []distsync.Option{distsync.WithLeaseTTL(20 * time.Second), distsync.WithWaiterLease(time.Minute)}
 		obs := newElection(t, b.Pod(t, prefix, opts...), "obs")
 		cp := b.Pod(t, prefix, append(opts, distsync.WithIdentity("cand:{1} \u00e9"))...)
 		cand := newElection(t, cp, "obs")
