@@ -35,6 +35,8 @@ import (
 //	restart <id>   start it again on its port, its data kept
 //	dump <id>      -> ok <its Dump, quoted>
 //	stop <id>      stop it for good
+//	stalled <from> <to>   -> ok <the longest and the total stall of this process between the
+//	               two times (Unix ns), in ns>: [Stalled] allows for it as for its own
 //
 // It ends when its standard input does (the test binary exited or closed it), stopping every
 // server it runs.
@@ -49,6 +51,7 @@ func init() {
 
 // serveMini answers the requests of r on w until r ends, then stops every server.
 func serveMini(r io.Reader, w io.Writer) {
+	WatchStalls() // a server that waits to run is a stall of the tests that use it
 	servers := map[int]*miniredis.Miniredis{}
 	next := 0
 	in := bufio.NewScanner(r)
@@ -58,6 +61,14 @@ func serveMini(r io.Reader, w io.Writer) {
 		n, err := strconv.Atoi(arg)
 		reply := "ok"
 		switch m := servers[n]; {
+		case verb == "stalled":
+			var from, to int64
+			if _, err := fmt.Sscan(arg, &from, &to); err != nil {
+				reply = fmt.Sprintf("err bad request %q", in.Text())
+				break
+			}
+			f, t := time.Unix(0, from), time.Unix(0, to)
+			reply = fmt.Sprintf("ok %d %d", localStalled(f, t), localStalledTotal(f, t))
 		case err != nil:
 			reply = fmt.Sprintf("err bad request %q", in.Text())
 		case verb == "start":
@@ -188,6 +199,37 @@ func miniRequest(format string, args ...any) (string, error) {
 		return "", fmt.Errorf("redistest: miniredis process: %s: %s", req, rest)
 	}
 	return rest, nil
+}
+
+// miniStalled returns the longest and the total stall of the miniredis process between from
+// and to, or zeros if this test binary started none (or it cannot say).
+func miniStalled(from, to time.Time) (worst, total time.Duration) {
+	miniProc.mu.Lock()
+	started := miniProc.cmd != nil
+	miniProc.mu.Unlock()
+	if !started {
+		return 0, 0
+	}
+	r, err := miniRequest("stalled %d %d", from.UnixNano(), to.UnixNano())
+	if err != nil {
+		return 0, 0
+	}
+	var w, t int64
+	if _, err := fmt.Sscan(r, &w, &t); err != nil {
+		return 0, 0
+	}
+	return time.Duration(w), time.Duration(t)
+}
+
+// MiniPID returns the PID of the process that serves the "miniredis" backend's servers, 0 if
+// none was started, for a test that stops it.
+func MiniPID() int {
+	miniProc.mu.Lock()
+	defer miniProc.mu.Unlock()
+	if miniProc.cmd == nil {
+		return 0
+	}
+	return miniProc.cmd.Process.Pid
 }
 
 // MiniServer is a miniredis server of the "miniredis" backend: in the process that serves

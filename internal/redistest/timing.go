@@ -61,8 +61,26 @@ func WatchStalls() {
 }
 
 // Stalled returns the longest time this process's goroutines waited to run, beyond what they
-// asked, at some moment between from and to (0 if none was seen; see [WatchStalls]).
+// asked, at some moment between from and to (0 if none was seen; see [WatchStalls]), or the
+// longest that the process serving the "miniredis" backend's servers waited, if it is longer:
+// a server that waits to run stalls the tests that talk to it.
 func Stalled(from, to time.Time) time.Duration {
+	mini, _ := miniStalled(from, to)
+	return max(localStalled(from, to), mini)
+}
+
+// StalledTotal returns how long in all this process's goroutines waited to run, beyond what
+// they asked, between from and to: the sum of the stalls of which [Stalled] gives the longest
+// (or the miniredis process's sum, if it is larger). A check of how much got done in a while
+// (a throughput) allows for it, as a check of how soon one thing happened ([Late]) allows for
+// the longest.
+func StalledTotal(from, to time.Time) time.Duration {
+	_, mini := miniStalled(from, to)
+	return max(localStalledTotal(from, to), mini)
+}
+
+// localStalled is [Stalled] for this process alone.
+func localStalled(from, to time.Time) time.Duration {
 	stalls.mu.Lock()
 	defer stalls.mu.Unlock()
 	var worst time.Duration
@@ -75,11 +93,8 @@ func Stalled(from, to time.Time) time.Duration {
 	return worst
 }
 
-// StalledTotal returns how long in all this process's goroutines waited to run, beyond what
-// they asked, between from and to: the sum of the stalls of which [Stalled] gives the longest.
-// A check of how much got done in a while (a throughput) allows for it, as a check of how
-// soon one thing happened ([Late]) allows for the longest.
-func StalledTotal(from, to time.Time) time.Duration {
+// localStalledTotal is [StalledTotal] for this process alone.
+func localStalledTotal(from, to time.Time) time.Duration {
 	stalls.mu.Lock()
 	defer stalls.mu.Unlock()
 	var total time.Duration
@@ -100,7 +115,7 @@ func Late(what string, late, margin time.Duration, from, to time.Time) error {
 	if late <= margin+stalled {
 		return nil
 	}
-	return fmt.Errorf("%s %v late, want within %v (+%v this process was stalled meanwhile)",
+	return fmt.Errorf("%s %v late, want within %v (+%v this process or its miniredis server was stalled meanwhile)",
 		what, late.Round(time.Millisecond), margin, stalled.Round(time.Millisecond))
 }
 
