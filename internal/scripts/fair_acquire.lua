@@ -29,7 +29,6 @@
 
 -- #include lib/clock.lua
 -- #include lib/fence.lua
--- #include lib/void.lua
 
 local lock, fence, q, qx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local w, ttl, wlease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4])
@@ -37,10 +36,10 @@ local w, ttl, wlease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4])
 -- comes before lib/queue.lua is included, so that it does not pay for making the queue's
 -- functions (a Lua closure each, every run). A lock that is not free, a retry of a take or a
 -- grant to adopt, goes on below. A waiter voided by fair_leave.lua does nothing: the fast path
--- looks for the void mark only if the fence says that one may be live (taken_unless_void);
+-- looks for the void mark only if the fence says that one may be live (taken, lib/fence.lua);
 -- every other path looks here.
 if not KEYS[5] and redis.call('EXISTS', q) == 0 and redis.call('SET', lock, w, 'NX', 'PX', ttl) then
-  return taken_unless_void(lock, fence, ARGV[3], qx, w, {-1})
+  return taken(lock, fence, ARGV[3], qx, w, {-1})
 end
 if redis.call('ZSCORE', qx, '!' .. w) then
   return {-1}

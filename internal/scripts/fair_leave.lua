@@ -19,7 +19,6 @@
 
 -- #include lib/clock.lua
 -- #include lib/fence.lua
--- #include lib/void.lua
 -- #include lib/queue.lua
 
 local lock, fence, q, qx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -31,7 +30,7 @@ forget(rec, w)
 local void_ttl = tonumber(ARGV[6])
 redis.call('ZADD', qx, now() + void_ttl, '!' .. w)
 live_for(qx, void_ttl)
-mark_voids(fence, void_ttl) -- for fair_acquire.lua's fast path (lib/fence.lua)
+mark_voids(fence, void_ttl) -- for fair_acquire.lua's fast path
 local cur = redis.call('GET', lock)
 if cur == w or cur == w .. '+' or (cur and granted_to(cur, w)) then
   pass_on(lock, fence, q, qx, ARGV[2], ARGV[3], ARGV[4], ARGV[5], rec)

@@ -145,7 +145,7 @@ read.mutex = function(k)
   -- The record of a set is '<owner>\n<names>'. It is the current hold's only if it names the
   -- lock's owner value: one left by an earlier hold lingers until its lease would have ended.
   local rec, cur = redis.call('GET', k[6]), redis.call('GET', k[1])
-  cur = cur and string.gsub(cur, '%+$', '') -- a holder's mark: waited for (lib/queue.lua)
+  cur = cur and unmarked(cur)
   if rec and cur and string.sub(rec, 1, #cur + 1) == cur .. '\n' then
     r[4] = {string.sub(rec, #cur + 2)}
   end

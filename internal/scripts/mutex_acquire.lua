@@ -38,7 +38,6 @@
 
 -- #include lib/clock.lua
 -- #include lib/fence.lua
--- #include lib/void.lua
 
 local lock, fence, q, qx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, ttl, waiter = ARGV[1], ARGV[2], ARGV[4]
@@ -47,14 +46,14 @@ local again, queued, granted = string.sub(flags, 1, 1) == '1', string.sub(flags,
 
 -- An attempt whose caller gave up while it was in flight was voided by mutex_leave.lua; it
 -- must not take the lock when it arrives late. The fast path looks for the void mark only if
--- the fence says that one may be live (taken_unless_void); every other path looks here.
+-- the fence says that one may be live (taken, lib/fence.lua); every other path looks here.
 
 -- The fast path: a caller with no place in the queue and no grant to look for takes a free
 -- mutex. It comes before lib/queue.lua is included, so that it does not pay for making the
 -- queue's functions (a Lua closure each, every run).
 local fast = not (again or queued or granted)
 if fast and redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
-  return taken_unless_void(lock, fence, ARGV[3], qx, owner, {0, 0, 0})
+  return taken(lock, fence, ARGV[3], qx, owner, {0, 0, 0})
 end
 if redis.call('ZSCORE', qx, '!' .. owner) then
   return {0, 0, 0}

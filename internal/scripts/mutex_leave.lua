@@ -32,7 +32,6 @@
 
 -- #include lib/clock.lua
 -- #include lib/fence.lua
--- #include lib/void.lua
 -- #include lib/queue.lua
 
 local lock, fence, q, qx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]

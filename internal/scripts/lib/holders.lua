@@ -11,6 +11,12 @@ local function fence_token(v)
   return tonumber(v or '0') or 0
 end
 
+-- unmarked() returns a lock's value v without the mark of a holder someone queued behind (a
+-- '+' after it: mark_waited, lib/queue.lua): the holder's owner value.
+local function unmarked(v)
+  return (string.gsub(v, '%+$', ''))
+end
+
 -- exclusive_holder() adds the holder of the string claim key, if any. Its token is the one a
 -- grant names ('~<waiter>:<token>'), else fence's: every acquisition takes the next token, so
 -- the last one handed out is the holder's.
@@ -19,7 +25,7 @@ local function exclusive_holder(out, key, fence)
   if not owner then
     return
   end
-  owner = string.gsub(owner, '%+$', '') -- a mutex holder's mark: waited for (lib/queue.lua)
+  owner = unmarked(owner)
   local pttl = redis.call('PTTL', key)
   local t = string.match(owner, '^~.*:(%d+)$') -- a grant names its token
   out[#out + 1] = {owner, pttl, t and tonumber(t) or fence_token(redis.call('GET', fence)), 1, 0}

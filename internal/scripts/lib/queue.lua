@@ -65,6 +65,23 @@ local function tell_each(pub, prefix, ids, msg)
   end
 end
 
+-- mark_voids() marks fence for a void mark just written in qx, kept void_ttl ms: a '0' before
+-- its token (next_token, lib/fence.lua), and a life at least as long as the void mark's, so
+-- that a fast-path take looks for the void mark (taken).
+local function mark_voids(fence, void_ttl)
+  local f = redis.pcall('GET', fence)
+  if type(f) == 'table' then
+    return -- another type: next_token refuses it, so no take can go through
+  end
+  if f and string.sub(f, 1, 1) ~= '0' then
+    -- XX: miniredis, which expires keys between a script's commands, may have dropped it.
+    f = redis.call('SET', fence, '0' .. f, 'XX', 'KEEPTTL')
+  end
+  if not (f and live_for(fence, void_ttl)) then
+    redis.call('SET', fence, '0', 'PX', void_ttl) -- no fence: a token of 0, marked
+  end
+end
+
 -- mark_waited() marks the lock, held by value cur, as waited for: a '+' after a holder's owner
 -- value, so that its release (mutex_release.lua) hands the lock on rather than deleting it. A
 -- grant ('~...') is not marked: the release of one always looks at the queue. Only a value
