@@ -434,6 +434,36 @@ func TestAllWaitsInTheMembersQueue(t *testing.T) {
 	})
 }
 
+// setWaiting is a set of two names whose Lock (ch) took the first, early, and waits in the
+// queue of the second behind blocker, a hold of pod q.
+type setWaiting struct {
+	early   string
+	blocker *mutex.Mutex
+	all     *mutex.All
+	ch      <-chan redistest.Returned
+	q       *pod
+}
+
+// waitingForLate starts a set of the names first and second under prefix that takes one of
+// them (early: first, or, on a Cluster, the one whose key comes first) and then waits for the
+// other, held by another pod. Its Lock has 20 s.
+func waitingForLate(t *testing.T, b *redistest.Backend, prefix, first, second string) setWaiting {
+	t.Helper()
+	early, late := first, second
+	if b.Name == redistest.ClusterB && keys.Slot(keyOf(prefix, late, "")) < keys.Slot(keyOf(prefix, early, "")) {
+		early, late = late, early // the set takes early first, and waits for late holding it
+	}
+	p, q := newPod(t, b, prefix), newPod(t, b, prefix)
+	blocker := q.mutex(t, late)
+	lockWithin(t, blocker, 5*time.Second)
+	all, _ := p.all(t, early, late)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	ch := redistest.Async(ctx, all.Lock)
+	waitQueued(t, b, prefix, late, 1)
+	return setWaiting{early: early, blocker: blocker, all: all, ch: ch, q: q}
+}
+
 // A member taken early and lost while the set waited for a later one (its key gone, and
 // someone else held the name since, with a larger token) is taken again before Lock returns:
 // the set's token for it is above every earlier token of the name.
@@ -441,18 +471,8 @@ func TestAllRetakesAMemberLostWhileWaiting(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
-		early, late := "w0", "w1"
-		if b.Name == redistest.ClusterB && keys.Slot(keyOf(prefix, late, "")) < keys.Slot(keyOf(prefix, early, "")) {
-			early, late = late, early // the set takes early first, and waits for late holding it
-		}
-		p, q := newPod(t, b, prefix), newPod(t, b, prefix)
-		blocker := q.mutex(t, late)
-		lockWithin(t, blocker, 5*time.Second)
-		all, _ := p.all(t, early, late)
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		ch := redistest.Async(ctx, all.Lock)
-		waitQueued(t, b, prefix, late, 1)
+		s := waitingForLate(t, b, prefix, "w0", "w1")
+		early, blocker, all, ch, q := s.early, s.blocker, s.all, s.ch, s.q
 		// The set holds early now. Its key goes (as in a Redis restarted empty), and another
 		// process holds the name in between.
 		b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Del().Key(keyOf(prefix, early, "")).Build() })
@@ -483,18 +503,8 @@ func TestAllKeepsAMemberWaitedFor(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := b.Prefix(t)
-		early, late := "k0", "k1"
-		if b.Name == redistest.ClusterB && keys.Slot(keyOf(prefix, late, "")) < keys.Slot(keyOf(prefix, early, "")) {
-			early, late = late, early // the set takes early first, and waits for late holding it
-		}
-		p, q := newPod(t, b, prefix), newPod(t, b, prefix)
-		blocker := q.mutex(t, late)
-		lockWithin(t, blocker, 5*time.Second)
-		all, _ := p.all(t, early, late)
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		ch := redistest.Async(ctx, all.Lock)
-		waitQueued(t, b, prefix, late, 1)
+		s := waitingForLate(t, b, prefix, "k0", "k1")
+		early, blocker, all, ch, q := s.early, s.blocker, s.all, s.ch, s.q
 		first := fenceOf(t, b, prefix, early) // the set's token for early: the last handed out
 		// Another process queues behind the set's hold of early.
 		wctx, wcancel := context.WithCancel(context.Background())
