@@ -299,7 +299,9 @@ func TestBurstOnAnEmptyElection(t *testing.T) {
 					term, err := e.Campaign(ctx, fmt.Sprint("c", i))
 					if err != nil {
 						info, lerr := watcher.Leader(context.Background())
-						errs <- fmt.Errorf("round %d: candidate %d: %w (Leader: %+v, %v)", r, i, err, info, lerr)
+						errs <- fmt.Errorf("round %d: candidate %d: %w (Leader: %+v, %v)\n%s", r, i, err, info, lerr,
+							redistest.Describe(pods[0].Raw, key(prefix, "burst", ""), key(prefix, "burst", "fence"),
+								key(prefix, "burst", "q"), key(prefix, "burst", "qx"), key(prefix, "burst", "v")))
 						return
 					}
 					mu.Lock()
