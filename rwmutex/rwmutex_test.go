@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1367,4 +1368,53 @@ func zcard(t *testing.T, b *redistest.Backend, k string) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// The fast paths of RLock and RUnlock (no writer holds or waits) decide nothing on the shares
+// of others and leave lapsed ones in place. A writer is not held back by such a share: the
+// first script that decides on the shares drops it. And a share taken by the fast path keeps
+// a writer out, as any share does.
+func TestLapsedShareLeftByTheFastPaths(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := b.Prefix(t)
+		r := key(prefix, "lapsed", "r")
+		tm, err := b.Do(t, func(c rueidis.Client) rueidis.Completed { return c.B().Time().Build() }).AsStrSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sec, _ := strconv.ParseInt(tm[0], 10, 64)
+		lapsed := strconv.FormatInt(sec*1000-1000, 10) // a second ago, by the server's clock
+		if err := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Zadd().Key(r).ScoreMember().ScoreMember(float64(sec*1000-1000), "dead:1").Build()
+		}).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Do(t, func(c rueidis.Client) rueidis.Completed {
+			return c.B().Pexpire().Key(r).Milliseconds(60000).Build()
+		}).Error(); err != nil {
+			t.Fatal(err)
+		}
+		reader := newRW(t, b.Pod(t, prefix), "lapsed")
+		writer := newRW(t, b.Pod(t, prefix), "lapsed")
+		must(t, "RLock", reader.RLock)
+		must(t, "RUnlock", reader.RUnlock)
+		if !exists(t, b, r) {
+			t.Logf("the lapsed share (score %s) was dropped already", lapsed)
+		}
+		ok, err := writer.TryLock(context.Background())
+		if !ok || err != nil {
+			t.Fatalf("TryLock after the live share went, with a lapsed one left = %v, %v; want true (%s)",
+				ok, err, rwState(t, b, prefix, "lapsed"))
+		}
+		if exists(t, b, r) {
+			t.Errorf("the lapsed share is still there after a writer got in: %s", rwState(t, b, prefix, "lapsed"))
+		}
+		must(t, "Unlock", writer.Unlock)
+		must(t, "RLock", reader.RLock)
+		if ok, err := writer.TryLock(context.Background()); ok || err != nil {
+			t.Fatalf("TryLock while a share is held = %v, %v; want false", ok, err)
+		}
+		must(t, "RUnlock", reader.RUnlock)
+	})
 }

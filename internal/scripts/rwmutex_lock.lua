@@ -33,6 +33,31 @@ if A.mode == 'w' and not A.more and redis.call('EXISTS', K.w, K.r, K.ra, K.ww, K
   redis.call('SET', K.w, A.owner, 'PX', A.ttl)
   return taken(K.w, K.fence, A.fence_ttl)
 end
+-- share() gives the caller a read share and returns its token: the name's last token. If the
+-- fence keeps none, the reader takes one from the clock (and keeps it as the last), so that a
+-- read token never goes below a token handed out before the fence was lost (Redis restarted
+-- empty): readers after it share it, and the next writer's is larger. A value that is not a
+-- token (written by someone else) gives 0.
+local function share(now_ms, now_us)
+  local f = redis.call('GET', K.fence)
+  local token = f and (tonumber(f) or 0) or next_token(K.fence, A.fence_ttl, now_us)
+  redis.call('ZADD', K.r, now_ms + A.ttl, A.owner)
+  live_for(K.r, A.ttl)
+  if A.waiter ~= '' then
+    redis.call('ZREM', K.rq, A.waiter)
+    if not A.more then
+      redis.call('ZREM', K.ra, A.waiter) -- the last of its process: the admission is used
+    end
+  end
+  return token
+end
+-- The fast path of a reader: no writer holds or waits (their keys are gone), so nothing is in
+-- its way and no waiting writer is to be told of the shares: take one. Lapsed entries are left
+-- for the next script that decides on them (every other path prunes first).
+if A.mode == 'r' and redis.call('EXISTS', K.w, K.ww) == 0 then
+  local now_ms, now_us = now()
+  return {1, share(now_ms, now_us)}
+end
 local now_ms, now_us = now()
 prune(now_ms)
 local wait = writer_left()
@@ -46,20 +71,7 @@ if A.mode == 'r' then
     mark(K.rq, now_ms, wait)
     return {0, wait, told}
   end
-  -- The name's last token. If the fence keeps none, the reader takes one from the clock (and
-  -- keeps it as the last), so that a read token never goes below a token handed out before
-  -- the fence was lost (Redis restarted empty): readers after it share it, and the next
-  -- writer's is larger. A value that is not a token (written by someone else) gives 0.
-  local f = redis.call('GET', K.fence)
-  local token = f and (tonumber(f) or 0) or next_token(K.fence, A.fence_ttl, now_us)
-  redis.call('ZADD', K.r, now_ms + A.ttl, A.owner)
-  live_for(K.r, A.ttl)
-  if A.waiter ~= '' then
-    redis.call('ZREM', K.rq, A.waiter)
-    if not A.more then
-      redis.call('ZREM', K.ra, A.waiter) -- the last of its process: the admission is used
-    end
-  end
+  local token = share(now_ms, now_us)
   if redis.call('EXISTS', K.ww) == 1 then
     -- An admitted reader, ahead of a waiting writer: tell it when the shares now end.
     tell_writer(now_ms, shares_left(now_ms))

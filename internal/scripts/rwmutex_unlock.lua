@@ -5,7 +5,7 @@
 --        held nothing (its lease lapsed, or it was deleted or taken)
 --
 -- A writer's Unlock admits and wakes every waiting reader with one publish, or, if none
--- waits, wakes the writers; the last reader's RUnlock wakes the writers.
+-- waits, wakes the writers; the last reader's RUnlock wakes the waiting writers.
 
 -- #include lib/clock.lua
 -- #include lib/rw.lua
@@ -34,8 +34,13 @@ local at = redis.call('ZSCORE', K.r, A.owner)
 if redis.call('ZREM', K.r, A.owner) == 0 then
   at = nil -- the set expired after the ZSCORE (miniredis only: extend.lua): the share lapsed
 end
-prune(now_ms)
-after_read(now_ms)
+-- With no writer waiting (its key gone), there is nobody to wake or tell (a writer that
+-- failed for a share marked itself in the same script): lapsed entries are left for the next
+-- script that decides on them.
+if redis.call('EXISTS', K.ww) == 1 then
+  prune(now_ms)
+  after_read(now_ms)
+end
 if at and tonumber(at) > now_ms then
   record_release(K.rel, A.owner, A.ttl)
   return 1
