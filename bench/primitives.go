@@ -245,6 +245,15 @@ func primitives(ctx context.Context, addr string, quick bool) error {
 	} else {
 		rows = append(rows, rs...)
 	}
+	distinctDur := 3 * time.Second
+	if quick {
+		distinctDur = time.Second
+	}
+	if rs, err := distinctPrims(ctx, addr, distinctDur); err != nil {
+		fail("every primitive, distinct keys", err)
+	} else {
+		rows = append(rows, rs...)
+	}
 	fmt.Fprintf(os.Stderr, "primitives: observer cost…\n")
 	if rs, err := observerCost(ctx, addr, iters); err != nil {
 		fail("observer cost", err)

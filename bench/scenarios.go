@@ -84,6 +84,22 @@ func distinctKeys(ctx context.Context, l lib, addr string, goroutines int, dur t
 		return distinct{}, err
 	}
 	defer s.Close()
+	return distinctRun(ctx, addr, goroutines, dur, func(g int) (func(context.Context) error, error) {
+		lk := s.New(l.name + ":distinct:" + strconv.Itoa(g))
+		return pairOf(lk.Lock, lk.Unlock), nil
+	})
+}
+
+// distinctRun runs goroutines goroutines for dur, each repeating the pair newPair made for it
+// (on a key of its own), and measures them as distinctKeys says.
+func distinctRun(ctx context.Context, addr string, goroutines int, dur time.Duration, newPair func(g int) (func(context.Context) error, error)) (distinct, error) {
+	pairs := make([]func(context.Context) error, goroutines)
+	for g := range pairs {
+		var err error
+		if pairs[g], err = newPair(g); err != nil {
+			return distinct{}, err
+		}
+	}
 	before, err := commandstats(addr)
 	if err != nil {
 		return distinct{}, err
@@ -91,26 +107,21 @@ func distinctKeys(ctx context.Context, l lib, addr string, goroutines int, dur t
 	cpu0 := processCPU()
 	ctx, cancel := context.WithTimeout(ctx, dur+30*time.Second)
 	defer cancel()
-	var pairs atomic.Int64
+	var n atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines)
 	start := time.Now()
 	deadline := start.Add(dur)
-	for g := range goroutines {
-		lk := s.New(l.name + ":distinct:" + strconv.Itoa(g))
+	for _, pair := range pairs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(deadline) {
-				if err := lk.Lock(ctx); err != nil {
+				if err := pair(ctx); err != nil {
 					errs <- err
 					return
 				}
-				if err := lk.Unlock(ctx); err != nil {
-					errs <- err
-					return
-				}
-				pairs.Add(1)
+				n.Add(1)
 			}
 		}()
 	}
@@ -125,9 +136,9 @@ func distinctKeys(ctx context.Context, l lib, addr string, goroutines int, dur t
 	if err != nil {
 		return distinct{}, err
 	}
-	n := float64(pairs.Load())
-	redisCmds, redisCPU := after.per(before, n)
-	return distinct{perSec: n / elapsed.Seconds(), redisCmds: redisCmds, redisCPU: redisCPU, clientCPU: time.Duration(float64(cpu1-cpu0) / n)}, nil
+	total := float64(n.Load())
+	redisCmds, redisCPU := after.per(before, total)
+	return distinct{perSec: total / elapsed.Seconds(), redisCmds: redisCmds, redisCPU: redisCPU, clientCPU: time.Duration(float64(cpu1-cpu0) / total)}, nil
 }
 
 // distinct is the outcome of distinctKeys: pairs per second, the Redis commands of a pair
