@@ -16,9 +16,9 @@
 --                   the queue, and pass on a grant made to it with a token above last
 -- ARGV[11] grant    a token whose grant to the waiter nobody will take ('0' if none): passed
 --                   on if the lock is still exactly that grant
--- Reply: {undone, given}: undone is 1 if the attempt had been counted and was undone (or its
---        hold is gone), 0 if it had not run (it never will) or was counted in an earlier hold
---        than the current one; given is the token of a grant to the waiter that was passed on
+-- Reply: {undone, given}: undone is 1 if the attempt had been counted and was undone (or, for
+--        a re-entry, its hold is gone), 0 if it had not run (it never will) or was counted in
+--        an earlier hold than the current one (a take whose hold is gone included); given is the token of a grant to the waiter that was passed on
 --        (0 if none): its message may still be on its way to the process, which must not take it
 --
 -- The caller runs this before its Lock returns (as mutex_leave.lua): a grant that an Unlock
@@ -54,23 +54,26 @@ if id == '' or redis.call('ZSCORE', ops, '!' .. id) then
   return {0, given}
 end
 local field = 'o:' .. ARGV[1]
-local applied = redis.call('ZSCORE', ops, id) -- ms when the attempt was counted, or false
+-- A take keeps its id in the hold it made ('a', reentrant_lock.lua): if it is there, that hold
+-- is the attempt's. A re-entry's id is in ops, with the ms it was counted at.
+local made = redis.call('HGET', lock, 'a') == id
+local applied = not made and redis.call('ZSCORE', ops, id)
 op_mark(ops, '!', id, now(), tonumber(ARGV[3]))
-if not applied then
-  return {0, given}
+if not (made or applied) then
+  return {0, given} -- it had not run (it never will), or it was a take whose hold is gone
 end
 local n = tonumber(redis.call('HGET', lock, field))
 if not n then
   return {1, given} -- counted, but the hold is gone already
 end
--- The attempt was counted in the hold that exists now only if that hold was created no later
+-- A re-entry was counted in the hold that exists now only if that hold was created no later
 -- than the attempt: its token follows the server clock in µs (lib/fence.lua; a grant's token
 -- is computed by the release that made it, before the attempt that adopted it). A hold
 -- created after it (the counted one expired, and the owner locked again) is not this
 -- attempt's to undo. A token ahead of the clock (the clock stepped back) makes this refuse an
 -- undo it could have made: the count then stays one too high until the hold's lease runs out,
 -- never too low.
-if tonumber(redis.call('HGET', lock, 't') or 0) >= (tonumber(applied) + 1) * 1000 then
+if applied and tonumber(redis.call('HGET', lock, 't') or 0) >= (tonumber(applied) + 1) * 1000 then
   return {0, given}
 end
 if n <= 1 then

@@ -1,11 +1,12 @@
 -- reentrant_lock.lua: take a reentrant mutex, or take it once more for its owner; or queue the
 -- caller's process.
 --
--- KEYS[1] lock   hash: 'o:'..owner -> hold count (one owner at a time), 't' -> fencing token;
+-- KEYS[1] lock   hash: 'o:'..owner -> hold count (one owner at a time), 't' -> fencing token,
+--                'a' -> the request id that made the hold;
 --                while the mutex is handed to a waiting process, only 'g' -> '~<waiter>:<token>'
 --                (lib/queue.lua, pass_on())
 -- KEYS[2] fence  last fencing token of the name (lib/fence.lua)
--- KEYS[3] ops    applied and voided request ids (lib/ops.lua)
+-- KEYS[3] ops    applied re-entries' and voided request ids (lib/ops.lua)
 -- KEYS[4] q      waiting processes: waiter id -> arrival (µs) (lib/queue.lua)
 -- KEYS[5] qx     waiter id -> entry deadline (ms)
 -- ARGV[1] owner      the owner token
@@ -37,7 +38,9 @@
 --                           be free or held anew, even by the same owner): nothing done
 --
 -- The count is changed once per request id: an attempt whose reply is lost is voided by its
--- sender (reentrant_abandon.lua) and never counted twice. A re-entry counts only in the hold
+-- sender (reentrant_abandon.lua) and never counted twice; one sent again finds its count (the
+-- id that made a hold is in the hold, a re-entry's in ops), unless its hold has ended, when
+-- it takes the mutex anew (distsync sends every request once). A re-entry counts only in the hold
 -- it was made for: the caller's view of its count and Redis's never diverge, and a hold that
 -- lapsed is never continued under a new one's token, nor a new one under the old token.
 --
@@ -66,10 +69,12 @@ if state == 'void' then
 end
 
 -- take() makes the caller's owner the holder of the free mutex, with token.
-local function take(token, now_ms)
-  redis.call('HSET', lock, field, 1, 't', int(token))
+-- take() makes the caller's hold. The request id that made it is kept in the hold itself,
+-- 'a' -> id, not in ops: it lives exactly as long as the hold it counted in, which is all that
+-- reentrant_abandon.lua needs to undo it, and it costs no write of its own.
+local function take(token)
+  redis.call('HSET', lock, field, 1, 't', int(token), 'a', id)
   redis.call('PEXPIRE', lock, ttl)
-  op_mark(ops, '', id, now_ms, tonumber(ARGV[5]))
   return {1, 1, token}
 end
 
@@ -79,7 +84,7 @@ if not state and ARGV[6] == '0' and not (more or queued) and redis.call('EXISTS'
   if not token then
     return no_token(fence)
   end
-  return take(token, now_ms)
+  return take(token)
 end
 
 -- #include lib/queue.lua
@@ -152,9 +157,13 @@ if redis.call('EXISTS', lock) == 0 then
     return no_token(fence)
   end
   served(true)
-  return take(token, now_ms)
+  return take(token)
 end
 if redis.call('HEXISTS', lock, field) == 1 then
+  if redis.call('HGET', lock, 'a') == id and redis.call('PEXPIRE', lock, ttl) == 1 then
+    -- This request made the hold (take()): it was sent again after it went through.
+    return {1, tonumber(redis.call('HGET', lock, field)), tonumber(redis.call('HGET', lock, 't'))}
+  end
   local n = redis.call('HINCRBY', lock, field, 1)
   local t = redis.call('HGET', lock, 't')
   if not t or (redis.call('PTTL', lock) < ttl and redis.call('PEXPIRE', lock, ttl) == 0) then
@@ -182,6 +191,6 @@ if token and token > tonumber(ARGV[13]) then
     tell_each(ARGV[11], ARGV[10], ARGV[12], 'c')
   end
   served(true)
-  return take(token, now_ms)
+  return take(token)
 end
 return wait(g)

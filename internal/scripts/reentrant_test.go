@@ -184,7 +184,7 @@ func TestReentrantUnlockGrantsTheHead(t *testing.T) {
 			t.Fatalf("adopting the grant = %v, want {1, 1, %d}", got, tok)
 		}
 		e.expect(msgs, "w2", "c w2", "w3", "c w3")
-		if f := r.fields(); len(f) != 2 || f["o:D"] != "1" || f["t"] != strconv.FormatInt(tok, 10) {
+		if f := r.fields(); len(f) != 3 || f["o:D"] != "1" || f["t"] != strconv.FormatInt(tok, 10) || f["a"] != "id"+strconv.Itoa(r.ids) {
 			t.Fatalf("lock after the adoption = %v", f)
 		}
 		e.leaseLeft("after the adoption", r.lock, 10000, adopted)
@@ -329,6 +329,60 @@ func TestReentrantRenewTellsTheHead(t *testing.T) {
 		}
 		if n, _ := e.do(e.c.B().Exists().Key(r.lock).Build()).AsInt64(); n != 0 {
 			t.Fatalf("lock after the last Unlock with nobody waiting: %v", r.fields())
+		}
+	})
+}
+
+// The id of the request that made a hold lives in the hold ('a'), not in ops: a take writes
+// nothing else. Sent again, the take finds its count and counts nothing; abandoned, it is
+// undone (the mutex freed), even after re-entries; abandoned once its hold is gone, it undoes
+// nothing, and a late copy of it does nothing.
+func TestReentrantTakeKeepsItsIDInTheHold(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := setup(t, b)
+		r := newReentrant(e)
+		held := r.lockAs("A", "take1", "", "00", "", 0)
+		if held[0] != 1 || held[1] != 1 {
+			t.Fatalf("lock of a free mutex = %v", held)
+		}
+		if n, _ := e.do(e.c.B().Exists().Key(r.ops).Build()).AsInt64(); n != 0 {
+			t.Fatalf("a take wrote ops")
+		}
+		if again := r.lockAs("A", "take1", "", "00", "", 0); again[0] != 1 || again[1] != 1 || again[2] != held[2] {
+			t.Fatalf("the take sent again = %v, want %v", again, held)
+		}
+		if re := r.lockAs("A", "re1", "", "00", "", 0); re[0] != 1 || re[1] != 2 {
+			t.Fatalf("a re-entry = %v, want count 2", re)
+		}
+		// The take abandoned after the re-entry: one count goes, the re-entry's stays.
+		if got := r.abandon("A", "take1", "x", 0, false, 0); got[0] != 1 {
+			t.Fatalf("abandon of the take = %v, want it undone", got)
+		}
+		if f := r.fields(); f["o:A"] != "1" {
+			t.Fatalf("lock after the take was undone = %v, want a count of 1", f)
+		}
+		if late := r.lockAs("A", "take1", "", "00", "", 0); late[0] != -1 {
+			t.Fatalf("the abandoned take arriving late = %v, want {-1}", late)
+		}
+		// The re-entry abandoned too: the hold was its alone now, and the mutex is free.
+		if got := r.abandon("A", "re1", "x", 0, false, 0); got[0] != 1 {
+			t.Fatalf("abandon of the re-entry = %v, want it undone", got)
+		}
+		if f := r.fields(); len(f) != 0 {
+			t.Fatalf("lock after every count was undone = %v, want none", f)
+		}
+		// A take whose hold was released is not undone by its abandon.
+		held = r.lockAs("B", "take2", "", "00", "", 0)
+		if got := r.unlock("B", 1, held[2]); got[0] != 1 {
+			t.Fatalf("unlock = %v", got)
+		}
+		next := r.lockAs("C", "take3", "", "00", "", 0)
+		if got := r.abandon("B", "take2", "x", 0, false, 0); got[0] != 0 {
+			t.Fatalf("abandon of a take whose hold is gone = %v, want nothing undone", got)
+		}
+		if f := r.fields(); f["o:C"] != "1" || f["t"] != strconv.FormatInt(next[2], 10) {
+			t.Fatalf("C's hold after B's old take was abandoned = %v", f)
 		}
 	})
 }
