@@ -119,6 +119,21 @@ func Late(what string, late, margin time.Duration, from, to time.Time) error {
 		what, late.Round(time.Millisecond), margin, stalled.Round(time.Millisecond))
 }
 
+// LateVia is [Late] for something that pods' clients waited on: it also allows for the
+// slowest round trip they waited between from and to. A Redis that answers late (a server
+// that queues the commands of many tests at once) delays a waiter as a stall does.
+func LateVia(what string, late, margin time.Duration, from, to time.Time, pods ...*Pod) error {
+	stalled := Stalled(from, to)
+	for _, p := range pods {
+		stalled = max(stalled, p.Client.Slowest(from, to))
+	}
+	if late <= margin+stalled {
+		return nil
+	}
+	return fmt.Errorf("%s %v late, want within %v (+%v this process or its miniredis server was stalled, or a reply took, meanwhile)",
+		what, late.Round(time.Millisecond), margin, stalled.Round(time.Millisecond))
+}
+
 // Retry runs attempt until it returns nil, at most n times, and fails tb with every attempt's
 // error if none did. attempt fails tb itself (t.Fatal) for what no load can cause, and
 // returns an error for a check a busy machine can fail: a bound on how soon something
