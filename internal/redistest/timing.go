@@ -111,12 +111,7 @@ func localStalledTotal(from, to time.Time) time.Duration {
 // plus the longest stall of this process between from and to ([Stalled]); otherwise an error
 // that says what was late, by how much, and the stall allowed, for [Retry] to report.
 func Late(what string, late, margin time.Duration, from, to time.Time) error {
-	stalled := Stalled(from, to)
-	if late <= margin+stalled {
-		return nil
-	}
-	return fmt.Errorf("%s %v late, want within %v (+%v this process or its miniredis server was stalled meanwhile)",
-		what, late.Round(time.Millisecond), margin, stalled.Round(time.Millisecond))
+	return LateVia(what, late, margin, from, to)
 }
 
 // LateVia is [Late] for something that pods' clients waited on: it also allows for the
@@ -130,8 +125,12 @@ func LateVia(what string, late, margin time.Duration, from, to time.Time, pods .
 	if late <= margin+stalled {
 		return nil
 	}
-	return fmt.Errorf("%s %v late, want within %v (+%v this process or its miniredis server was stalled, or a reply took, meanwhile)",
-		what, late.Round(time.Millisecond), margin, stalled.Round(time.Millisecond))
+	slow := "this process or its miniredis server was stalled"
+	if len(pods) > 0 {
+		slow += ", or a reply took,"
+	}
+	return fmt.Errorf("%s %v late, want within %v (+%v %s meanwhile)",
+		what, late.Round(time.Millisecond), margin, stalled.Round(time.Millisecond), slow)
 }
 
 // Retry runs attempt until it returns nil, at most n times, and fails tb with every attempt's
