@@ -223,6 +223,39 @@ func termEnd(t *testing.T, b *redistest.Backend, k string) (owner string, end ti
 	return owner, before.Add(time.Duration(left-1) * time.Millisecond), true
 }
 
+// A candidate that heads the queue behind a term that is never renewed (a fixed lease: no
+// renewal, so no notice of one) campaigns again right after the lease it read runs out, not up
+// to a third of a lease later: the first waiter re-checks at the end it was given, as it
+// would after a notice.
+func TestHeadCandidateLeadsAtAFixedLeasesEnd(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		redistest.RetryScaled(t, 3, 3*time.Second, func(ttl time.Duration) error {
+			margin := 300 * time.Millisecond * ttl / (3 * time.Second)
+			prefix := b.Prefix(t)
+			leader := newElection(t, b.Pod(t, prefix, distsync.WithFixedLease(ttl)), "fixed")
+			np := b.Pod(t, prefix, distsync.WithLeaseTTL(ttl), distsync.WithWaiterLease(30*time.Second))
+			next := newElection(t, np, "fixed")
+			first := campaign(t, leader, "a")
+			defer func() { _ = first.Resign(context.Background()) }() // long over by then
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second+2*ttl)
+			defer cancel()
+			term, err := next.Campaign(ctx, "b")
+			led := time.Now()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resign(t, term)
+			// The first term's end, by Redis's clock: the take's server time (the token of a
+			// name never used before is the server's clock in µs) plus the lease, never renewed.
+			expiry := time.UnixMicro(first.Token() / 1000 * 1000).Add(ttl)
+			late := led.Sub(expiry)
+			t.Logf("the candidate led %v after the fixed lease ran out", late)
+			return redistest.LateVia("the head candidate led after the fixed lease ran out,", late, margin, expiry, led, np)
+		})
+	})
+}
+
 // A leader that dies (its network cut) is replaced as soon as its term's lease runs out: each
 // renewal tells the first candidate when the lease now ends, so it campaigns again right
 // after that, not up to a third of a lease later, nor at its place's next renewal.

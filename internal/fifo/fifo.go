@@ -143,13 +143,17 @@ func (m *Lock) wait(ctx context.Context, w, value string, slot *waitq.Slot) erro
 				return waitq.TurnResult{}, err
 			case len(vals) == 2 && vals[0] == 1:
 				return waitq.TurnResult{Acquired: true}, m.hold(ctx, w, vals[1], sent, time.Time{}, nil)
-			case len(vals) != 3 || vals[0] != 0:
+			case len(vals) != 4 || vals[0] != 0:
 				return waitq.TurnResult{}, core.Unexpected(scripts.FairAcquire, vals)
 			}
 			// The backstop, as for mutex: an expiring lease publishes nothing.
 			pttl := time.Duration(vals[1]) * time.Millisecond
-			if vals[2] == 1 {
-				return waitq.TurnResult{Wait: pttl + 2*time.Millisecond}, nil // an unconfirmed grant to another waiter
+			if vals[2] == 1 || vals[3] == 1 {
+				// An unconfirmed grant to another waiter lapses at pttl; a hold that the waiter
+				// heads the queue behind tells it of each renewal: either way, re-check just
+				// after the end it read, not later (a notice missed, or sent before the waiter
+				// subscribed, costs a look per lease, not a backstop's delay).
+				return waitq.TurnResult{Wait: pttl + 2*time.Millisecond}, nil
 			}
 			return waitq.TurnResult{Wait: core.Backstop(pttl, m.ttl)}, nil
 		},

@@ -19,8 +19,11 @@
 -- ARGV[11] ttl       the lease in ms (ARGV[2])
 -- ARGV[12] value     this waiter's value, announced once it holds the lock (election_renew.lua)
 -- Reply: {1, token}            held
---        {0, pttl, granted}    queued (or, for a try, not taken): the lock ends in pttl ms
---                              unless renewed; granted = 1 if it is an unconfirmed grant
+--        {0, pttl, granted, first}  queued (or, for a try, not taken): the lock ends in pttl
+--                              ms unless renewed; granted = 1 if it is an unconfirmed grant;
+--                              first = 1 if the waiter heads the queue (each renewal of the
+--                              hold tells it when the lease now ends: mutex_renew.lua,
+--                              election_renew.lua)
 --        {-1}                  the waiter gave up (fair_leave.lua voided it): nothing done
 --
 -- Strict FIFO: a free lock goes to the first waiter whose entry has not lapsed, never to a
@@ -131,4 +134,8 @@ if ARGV[5] ~= '1' then
 elseif rec then
   forget(rec, w)
 end
-return {0, pttl, g}
+local first = 0
+if ARGV[5] ~= '1' and g == 0 and redis.call('ZRANGE', q, 0, 0)[1] == w then
+  first = 1
+end
+return {0, pttl, g, first}
