@@ -46,7 +46,7 @@ func main() {
 		only       = flag.String("libs", "", "comma-separated libraries to run (default: all)")
 		processes  = flag.Int("processes", 4, "contention: worker processes")
 		goroutines = flag.Int("goroutines", 4, "contention: goroutines per process")
-		prims      = flag.String("primitives", "yes", "the distsync primitives table: yes, no, only (without the peers), identity (only the identity-cost rows), lockall (only mutex.All against nested Locks), rate (only rate.Limiter against go-redis/redis_rate), distinct (only every primitive's pair on distinct keys, 64 goroutines, against the floor) or breakdown (only the client-side breakdown of one uncontended pair: the floor and distsync's primitives, cut at their client calls, with allocations and goroutine wake-ups per pair)")
+		prims      = flag.String("primitives", "yes", "the distsync primitives table: yes, no, only (without the peers), identity (only the identity-cost rows), lockall (only mutex.All against nested Locks), rate (only rate.Limiter against go-redis/redis_rate), distinct (only every primitive's pair on distinct keys, 64 goroutines, against the floor), hog (only the uncontended and distinct-keys figures of -libs, quiet and then with a CPU hog on each core) or breakdown (only the client-side breakdown of one uncontended pair: the floor and distsync's primitives, cut at their client calls, with allocations and goroutine wake-ups per pair)")
 		worker     = flag.Bool("worker", false, "internal: run as a contention worker")
 		wLib       = flag.String("lib", "", "internal")
 		wKey       = flag.String("key", "", "internal")
@@ -140,6 +140,9 @@ func run(ctx context.Context, addr string, quick bool, only, prims string, proce
 		if only == "" || slices_contains(strings.Split(only, ","), l.name) {
 			chosen = append(chosen, l)
 		}
+	}
+	if prims == "hog" {
+		return hogCompare(ctx, addr, chosen, iters, distinctDur)
 	}
 	fmt.Fprintf(os.Stderr, "uncontended, all libraries interleaved, then back to back…\n")
 	un, rtt, err := uncontended(ctx, chosen, addr, iters)
