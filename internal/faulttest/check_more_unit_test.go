@@ -31,6 +31,26 @@ func TestCheckerOrder(t *testing.T) {
 			cycle("w2", "w2#0", 20, 602, 700, 701, 12),
 			cycle("w1", "w1#2", 602, 702, 1000, 1001, 13),
 		)},
+		// A call that gave up before its first reply came back (which would have said that it
+		// queued) may never have reached Redis: nothing is asserted against it. Once it has
+		// said so, the same acquisitions fail.
+		{name: "a call that gave up before its first reply does not count", evs: hist(
+			cycle("w1", "w1#0", 0, 1, 400, 401, 10),
+			at(5, "w3", evWait, "w3#0"),
+			cycle("w1", "w1#1", 402, 500, 600, 601, 11),
+			cycle("w2", "w2#0", 20, 602, 700, 701, 12),
+			cycle("w1", "w1#2", 602, 702, 1000, 1001, 13),
+			at(1050, "w3", evFailed, "w3#0", func(e *Event) { e.Ctx = true }),
+		)},
+		{name: "a call that queued and gave up counts", fails: "overtaken: w3's acquire call w3#0", evs: hist(
+			cycle("w1", "w1#0", 0, 1, 400, 401, 10),
+			at(5, "w3", evWait, "w3#0"),
+			at(8, "w3", evQueued, "w3#0"),
+			cycle("w1", "w1#1", 402, 500, 600, 601, 11),
+			cycle("w2", "w2#0", 20, 602, 700, 701, 12),
+			cycle("w1", "w1#2", 602, 702, 1000, 1001, 13),
+			at(1050, "w3", evFailed, "w3#0", func(e *Event) { e.Ctx = true }),
+		)},
 		// w2, killed while it waited, may be granted the lock at w1's release; after that grant
 		// lapses, whoever re-checks first takes the free lock (documented for mutex).
 		{name: "an acquisition after a grant to a dead waiter lapsed does not count", evs: hist(
