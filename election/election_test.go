@@ -68,8 +68,15 @@ func queued(t *testing.T, b *redistest.Backend, prefix, name string) []string {
 
 func waitQueued(t *testing.T, b *redistest.Backend, prefix, name string, n int) {
 	t.Helper()
+	waitQueuedOr(t, b, prefix, name, n, func() bool { return false })
+}
+
+// waitQueuedOr waits until n candidates are queued for the election name, or until stop
+// returns true; it fails the test if neither happens within 30 s.
+func waitQueuedOr(t *testing.T, b *redistest.Backend, prefix, name string, n int, stop func() bool) {
+	t.Helper()
 	var ids []string
-	if !redistest.Eventually(30*time.Second, func() bool { ids = queued(t, b, prefix, name); return len(ids) == n }) {
+	if !redistest.Eventually(30*time.Second, func() bool { ids = queued(t, b, prefix, name); return len(ids) == n || stop() }) {
 		t.Fatalf("%d candidates queued, want %d: %v", len(ids), n, ids)
 	}
 }

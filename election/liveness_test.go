@@ -189,13 +189,7 @@ func TestDeadCandidateIsNeverNamedLeader(t *testing.T) {
 // fails the test if they never queue.
 func queuedBehind(t *testing.T, b *redistest.Backend, prefix, name string, n int, term *election.Term) error {
 	t.Helper()
-	var ids []string
-	if !redistest.Eventually(30*time.Second, func() bool {
-		ids = queued(t, b, prefix, name)
-		return len(ids) == n || term.Err() != nil
-	}) {
-		t.Fatalf("%d candidates queued, want %d: %v", len(ids), n, ids)
-	}
+	waitQueuedOr(t, b, prefix, name, n, func() bool { return term.Err() != nil })
 	if err := term.Err(); err != nil {
 		return fmt.Errorf("the leader's term ended before %d candidates queued: %w", n, err)
 	}
@@ -238,6 +232,11 @@ func TestHeadCandidateLeadsAtAFixedLeasesEnd(t *testing.T) {
 			next := newElection(t, np, "fixed")
 			first := campaign(t, leader, "a")
 			defer func() { _ = first.Resign(context.Background()) }() // long over by then
+			// The first term's end, by Redis's clock (it is never renewed).
+			_, expiry, ok := termEnd(t, b, key(prefix, "fixed", ""))
+			if !ok {
+				return errors.New("the fixed term was over when it was read after Campaign returned")
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second+2*ttl)
 			defer cancel()
 			term, err := next.Campaign(ctx, "b")
@@ -246,9 +245,6 @@ func TestHeadCandidateLeadsAtAFixedLeasesEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer resign(t, term)
-			// The first term's end, by Redis's clock: the take's server time (the token of a
-			// name never used before is the server's clock in µs) plus the lease, never renewed.
-			expiry := time.UnixMicro(first.Token() / 1000 * 1000).Add(ttl)
 			late := led.Sub(expiry)
 			t.Logf("the candidate led %v after the fixed lease ran out", late)
 			return redistest.LateVia("the head candidate led after the fixed lease ran out,", late, margin, expiry, led, np)

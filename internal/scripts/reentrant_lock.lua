@@ -159,15 +159,16 @@ if redis.call('EXISTS', lock) == 0 then
   served(true)
   return take(token)
 end
-if redis.call('HEXISTS', lock, field) == 1 then
-  if redis.call('HGET', lock, 'a') == id and redis.call('PEXPIRE', lock, ttl) == 1 then
+local mine = redis.call('HMGET', lock, field, 'a') -- the owner's count, and who made the hold
+if mine[1] then
+  if mine[2] == id and redis.call('PEXPIRE', lock, ttl) == 1 then
     -- This request made the hold (take()): it was sent again after it went through.
-    return {1, tonumber(redis.call('HGET', lock, field)), tonumber(redis.call('HGET', lock, 't'))}
+    return {1, tonumber(mine[1]), tonumber(redis.call('HGET', lock, 't'))}
   end
   local n = redis.call('HINCRBY', lock, field, 1)
   local t = redis.call('HGET', lock, 't')
   if not t or (redis.call('PTTL', lock) < ttl and redis.call('PEXPIRE', lock, ttl) == 0) then
-    -- The hold expired in this script (miniredis only: extend.lua): after the HEXISTS, and
+    -- The hold expired in this script (miniredis only: extend.lua): after the HMGET, and
     -- HINCRBY made a hash of its own, without the token; or after the HINCRBY or the HGET,
     -- and the key is gone. The hold a re-entry asked for is gone ({-2}, as above); another
     -- caller finds the mutex free when it looks again, at once.
