@@ -466,11 +466,19 @@ func evictedScenario(t *testing.T, nodes []rueidis.Client, name string, a, b fun
 			got := redistest.Async(ctx, mb.Lock)
 			// The waiter queued (its attempt found the lock held) before the eviction and the
 			// Unlock, which hands the lock to it.
+			var seen inspect.Report
+			var seenErr error
 			if !redistest.Eventually(10*time.Second, func() bool {
-				r, err := inspect.Inspect(ctx, ha, inspect.Mutex, name)
-				return err == nil && len(r.Queue) == 1
+				seen, seenErr = inspect.Inspect(ctx, ha, inspect.Mutex, name)
+				return seenErr == nil && len(seen.Queue) == 1
 			}) {
-				t.Fatal("the waiter was not queued within 10s")
+				select {
+				case r := <-got:
+					t.Fatalf("the waiter's Lock returned unqueued: %v", r.Err)
+				default:
+				}
+				t.Fatalf("the waiter was not queued within 10s: last inspection %+v, %v; goroutines:\n%s",
+					seen, seenErr, redistest.LibraryStacks())
 			}
 			check(t, nodes)
 			if err := ma.Unlock(ctx); errors.Is(err, distsync.ErrLost) {

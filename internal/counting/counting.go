@@ -4,6 +4,7 @@ package counting
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -101,6 +102,60 @@ func (c *Client) Slowest(from, to time.Time) time.Duration {
 		worst = max(worst, took)
 	}
 	return worst
+}
+
+// Busy returns how long, between from and to, at least one command sent through c was
+// waiting for its reply (the union of their round trips, clipped to the window; a command
+// still waiting counts until now). Something that waits on a chain of round trips (a re-check,
+// then a confirm) is late by their sum on a busy Redis, not by the longest of them.
+func (c *Client) Busy(from, to time.Time) time.Duration {
+	now := time.Now()
+	c.mu.Lock()
+	type span struct{ a, b time.Time }
+	var spans []span
+	for _, s := range c.log {
+		end := s.At.Add(s.Took)
+		if s.Took == 0 {
+			end = now
+		}
+		a, b := maxTime(s.At, from), minTime(end, to)
+		if a.Before(b) {
+			spans = append(spans, span{a, b})
+		}
+	}
+	c.mu.Unlock()
+	slices.SortFunc(spans, func(x, y span) int { return x.a.Compare(y.a) })
+	var total time.Duration
+	var cur span
+	for i, s := range spans {
+		switch {
+		case i == 0:
+			cur = s
+		case s.a.After(cur.b):
+			total += cur.b.Sub(cur.a)
+			cur = s
+		case s.b.After(cur.b):
+			cur.b = s.b
+		}
+	}
+	if len(spans) > 0 {
+		total += cur.b.Sub(cur.a)
+	}
+	return total
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // Counts returns a copy of the counts by command name.

@@ -2,6 +2,7 @@ package counting_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,5 +63,44 @@ func TestSlowest(t *testing.T) {
 	c.Reset()
 	if got := c.Slowest(before, time.Now()); got != 0 {
 		t.Errorf("Slowest after Reset = %v, want 0", got)
+	}
+}
+
+// Busy adds up the time in which a command was waiting for its reply, once where round
+// trips overlap, and nothing for the time between them.
+func TestBusy(t *testing.T) {
+	const d = 30 * time.Millisecond
+	srv, err := embedded.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	raw, err := srv.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	c := counting.New(slow{raw, d})
+	b := c.B()
+	before := time.Now()
+	c.Do(context.Background(), b.Ping().Build())
+	idle := time.Now()
+	time.Sleep(10 * d) // nothing in flight
+	resumed := time.Now()
+	var wg sync.WaitGroup
+	for range 3 { // three round trips at once: one span
+		wg.Go(func() { c.Do(context.Background(), b.Ping().Build()) })
+	}
+	wg.Wait()
+	after := time.Now()
+	got := c.Busy(before, after)
+	if lo, hi := 2*d, idle.Sub(before)+after.Sub(resumed); got < lo || got > hi {
+		t.Errorf("Busy = %v, want between %v and %v (the idle %v not counted)", got, lo, hi, resumed.Sub(idle))
+	}
+	if got := c.Busy(idle, resumed); got != 0 {
+		t.Errorf("Busy of a window with no command in flight = %v, want 0", got)
+	}
+	if got := c.Busy(before, before.Add(d/2)); got > d/2 {
+		t.Errorf("Busy of half a round trip = %v, want at most %v", got, d/2)
 	}
 }

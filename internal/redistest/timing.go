@@ -114,13 +114,16 @@ func Late(what string, late, margin time.Duration, from, to time.Time) error {
 	return LateVia(what, late, margin, from, to)
 }
 
-// LateVia is [Late] for something that pods' clients waited on: it also allows for the
-// slowest round trip they waited between from and to. A Redis that answers late (a server
-// that queues the commands of many tests at once) delays a waiter as a stall does.
+// LateVia is [Late] for something that pods' clients waited on: it also allows for the time
+// they had a command waiting for its reply between from and to (the union of the round
+// trips, each pod's added). A Redis that answers late (a server that queues the commands of
+// many tests at once) delays a waiter as a stall does, once per round trip of the chain it
+// waits on (a re-check, then a confirm); time in which no command was waiting is not allowed
+// for, so a waiter that idled past its due time still fails.
 func LateVia(what string, late, margin time.Duration, from, to time.Time, pods ...*Pod) error {
 	stalled := Stalled(from, to)
 	for _, p := range pods {
-		stalled = max(stalled, p.Client.Slowest(from, to))
+		stalled += p.Client.Busy(from, to)
 	}
 	if late <= margin+stalled {
 		return nil
