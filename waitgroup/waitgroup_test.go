@@ -810,11 +810,11 @@ func TestResubscribedWaiterDoesNotMissTheEnd(t *testing.T) {
 func TestNoKeysLeft(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		// Steps that each list the keys and read their TTLs (a client per command) take a
-		// loaded machine a while: an expiry or a lease of a second could run out between two.
-		const expiry = 3 * time.Second
-		opts := []distsync.Option{distsync.WithLeaseTTL(expiry)}
-		redistest.Retry(t, 3, func() error {
+		// Steps that each list the keys and read their TTLs (a client per command, on every
+		// node of a Cluster) take a loaded machine a while: an expiry of a second could run
+		// out between two. Three seconds at first, twice as long at each next attempt.
+		redistest.RetryScaled(t, 3, 3*time.Second, func(expiry time.Duration) error {
+			opts := []distsync.Option{distsync.WithLeaseTTL(expiry)}
 			prefix := b.Prefix(t)
 			wg := newWG(t, b.Pod(t, prefix, opts...), "gone", waitgroup.WithExpiry(expiry))
 			other := newWG(t, b.Pod(t, prefix, opts...), "gone", waitgroup.WithExpiry(expiry))
