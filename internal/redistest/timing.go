@@ -108,7 +108,7 @@ func localStalledTotal(from, to time.Time) time.Duration {
 }
 
 // Late returns nil if late, how long after its due time something happened, is within margin
-// plus the longest stall of this process between from and to ([Stalled]); otherwise an error
+// plus the stalls of this process between from and to ([StalledTotal]); otherwise an error
 // that says what was late, by how much, and the stall allowed, for [Retry] to report.
 func Late(what string, late, margin time.Duration, from, to time.Time) error {
 	return LateVia(what, late, margin, from, to)
@@ -118,10 +118,12 @@ func Late(what string, late, margin time.Duration, from, to time.Time) error {
 // they had a command waiting for its reply between from and to (the union of the round
 // trips, each pod's added). A Redis that answers late (a server that queues the commands of
 // many tests at once) delays a waiter as a stall does, once per round trip of the chain it
-// waits on (a re-check, then a confirm); time in which no command was waiting is not allowed
-// for, so a waiter that idled past its due time still fails.
+// waits on (a re-check, then a confirm). It allows for every stall of the window, not the
+// longest: the steps of that chain (a timer, each reply's handling) are each held up by the
+// stalls of their moment. Time in which the process ran and no command was waiting is not
+// allowed for, so a waiter that idled past its due time still fails.
 func LateVia(what string, late, margin time.Duration, from, to time.Time, pods ...*Pod) error {
-	stalled := Stalled(from, to)
+	stalled := StalledTotal(from, to)
 	for _, p := range pods {
 		stalled += p.Client.Busy(from, to)
 	}
@@ -130,7 +132,7 @@ func LateVia(what string, late, margin time.Duration, from, to time.Time, pods .
 	}
 	slow := "this process or its miniredis server was stalled"
 	if len(pods) > 0 {
-		slow += ", or a reply took,"
+		slow += ", or replies were awaited,"
 	}
 	return fmt.Errorf("%s %v late, want within %v (+%v %s meanwhile)",
 		what, late.Round(time.Millisecond), margin, stalled.Round(time.Millisecond), slow)
