@@ -28,15 +28,15 @@ if not ok then
   return {-2, size}
 end
 local now_ms, now_us = now()
-local used = prune(now_ms)
-local mine = redis.call('HMGET', K.n, A.id, '~' .. A.id)
+local used, held = prune(now_ms)
+local mine = {held[A.id], held['~' .. A.id]}
 if mine[1] or mine[2] then
   -- A retry of a take that went through ({1}), or a grant the caller could not take from its
   -- message, adopted ({2}). It writes (the lease from now), as every reply that reports a
   -- claim does: a WAIT after it (distsync.WithReplicaAck) then waits for the take.
   redis.call('ZADD', K.h, now_ms + A.ttl, mine[1] and A.id or '~' .. A.id)
   if not live_for(K.n, A.ttl) then
-    -- n expired after the HMGET (miniredis only: extend.lua), and every hold with it (h lives
+    -- n expired after the HGETALL (miniredis only: extend.lua), and every hold with it (h lives
     -- no longer): h, which the ZADD may have made again, goes too; the caller looks again.
     redis.call('DEL', K.h, K.n)
     return {0, 0, 0}
@@ -47,7 +47,7 @@ end
 -- Nobody waits (the caller included) and the permits are free: take them, without queueing
 -- the caller first (the result serve() would come to, in a third of the calls).
 if not head(now_ms) and A.n <= A.size - used then
-  hold(A.id, A.n, now_ms, A.ttl, true)
+  hold(A.id, A.n, now_ms, A.ttl, true, next(held) == nil)
   return {1}
 end
 if A.extra == '1' then

@@ -65,7 +65,8 @@ local function claim_size()
   return true
 end
 
--- prune() drops holders whose lease lapsed and returns the permits in use.
+-- prune() drops holders whose lease lapsed and returns the permits in use, and the holders
+-- left: owner -> permits (an owner that holds none is absent).
 local function prune(now_ms)
   redis.call('ZREMRANGEBYSCORE', K.qx, '-inf', now_ms) -- lapsed places and void marks
   for _, o in ipairs(redis.call('ZRANGEBYSCORE', K.h, '-inf', now_ms)) do
@@ -73,11 +74,13 @@ local function prune(now_ms)
     redis.call('HDEL', K.n, o)
   end
   local used = 0
+  local held = {}
   local counts = redis.call('HGETALL', K.n)
   for i = 1, #counts, 2 do
     local c = permits(counts[i + 1])
     if c then
       used = used + c
+      held[counts[i]] = c
     else
       -- Not a count of permits: no hold a script made. Counted, a negative one would make
       -- room for permits that are not there.
@@ -85,16 +88,22 @@ local function prune(now_ms)
       redis.call('ZREM', K.h, counts[i])
     end
   end
-  return used
+  return used, held
 end
 
 -- hold() records owner as holding n permits for ms. sized: the caller ran claim_size(), which
--- made the size live longer than the hold already.
-local function hold(owner, n, now_ms, ms, sized)
+-- made the size live longer than the hold already. first: prune() found no holder, so n is
+-- new, and h holds nobody who holds permits: both are given ms without reading their TTLs.
+local function hold(owner, n, now_ms, ms, sized, first)
   redis.call('HSET', K.n, owner, n)
   redis.call('ZADD', K.h, now_ms + ms, owner)
-  live_for(K.h, ms)
-  live_for(K.n, ms)
+  if first then
+    redis.call('PEXPIRE', K.h, ms)
+    redis.call('PEXPIRE', K.n, ms)
+  else
+    live_for(K.h, ms)
+    live_for(K.n, ms)
+  end
   if not sized then
     live_for(K.size, ms + A.slack)
   end
