@@ -770,7 +770,7 @@ func TestCloseEndsBlockedLock(t *testing.T) {
 			if !errors.Is(err, distsync.ErrClosed) {
 				t.Fatalf("Lock blocked on a closing Handle = %v, want ErrClosed", err)
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(20 * time.Second):
 			t.Fatal("Lock did not return when its Handle closed")
 		}
 		waitQueued(t, b, prefix, "closing", 0)

@@ -638,7 +638,7 @@ func TestCancelledAcquireHasLeftWhenItReturns(t *testing.T) {
 					release(t, s, 2) // it got them before it saw the cancel
 					continue
 				}
-			case <-time.After(5 * time.Second):
+			case <-time.After(20 * time.Second):
 				t.Fatal("cancelled Acquire did not return")
 			}
 			ok, err := s.TryAcquire(context.Background(), 2)
@@ -711,7 +711,7 @@ func TestCloseEndsBlockedAcquire(t *testing.T) {
 			if !errors.Is(err, distsync.ErrClosed) {
 				t.Fatalf("Acquire blocked on a closing Handle = %v, want ErrClosed", err)
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(20 * time.Second):
 			t.Fatal("Acquire did not return when its Handle closed")
 		}
 		waitQueued(t, b, prefix, "closing", 0)

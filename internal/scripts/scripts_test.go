@@ -173,7 +173,7 @@ func (e *env) expect(msgs chan [2]string, pairs ...string) {
 				e.t.Fatalf("unexpected message %q on %s's channel; still waiting for %v", m[1], m[0], want)
 			}
 			delete(want, m)
-		case <-time.After(5 * time.Second):
+		case <-time.After(20 * time.Second):
 			e.t.Fatalf("messages not received: %v", want)
 		}
 	}
@@ -255,7 +255,7 @@ func (e *env) quiet(msgs chan [2]string, what string, waiters ...string) {
 				e.t.Fatalf("%s published %q on %s's channel", what, m[1], m[0])
 			}
 			delete(pending, m[0])
-		case <-time.After(5 * time.Second):
+		case <-time.After(20 * time.Second):
 			e.t.Fatalf("marks not received on the channels of %v", pending)
 		}
 	}
@@ -1001,7 +1001,7 @@ func TestSemaphoreRenewalTellsTheHeadWhenItFits(t *testing.T) {
 				if ms, err := strconv.ParseInt(f[1], 10, 64); err != nil || ms < lo || ms > hi {
 					t.Fatalf("the head was told %q: its request fits in %s, %d to %d ms", m[1], what, lo, hi)
 				}
-			case <-time.After(5 * time.Second):
+			case <-time.After(20 * time.Second):
 				t.Fatal("the head was not told")
 			}
 		}
