@@ -573,6 +573,7 @@ func TestExitStatuses(t *testing.T) {
 		{"version", []string{"version"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // those that take the lock "n" take turns
 			status, _, stderr := runCLI(t, bin, tc.args...)
 			if status != tc.want {
 				t.Errorf("distsync %q: status %d, want %d\n%s", tc.args, status, tc.want, stderr)
@@ -593,10 +594,13 @@ func TestTimeoutThatIsNotAFiniteDuration(t *testing.T) {
 		"NaN": "not a number of seconds", "Inf": "longer than the longest duration",
 		"1e300": "longer than the longest duration", "-1e300": "negative duration",
 	} {
-		status, _, stderr := runCLI(t, bin, args(common, "lock", "--timeout", v, "n", "--", "true")...)
-		if status != 64 || !strings.Contains(stderr, want) {
-			t.Errorf("--timeout %s: status %d, %q; want 64 and %q", v, status, stderr, want)
-		}
+		t.Run(v, func(t *testing.T) {
+			t.Parallel()
+			status, _, stderr := runCLI(t, bin, args(common, "lock", "--timeout", v, "n", "--", "true")...)
+			if status != 64 || !strings.Contains(stderr, want) {
+				t.Errorf("--timeout %s: status %d, %q; want 64 and %q", v, status, stderr, want)
+			}
+		})
 	}
 }
 

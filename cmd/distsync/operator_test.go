@@ -289,21 +289,27 @@ func TestFlockSpellings(t *testing.T) {
 	t.Parallel()
 	bin, common, _, _, dir := cliSetup(t)
 	h, release := holder(t, bin, common, dir, "busy")
-	for _, tc := range []struct {
-		args []string
-		want int
-	}{
-		{[]string{"-n", "busy", "true"}, 75},
-		{[]string{"--nonblock", "busy", "true"}, 75},
-		{[]string{"-w", "2.5", "busy", "true"}, 75}, // plain seconds, a fraction: long enough to connect on a loaded machine
-		{[]string{"-n", "-E", "3", "busy", "true"}, 3},
-		{[]string{"-nE3", "busy", "true"}, 3},
-		{[]string{"-s", "-n", "busy", "true"}, 0}, // the read-write lock "busy" is another lock
-	} {
-		if status, _, stderr := runWithin(t, bin, args(common, "lock", tc.args...)...); status != tc.want {
-			t.Errorf("lock %q while the mutex is held: status %d, want %d\n%s", tc.args, status, tc.want, stderr)
+	// In parallel, in a group that ends before the release.
+	t.Run("held", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want int
+		}{
+			{[]string{"-n", "busy", "true"}, 75},
+			{[]string{"--nonblock", "busy", "true"}, 75},
+			{[]string{"-w", "2.5", "busy", "true"}, 75}, // plain seconds, a fraction: long enough to connect on a loaded machine
+			{[]string{"-n", "-E", "3", "busy", "true"}, 3},
+			{[]string{"-nE3", "busy", "true"}, 3},
+			{[]string{"-s", "-n", "busy", "true"}, 0}, // the read-write lock "busy" is another lock
+		} {
+			t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+				t.Parallel()
+				if status, _, stderr := runWithin(t, bin, args(common, "lock", tc.args...)...); status != tc.want {
+					t.Errorf("lock %q while the mutex is held: status %d, want %d\n%s", tc.args, status, tc.want, stderr)
+				}
+			})
 		}
-	}
+	})
 	release()
 	h.wait(t)
 	status, stdout, stderr := runCLI(t, bin, args(common, "lock", "free", "-c", `echo "a $DISTSYNC_NAME" && echo b`)...)
@@ -489,17 +495,20 @@ func TestHelpOfTheBinary(t *testing.T) {
 	t.Parallel()
 	bin := cliBin(t, redistest.Open(t, redistest.Standalone))
 	for _, cmd := range []string{"lock", "sem", "once", "inspect", "ls", "demo"} {
-		for _, flag := range []string{"-h", "--help"} {
-			status, stdout, stderr := runCLI(t, bin, cmd, flag)
-			if status != 0 || stderr != "" || !strings.HasPrefix(stdout, "Usage: distsync "+cmd) {
-				t.Errorf("distsync %s %s: status %d, stderr %q, stdout %.40q; want 0, nothing, its usage", cmd, flag, status, stderr, stdout)
-			}
-			for _, other := range []string{"lock", "sem", "once", "inspect", "ls", "demo"} {
-				if other != cmd && strings.Contains(stdout, "Usage: distsync "+other) {
-					t.Errorf("distsync %s %s prints %s's usage too", cmd, flag, other)
+		t.Run(cmd, func(t *testing.T) {
+			t.Parallel()
+			for _, flag := range []string{"-h", "--help"} {
+				status, stdout, stderr := runCLI(t, bin, cmd, flag)
+				if status != 0 || stderr != "" || !strings.HasPrefix(stdout, "Usage: distsync "+cmd) {
+					t.Errorf("distsync %s %s: status %d, stderr %q, stdout %.40q; want 0, nothing, its usage", cmd, flag, status, stderr, stdout)
+				}
+				for _, other := range []string{"lock", "sem", "once", "inspect", "ls", "demo"} {
+					if other != cmd && strings.Contains(stdout, "Usage: distsync "+other) {
+						t.Errorf("distsync %s %s prints %s's usage too", cmd, flag, other)
+					}
 				}
 			}
-		}
+		})
 	}
 }
 

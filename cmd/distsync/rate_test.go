@@ -125,67 +125,86 @@ func TestRateSpacesStarts(t *testing.T) {
 func TestRateNonblockAndTimeout(t *testing.T) {
 	t.Parallel()
 	bin, common, _, _, dir := cliSetup(t)
-	ran := filepath.Join(dir, "ran")
-	rateRun := func(name string, flags ...string) (int, string, time.Duration) {
+	// rateRun runs "distsync rate NAME FLAGS -- touch FILE" and reports whether FILE was made.
+	rateRun := func(t *testing.T, file, name string, flags ...string) (status int, stderr string, took time.Duration, ran bool) {
 		t.Helper()
-		_ = os.Remove(ran)
+		path := filepath.Join(dir, file)
+		_ = os.Remove(path)
 		begin := time.Now()
 		a := append(args(common, "rate", name), flags...)
-		status, _, stderr := runWithin(t, bin, append(a, "--", "touch", ran)...)
-		return status, stderr, time.Since(begin)
+		status, _, stderr = runWithin(t, bin, append(a, "--", "touch", path)...)
+		took = time.Since(begin)
+		_, err := os.Stat(path)
+		return status, stderr, took, err == nil
 	}
-	didRun := func() bool { _, err := os.Stat(ran); return err == nil }
 
-	// An hour to the next token: the runs below, however slow, see none.
-	if status, stderr, _ := rateRun("slow", "--limit", "1/h", "-n"); status != 0 || !didRun() {
-		t.Fatalf("-n with a full bucket: status %d, ran %v; want 0 and the command run\n%s", status, didRun(), stderr)
-	}
-	for _, tc := range []struct {
-		flags []string
-		want  int
-	}{
-		{[]string{"--limit", "1/h", "-n"}, 75},
-		{[]string{"--limit", "1/h", "--nonblock"}, 75},
-		{[]string{"--limit", "1/h", "--timeout", "0"}, 75},
-		{[]string{"--limit", "1/h", "-nE", "3"}, 3},
-		{[]string{"--limit", "1/h", "-w", "2"}, 75},
-		{[]string{"--every", "1h", "--timeout", "30s", "-E", "4"}, 4},
-	} {
-		status, stderr, took := rateRun("slow", tc.flags...)
-		if status != tc.want || didRun() {
-			t.Errorf("rate %q with no token for an hour: status %d, ran %v; want %d and nothing run\n%s", tc.flags, status, didRun(), tc.want, stderr)
+	// An hour to the next token: the runs below, however slow, see none. Each case runs in
+	// parallel with the others (they only look at the empty bucket), on a file of its own.
+	t.Run("refused", func(t *testing.T) {
+		t.Parallel()
+		if status, stderr, _, ran := rateRun(t, "slow", "slow", "--limit", "1/h", "-n"); status != 0 || !ran {
+			t.Fatalf("-n with a full bucket: status %d, ran %v; want 0 and the command run\n%s", status, ran, stderr)
 		}
-		// A bound on a hang, well above a process's run on a loaded machine, and below the
-		// wait for --timeout 30s that a turn beyond it must not cause.
-		if took > 20*time.Second {
-			t.Errorf("rate %q took %v: a turn beyond --timeout is refused at once", tc.flags, took)
+		for i, tc := range []struct {
+			flags []string
+			want  int
+		}{
+			{[]string{"--limit", "1/h", "-n"}, 75},
+			{[]string{"--limit", "1/h", "--nonblock"}, 75},
+			{[]string{"--limit", "1/h", "--timeout", "0"}, 75},
+			{[]string{"--limit", "1/h", "-nE", "3"}, 3},
+			{[]string{"--limit", "1/h", "-w", "2"}, 75},
+			{[]string{"--every", "1h", "--timeout", "30s", "-E", "4"}, 4},
+		} {
+			t.Run(strings.ReplaceAll(strings.Join(tc.flags, " "), "/", " per "), func(t *testing.T) {
+				t.Parallel()
+				status, stderr, took, ran := rateRun(t, "slow"+strconv.Itoa(i), "slow", tc.flags...)
+				if status != tc.want || ran {
+					t.Errorf("rate %q with no token for an hour: status %d, ran %v; want %d and nothing run\n%s", tc.flags, status, ran, tc.want, stderr)
+				}
+				// A bound on a hang, well above a process's run on a loaded machine, and below
+				// the wait for --timeout 30s that a turn beyond it must not cause.
+				if took > 20*time.Second {
+					t.Errorf("rate %q took %v: a turn beyond --timeout is refused at once", tc.flags, took)
+				}
+			})
 		}
-	}
-	if status, stderr, _ := rateRun("slow", "--limit", "1/h", "-n", "--quiet"); status != 75 || stderr != "" {
-		t.Errorf("-n --quiet: status %d, stderr %q; want 75 and nothing", status, stderr)
-	}
+		t.Run("quiet", func(t *testing.T) {
+			t.Parallel()
+			if status, stderr, _, _ := rateRun(t, "slowq", "slow", "--limit", "1/h", "-n", "--quiet"); status != 75 || stderr != "" {
+				t.Errorf("-n --quiet: status %d, stderr %q; want 75 and nothing", status, stderr)
+			}
+		})
+	})
 
 	// A turn 4 s away, within --timeout: rate waits for it, then runs CMD. The first took its
 	// token after first began, so CMD runs 4 s after that at the earliest, however long the
 	// processes took to start (less 50 ms: a file's time is kept on a coarser clock).
-	first := time.Now()
-	if status, stderr, _ := rateRun("soon", "--limit", "1/4s"); status != 0 {
-		t.Fatalf("first: status %d\n%s", status, stderr)
-	}
-	status, stderr, _ := rateRun("soon", "--limit", "1/4s", "-w", "25")
-	if status != 0 || !didRun() {
-		t.Errorf("a turn 4s away with -w 25: status %d, ran %v; want 0, run after about 4s\n%s", status, didRun(), stderr)
-	} else if fi, err := os.Stat(ran); err != nil {
-		t.Fatal(err)
-	} else if at := fi.ModTime().Sub(first); at < 4*time.Second-50*time.Millisecond {
-		t.Errorf("a turn 4s away with -w 25: CMD ran %v after the first rate began, want 4s at least", at.Round(time.Millisecond))
-	}
-	// --limit inf lets every call run at once.
-	for range 5 {
-		if status, stderr, _ := rateRun("unlimited", "--limit", "inf", "-n"); status != 0 {
-			t.Errorf("--limit inf -n: status %d, want 0\n%s", status, stderr)
+	t.Run("waits", func(t *testing.T) {
+		t.Parallel()
+		first := time.Now()
+		if status, stderr, _, _ := rateRun(t, "soon1", "soon", "--limit", "1/4s"); status != 0 {
+			t.Fatalf("first: status %d\n%s", status, stderr)
 		}
-	}
+		status, stderr, _, ran := rateRun(t, "soon2", "soon", "--limit", "1/4s", "-w", "25")
+		if status != 0 || !ran {
+			t.Errorf("a turn 4s away with -w 25: status %d, ran %v; want 0, run after about 4s\n%s", status, ran, stderr)
+		} else if fi, err := os.Stat(filepath.Join(dir, "soon2")); err != nil {
+			t.Fatal(err)
+		} else if at := fi.ModTime().Sub(first); at < 4*time.Second-50*time.Millisecond {
+			t.Errorf("a turn 4s away with -w 25: CMD ran %v after the first rate began, want 4s at least", at.Round(time.Millisecond))
+		}
+	})
+
+	// --limit inf lets every call run at once.
+	t.Run("unlimited", func(t *testing.T) {
+		t.Parallel()
+		for i := range 5 {
+			if status, stderr, _, _ := rateRun(t, "inf"+strconv.Itoa(i), "unlimited", "--limit", "inf", "-n"); status != 0 {
+				t.Errorf("--limit inf -n: status %d, want 0\n%s", status, stderr)
+			}
+		}
+	})
 }
 
 // A signal while rate waits ends the wait (128+N) and gives the turn back before distsync
