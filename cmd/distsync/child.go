@@ -269,7 +269,7 @@ func (c *child) reap() (status int, bySentSignal bool) {
 		return c.cmd.ProcessState.ExitCode(), false
 	}
 	if ws.Signaled() {
-		return 128 + int(ws.Signal()), c.forwarded[ws.Signal()]
+		return bySignal(ws.Signal()), c.forwarded[ws.Signal()]
 	}
 	return ws.ExitStatus(), false
 }

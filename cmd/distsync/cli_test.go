@@ -85,7 +85,8 @@ type proc struct {
 	cmd            *exec.Cmd
 	stdout, stderr syncBuffer
 	done           chan struct{}
-	status         int // after done: the exit status, -1 if killed by a signal
+	status         int            // after done: the exit status, 128+N if killed by signal N (as a shell says)
+	signal         syscall.Signal // after done: the signal that killed it, 0 if it exited
 }
 
 // start starts distsync with args; the process and its group are killed when the test ends.
@@ -110,6 +111,9 @@ func startEnv(t *testing.T, env []string, bin string, args ...string) *proc {
 	go func() {
 		_ = p.cmd.Wait()
 		p.status = p.cmd.ProcessState.ExitCode()
+		if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			p.status, p.signal = 128+int(ws.Signal()), ws.Signal()
+		}
 		close(p.done)
 	}()
 	t.Cleanup(p.kill)
@@ -461,8 +465,9 @@ func TestSignalWhileWaitingEndsTheWait(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	if status := p.wait(t); status != 128+int(syscall.SIGINT) {
-		t.Errorf("status %d, want %d\n%s", status, 128+int(syscall.SIGINT), p.stderr.String())
+	if status := p.wait(t); status != 128+int(syscall.SIGINT) || p.signal != syscall.SIGINT {
+		t.Errorf("status %d, signal %v; want it killed by SIGINT, as a shell sees it (%d)\n%s",
+			status, p.signal, 128+int(syscall.SIGINT), p.stderr.String())
 	}
 	if _, err := os.Stat(ran); err == nil {
 		t.Error("the command ran")

@@ -49,6 +49,8 @@ Exit status:
   126     CMD cannot be executed
   127     CMD not found
   128+N   distsync got signal N before CMD started
+          (after SIGINT, SIGTERM or SIGHUP, distsync dies of the signal, so that
+          Ctrl-C ends the script that ran it; the shell reports 128+N)
 `
 
 // commandHelp is what each subcommand's help says before and after its flags.

@@ -53,10 +53,48 @@ import (
 	"runtime"
 	"runtime/debug"
 	"syscall"
+	"time"
 )
 
 func main() {
-	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
+	status := cli(os.Args[1:], os.Stdout, os.Stderr)
+	if diedOf != 0 && status == 128+int(diedOf) {
+		dieOf(diedOf)
+	}
+	os.Exit(status)
+}
+
+// diedOf is the signal that ended distsync's wait or run, or killed CMD (0 if none): when the
+// status is the one bySignal gave for it (not, say, 76 for a CMD that distsync killed itself
+// when the claim was lost), distsync dies of it too, once it has released what it held, so
+// that the shell that ran it knows (see dieOf).
+var diedOf syscall.Signal
+
+// bySignal notes that signal sig ended the run, and returns the status the shell reports
+// for a process that sig killed: 128+sig.
+func bySignal(sig syscall.Signal) int {
+	diedOf = sig
+	return 128 + int(sig)
+}
+
+// dieOf ends distsync by sig, as a process that does not handle it dies of it: a shell running
+// a script waits for its command and ends the script when the command died of SIGINT (a
+// Ctrl-C), but goes on after one that exited, with 130 or any status, as if it had handled
+// the signal ("wait and cooperative exit"). SIGINT, SIGTERM and SIGHUP are raised again with
+// their default action; for the others (SIGQUIT, whose default in Go dumps the goroutines;
+// SIGUSR1, ...) and for a signal the parent had distsync ignore, it returns and distsync exits
+// with 128+sig.
+func dieOf(sig syscall.Signal) {
+	switch sig {
+	case syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP:
+	default:
+		return
+	}
+	signal.Reset(sig)
+	if err := syscall.Kill(os.Getpid(), sig); err != nil {
+		return
+	}
+	time.Sleep(100 * time.Millisecond) // delivered by now, unless it is ignored
 }
 
 // cli runs the command that args name and returns distsync's exit status.
@@ -121,7 +159,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, errKeysLeft) {
 			fmt.Fprintln(stderr, "distsync demo:", leftKeys(err))
 		}
-		return 128 + int(sig.sig)
+		return bySignal(sig.sig)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "distsync demo:", err)

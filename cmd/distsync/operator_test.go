@@ -529,3 +529,67 @@ func TestVersionNamesTheCommit(t *testing.T) {
 		t.Errorf("distsync version: status %d, %q (stderr %q); want the module version and commit %.12s", status, stdout, stderr, head)
 	}
 }
+
+// Ctrl-C ends the script that runs distsync, as it ends one that runs sleep or flock: a shell
+// goes on after a command that exited, even with 130, and stops after one that died of SIGINT,
+// so distsync dies of the SIGINT that ended its wait or killed CMD, once it has let go of the
+// claim. The SIGINT goes to the script's whole process group, as a terminal sends it.
+func TestCtrlCEndsTheScript(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	bin, common, prefix, b, dir := cliSetup(t)
+	h, release := holder(t, bin, common, dir, "held")
+	t.Cleanup(func() { // after the parallel subtests
+		release()
+		h.wait(t)
+	})
+	flags := strings.Join(common, " ")
+	for _, tc := range []struct{ name, line string }{
+		{"while CMD runs", `"$BIN" lock ` + flags + ` free -- sh -c 'echo $$ > "$PIDF"; exec sleep 30'`},
+		{"while it waits", `"$BIN" lock ` + flags + ` held -- true`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			script := `echo $$ > "$SCRIPT_PID"; ` + tc.line + `; echo AFTER`
+			cmd := exec.Command("bash", "-c", script)
+			cmd.Env = append(cliEnv(), "BIN="+bin, "PIDF="+pidFile, "SCRIPT_PID="+pidFile+".script")
+			var out syncBuffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			defer func() {
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				<-done
+			}()
+			if strings.Contains(tc.line, "PIDF") {
+				waitPID(t, pidFile) // CMD runs
+			} else if !redistest.Eventually(cliLimit, func() bool {
+				// distsync waits: it subscribes to its channel once it waits, after it began to
+				// catch signals.
+				return len(b.Channels(t, prefix+"{held}:mutex:ch:*")) > 0
+			}) {
+				t.Fatalf("distsync did not wait within %v\n%s", cliLimit, out.String())
+			}
+			if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-done:
+			case <-time.After(cliLimit):
+				t.Fatalf("the script did not end within %v of Ctrl-C\n%s", cliLimit, out.String())
+			}
+			ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+			if !ws.Signaled() || ws.Signal() != syscall.SIGINT || strings.Contains(out.String(), "AFTER") {
+				t.Errorf("the script ended with %v (killed by SIGINT: %v), output %q; want it killed by SIGINT, AFTER never printed",
+					cmd.ProcessState, ws.Signaled(), out.String())
+			}
+		})
+	}
+}

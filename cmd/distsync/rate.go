@@ -158,7 +158,7 @@ func (r *runner) rateNotAdmitted(what string, ctx context.Context, err error) in
 	var sig signalError
 	switch {
 	case errors.As(context.Cause(r.sigs.waitCtx), &sig):
-		return 128 + int(sig.sig)
+		return bySignal(sig.sig)
 	case errors.Is(err, rate.ErrWouldExceedDeadline), errors.Is(ctx.Err(), context.DeadlineExceeded),
 		errors.Is(context.Cause(r.sigs.waitCtx), errTimedOut):
 		r.notef("%s: CMD's turn would come after --timeout %v", what, r.cfg.timeout)

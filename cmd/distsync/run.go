@@ -431,7 +431,7 @@ func (r *runner) notAcquired(what string, err error) int {
 		cause := context.Cause(r.sigs.waitCtx)
 		var sig signalError
 		if errors.As(cause, &sig) {
-			return 128 + int(sig.sig)
+			return bySignal(sig.sig)
 		}
 		if errors.Is(cause, errTimedOut) {
 			if r.cfg.command == "once" {

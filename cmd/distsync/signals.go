@@ -31,7 +31,7 @@ func (e abortError) Error() string { return "not started: " + e.cause.Error() }
 func (e abortError) status() int {
 	var sig signalError
 	if errors.As(e.cause, &sig) {
-		return 128 + int(sig.sig)
+		return bySignal(sig.sig)
 	}
 	return exitUsage // not reached: only a signal aborts a lock or sem
 }
