@@ -431,6 +431,15 @@ func TestBadInputIsOneLineAndWritesNothing(t *testing.T) {
 		{args(common, "lock", "n", "-c", "true", "--", "false"), "-c"},
 		{args(common, "lock", "--redis", "redis://u:secret@[bad", "n", "true"), "--redis"},
 		{args(common, "lock", "--redis", "http://127.0.0.1:1", "n", "true"), "--redis"},
+		// What rueidis would dial as localhost:6379 or the URL's host, ignore, or find only
+		// when it dials: a lock on another Redis than the one meant excludes nobody.
+		{args(common, "lock", "--redis", "redis://u:secret@127.0.0.1:1?addr=foo", "n", "true"), "addr=foo"},
+		{args(common, "lock", "--redis", "redis://127.0.0.1:1?addr=:7000", "n", "true"), "addr=:7000"},
+		{args(common, "lock", "--redis", "redis://127.0.0.1:1?adr=127.0.0.1:7000", "n", "true"), "adr"},
+		{args(common, "lock", "--redis", "redis://127.0.0.1:70000", "n", "true"), "70000"},
+		{args(common, "lock", "--redis", "redis://127.0.0.1:0", "n", "true"), "port"},
+		{args(common, "lock", "--redis", "redis://127.0.0.1:1?addr=127.0.0.1:99999", "n", "true"), "99999"},
+		{args(common, "lock", "--redis", "127.0.0.1:http", "n", "true"), "port"},
 		{[]string{"lock", "n", "true"}, "--redis"},
 		{args(common, "sem", "n", "true"), "--size"},
 		{args(common, "sem", "--size", "0", "n", "true"), "--size"},

@@ -6,7 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,10 +68,61 @@ func dialRedisWith(ctx context.Context, addr string, tune func(*rueidis.ClientOp
 func parseRedisURL(addr string) (rueidis.ClientOption, error) {
 	addr = withScheme(addr)
 	opt, err := rueidis.ParseURL(addr)
+	if err == nil {
+		err = strictURL(addr)
+	}
 	if err != nil {
 		return opt, fmt.Errorf("%w %q: %v", errBadURL, redacted(addr), err)
 	}
 	return opt, nil
+}
+
+// urlParams are the query parameters rueidis.ParseURL reads; it ignores any other.
+var urlParams = []string{"addr", "client_cache", "client_name", "db", "dial_timeout", "master_set",
+	"max_retries", "protocol", "skip_verify", "write_timeout"}
+
+// strictURL returns why addr, a URL that rueidis.ParseURL accepts, would not reach the servers
+// it names, or nil. rueidis dials localhost:6379, or the URL's own host, in place of an
+// address it cannot read (?addr=foo, a port that is not a number), ignores a parameter it does
+// not know (?adr=host:port), and learns of a port out of range only when it dials: a lock
+// taken on a Redis other than the one meant excludes nobody, so these are refused here.
+func strictURL(addr string) error {
+	u, err := url.Parse(addr)
+	if err != nil {
+		return err
+	}
+	for k := range u.Query() {
+		if !slices.Contains(urlParams, k) {
+			return fmt.Errorf("unknown parameter %q (rueidis reads %s)", k, strings.Join(urlParams, ", "))
+		}
+	}
+	if u.Scheme == "unix" {
+		return nil
+	}
+	if p := u.Port(); p != "" || strings.HasSuffix(u.Host, ":") {
+		if err := checkPort(p); err != nil {
+			return fmt.Errorf("port %q: %v", p, err)
+		}
+	}
+	for _, a := range u.Query()["addr"] {
+		host, port, err := net.SplitHostPort(a)
+		switch {
+		case err != nil || host == "":
+			return fmt.Errorf("addr=%s: want host:port", a)
+		case checkPort(port) != nil:
+			return fmt.Errorf("addr=%s: port %q: %v", a, port, checkPort(port))
+		}
+	}
+	return nil
+}
+
+// checkPort returns why p is not a TCP port number, or nil.
+func checkPort(p string) error {
+	n, err := strconv.Atoi(p)
+	if err != nil || n < 1 || n > 65535 {
+		return errors.New("not a port from 1 to 65535")
+	}
+	return nil
 }
 
 // withScheme returns addr, a URL or a bare host:port, as a URL.
@@ -81,7 +135,11 @@ func withScheme(addr string) string {
 
 // checkRedisURL returns why addr is not a Redis URL, or nil.
 func checkRedisURL(addr string) error {
-	if _, err := rueidis.ParseURL(withScheme(addr)); err != nil {
+	_, err := rueidis.ParseURL(withScheme(addr))
+	if err == nil {
+		err = strictURL(withScheme(addr))
+	}
+	if err != nil {
 		var ue *url.Error // its text holds the URL, and so its password
 		if errors.As(err, &ue) {
 			err = ue.Err
