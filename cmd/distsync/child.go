@@ -104,7 +104,7 @@ func startChild(spec childSpec) (*child, error) {
 	cmd := &exec.Cmd{
 		Path:        spec.path,
 		Args:        spec.argv,
-		Env:         childEnv(os.Environ(), spec.env),
+		Env:         childEnv(os.Environ(), append(childCredentials(), spec.env...)),
 		Stdin:       os.Stdin,
 		Stdout:      spec.stdout,
 		Stderr:      spec.stderr,

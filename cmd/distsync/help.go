@@ -33,7 +33,9 @@ Usage:
   distsync version                                  distsync's version and commit
   distsync help [COMMAND]                           this text, or COMMAND's help
 
-Every machine gives the same Redis: --redis URL or $DISTSYNC_REDIS_URL.
+Every machine gives the same Redis: --redis URL or $DISTSYNC_REDIS_URL. A password
+kept out of the URL (and so out of ps) goes in $DISTSYNC_REDIS_PASSWORD. CMD gets
+neither password.
 Run 'distsync help COMMAND' (or 'distsync COMMAND --help') for a command's flags.
 The manual: docs/command.md.
 

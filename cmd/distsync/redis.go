@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,7 +75,38 @@ func parseRedisURL(addr string) (rueidis.ClientOption, error) {
 	if err != nil {
 		return opt, fmt.Errorf("%w %q: %v", errBadURL, redacted(addr), err)
 	}
+	if opt.Password == "" {
+		opt.Password = os.Getenv(envPassword)
+	}
 	return opt, nil
+}
+
+// envPassword names the variable that gives the Redis password apart from the URL (as
+// REDISCLI_AUTH does redis-cli's): a URL's password shows in ps when it is given with --redis.
+// A password in the URL comes first.
+const envPassword = "DISTSYNC_REDIS_PASSWORD"
+
+// childCredentials returns what childEnv must change in CMD's environment so that CMD does
+// not get the Redis password distsync was given: DISTSYNC_REDIS_PASSWORD removed, and
+// DISTSYNC_REDIS_URL without its password (removed if it does not parse). A distsync that CMD
+// runs must be given the password again.
+func childCredentials() []string {
+	out := []string{envPassword}
+	v, ok := os.LookupEnv("DISTSYNC_REDIS_URL")
+	if !ok {
+		return out
+	}
+	u, err := url.Parse(withScheme(v))
+	switch {
+	case err != nil:
+		return append(out, "DISTSYNC_REDIS_URL")
+	case u.User != nil:
+		if _, has := u.User.Password(); has {
+			u.User = url.User(u.User.Username())
+			return append(out, "DISTSYNC_REDIS_URL="+u.String())
+		}
+	}
+	return out
 }
 
 // urlParams are the query parameters rueidis.ParseURL reads; it ignores any other.

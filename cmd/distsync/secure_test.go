@@ -3,6 +3,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -140,5 +142,47 @@ func TestWatchWithoutMultiNamesIt(t *testing.T) {
 	status, _, stderr := runCLI(t, bin, args(common, "inspect", "--watch", "deploy")...)
 	if status != exitUnavailable || !strings.Contains(stderr, "MULTI") || !strings.Contains(stderr, "docs/acl.md") {
 		t.Errorf("inspect --watch without +multi: status %d, stderr %q; want %d and the commands named", status, stderr, exitUnavailable)
+	}
+}
+
+// The password can be given apart from the URL, in DISTSYNC_REDIS_PASSWORD (a URL given with
+// --redis shows in ps), and CMD never gets distsync's Redis password: not that variable, not
+// the password of DISTSYNC_REDIS_URL, which it gets without it.
+func TestPasswordStaysOutOfCMD(t *testing.T) {
+	t.Parallel()
+	bin, _, prefix, b, dir := cliSetup(t)
+	u := redistest.CreateUser(t, b.Nodes(t), redistest.ACLRules(t, "library", prefix)...)
+	envFile := filepath.Join(dir, "env")
+	dump := []string{"--", "sh", "-c", `env > "$0"`, envFile}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  []string
+	}{
+		{"DISTSYNC_REDIS_PASSWORD", append([]string{"lock", "--redis", "redis://" + u.Name + "@" + b.Addrs()[0], "--prefix", prefix, "a"}, dump...),
+			[]string{"DISTSYNC_REDIS_PASSWORD=" + u.Password}},
+		{"DISTSYNC_REDIS_URL", append([]string{"lock", "--prefix", prefix, "b"}, dump...),
+			[]string{"DISTSYNC_REDIS_URL=redis://" + u.Name + ":" + u.Password + "@" + b.Addrs()[0]}},
+	} {
+		_ = os.Remove(envFile)
+		status, stdout, stderr := runCLIEnv(t, tc.env, bin, tc.args...)
+		if status != 0 {
+			t.Fatalf("%s: status %d\n%s%s", tc.name, status, stdout, stderr)
+		}
+		env, err := os.ReadFile(envFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(env), u.Password) || strings.Contains(string(env), "DISTSYNC_REDIS_PASSWORD") {
+			t.Errorf("%s: CMD's environment has the password:\n%s", tc.name, env)
+		}
+		if tc.name == "DISTSYNC_REDIS_URL" && !strings.Contains(string(env), "DISTSYNC_REDIS_URL=redis://"+u.Name+"@"+b.Addrs()[0]) {
+			t.Errorf("%s: CMD's environment lacks the URL without its password:\n%s", tc.name, env)
+		}
+	}
+	// Without the variable, the user cannot log in: the password came from it.
+	status, _, stderr := runCLI(t, bin, append([]string{"lock", "--redis", "redis://" + u.Name + "@" + b.Addrs()[0], "--prefix", prefix, "c"}, "--", "true")...)
+	if status != exitUnavailable {
+		t.Errorf("without DISTSYNC_REDIS_PASSWORD: status %d, want %d\n%s", status, exitUnavailable, stderr)
 	}
 }
