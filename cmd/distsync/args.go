@@ -81,6 +81,8 @@ func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg con
 		return bad("missing %s", noun)
 	case names[0] == "":
 		return bad("empty %s", noun)
+	case len(names[0]) > maxName:
+		return bad("%s of %d bytes: at most %d (every key and message of the claim carries it)", noun, len(names[0]), maxName)
 	case cfg.forget && (len(argv) > 0 || cfg.shellCmd != ""):
 		return bad("--forget takes no CMD: distsync once --forget %s", names[0])
 	case cfg.forget:
@@ -96,8 +98,12 @@ func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg con
 		return bad("DISTSYNC_REDIS_URL: %v", checkRedisURL(cfg.redisURL))
 	case strings.ContainsAny(cfg.prefix, "{}"):
 		return bad("--prefix %s: must not contain '{' or '}'", shownValue(cfg.prefix))
+	case cfg.prefix == "":
+		return bad("--prefix '': give a prefix, so that distsync's keys can be told from the others' (default %q)", distsync.DefaultKeyPrefix)
 	case cfg.ttl < distsync.MinLeaseTTL:
 		return bad("--ttl %v: must be at least %v", cfg.ttl, distsync.MinLeaseTTL)
+	case cfg.ttl > maxTTL:
+		return bad("--ttl %v: at most %v (a distsync killed with SIGKILL keeps the claim that long)", cfg.ttl, maxTTL)
 	case command == "lock" && btoi(cfg.fair)+btoi(cfg.shared)+btoi(cfg.exclusive) > 1:
 		return bad("--fair, --shared (-s) and --exclusive (-x) exclude one another")
 	case command == "once" && cfg.timeout == 0 && !cfg.forget:
@@ -126,6 +132,14 @@ func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg con
 	return cfg, exitOK, true
 }
 
+// Bounds of what a run command takes: a NAME is in every key and message of its claim, and a
+// claim whose distsync was killed with SIGKILL is kept for the lease (Consul's sessions have
+// the same bound on their TTL).
+const (
+	maxName = 1024
+	maxTTL  = 24 * time.Hour
+)
+
 // checkNames checks lock's names: several (--also, --all) only for the mutex lock, none given
 // twice, none empty, and none with a newline, which DISTSYNC_NAMES separates them with.
 func checkNames(cfg config) error {
@@ -143,6 +157,8 @@ func checkNames(cfg config) error {
 		switch {
 		case n == "":
 			return errors.New("empty NAME")
+		case len(n) > maxName:
+			return fmt.Errorf("NAME of %d bytes: at most %d", len(n), maxName)
 		case seen[n]:
 			return fmt.Errorf("NAME %s given twice", shownValue(n))
 		case strings.Contains(n, "\n"):

@@ -311,7 +311,7 @@ func runFlags(command string, cfg *config) *flagSet {
 	if command != "rate" { // a rate limit holds nothing while CMD runs
 		fs.duration(&cfg.ttl, "ttl", 0, "D",
 			"the claim's lease, renewed every D/3 while CMD runs: a claim\n"+
-				"whose distsync died is free D after its last renewal\n(default "+distsync.DefaultLeaseTTL.String()+")")
+				"whose distsync died is free D after its last renewal\n(default "+distsync.DefaultLeaseTTL.String()+", at most 24h)")
 	}
 	switch command {
 	case "rate":

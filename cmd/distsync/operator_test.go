@@ -429,6 +429,14 @@ func TestBadInputIsOneLineAndWritesNothing(t *testing.T) {
 		{args(common, "lock"), "NAME"},
 		{args(common, "lock", "n"), "CMD"},
 		{args(common, "lock", "n", "-c", "true", "--", "false"), "-c"},
+		// Unsafe values: a name in every key and message, a claim kept for years after a
+		// SIGKILL, keys that cannot be told from others'.
+		{args(common, "lock", strings.Repeat("n", 1025), "true"), "NAME"},
+		{args(common, "lock", "--also", strings.Repeat("m", 1025), "n", "true"), "NAME"},
+		{args(common, "once", strings.Repeat("k", 1025), "true"), "KEY"},
+		{args(common, "lock", "--ttl", "25h", "n", "true"), "--ttl"},
+		{args(common, "sem", "--size", "2", "--ttl", "100000h", "n", "true"), "--ttl"},
+		{args(common, "lock", "--prefix", "", "n", "true"), "--prefix"},
 		{args(common, "lock", "--redis", "redis://u:secret@[bad", "n", "true"), "--redis"},
 		{args(common, "lock", "--redis", "http://127.0.0.1:1", "n", "true"), "--redis"},
 		// What rueidis would dial as localhost:6379 or the URL's host, ignore, or find only
