@@ -610,3 +610,28 @@ func TestCtrlCEndsTheScript(t *testing.T) {
 		})
 	}
 }
+
+// A server that accepts the connection and never answers, with no --timeout: distsync gives up
+// after the 5 s it gives a PING and says so in one line (it said "context deadline exceeded").
+func TestSilentServerIsNamedAfterFiveSeconds(t *testing.T) {
+	t.Parallel()
+	bin := cliBin(t, redistest.Open(t, redistest.Standalone))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	status, _, stderr := runCLI(t, bin, "lock", "--redis", "redis://"+ln.Addr().String(), "n", "--", "true")
+	if status != exitUnavailable || !strings.Contains(stderr, "did not answer within 5s") || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("status %d, stderr %q; want %d and one line that says Redis did not answer within 5s", status, stderr, exitUnavailable)
+	}
+}

@@ -51,17 +51,47 @@ func dialRedisWith(ctx context.Context, addr string, tune func(*rueidis.ClientOp
 		tune(&opt)
 	}
 	where := strings.Join(opt.InitAddress, ", ")
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		return nil, fmt.Errorf("redis at %s: %w", where, err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	// rueidis.NewClient handshakes with the server (HELLO), a few times over, before it
+	// returns: it and the PING share the one bound, so that a server that accepts the
+	// connection and never answers costs pingTimeout, not the handshakes' sum.
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("redis at %s: ping: %w", where, err)
+	type dialed struct {
+		c   rueidis.Client
+		err error
 	}
-	return c, nil
+	ch := make(chan dialed, 1)
+	go func() {
+		c, err := rueidis.NewClient(opt)
+		if err != nil {
+			ch <- dialed{nil, fmt.Errorf("redis at %s: %w", where, err)}
+			return
+		}
+		if err := c.Do(pctx, c.B().Ping().Build()).Error(); err != nil {
+			c.Close()
+			ch <- dialed{nil, fmt.Errorf("redis at %s: ping: %w", where, err)}
+			return
+		}
+		ch <- dialed{c, nil}
+	}()
+	select {
+	case d := <-ch:
+		if d.err == nil || !errors.Is(d.err, context.DeadlineExceeded) || ctx.Err() != nil {
+			return d.c, d.err
+		}
+	case <-pctx.Done():
+		go func() { // NewClient returns in its own time: close what it makes
+			if d := <-ch; d.c != nil {
+				d.c.Close()
+			}
+		}()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("redis at %s: %w", where, context.Cause(ctx))
+		}
+	}
+	// A server that accepts the connection and never answers (paused, overloaded, or not
+	// Redis): say so, and what bounded the wait, not a bare deadline.
+	return nil, fmt.Errorf("redis at %s accepted the connection but did not answer within %v", where, pingTimeout)
 }
 
 // parseRedisURL returns the client options of addr, a URL that rueidis.ParseURL reads or a
