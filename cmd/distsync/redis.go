@@ -31,8 +31,8 @@ var (
 // rueidis.ParseURL reads (redis://[user:password@]host:port[/db], rediss:// for TLS,
 // unix://path; more Redis Cluster nodes with ?addr=host:port&addr=...), or a bare host:port.
 // rueidis finds out by itself whether it talks to a Redis Cluster. dialRedis PINGs Redis,
-// waiting at most 5 s or until ctx ends, so that a Redis that does not answer fails here
-// rather than in the first command. Its error matches errNoRedis for an empty url and
+// waiting at most 5 s (the handshake included) or until ctx ends, whichever is first, so that
+// a Redis that does not answer fails here rather than in the first command. Its error matches errNoRedis for an empty url and
 // errBadURL for one that does not parse.
 func dialRedis(ctx context.Context, addr string) (rueidis.Client, error) {
 	return dialRedisWith(ctx, addr, nil)
@@ -98,10 +98,7 @@ func dialRedisWith(ctx context.Context, addr string, tune func(*rueidis.ClientOp
 // bare host:port. Its error matches errBadURL.
 func parseRedisURL(addr string) (rueidis.ClientOption, error) {
 	addr = withScheme(addr)
-	opt, err := rueidis.ParseURL(addr)
-	if err == nil {
-		err = strictURL(addr)
-	}
+	opt, err := readURL(addr)
 	if err != nil {
 		return opt, fmt.Errorf("%w %q: %v", errBadURL, redacted(addr), err)
 	}
@@ -137,6 +134,16 @@ func childCredentials() []string {
 		}
 	}
 	return out
+}
+
+// readURL returns the client options of addr, a URL, if rueidis reads it and strictURL finds
+// nothing wrong with it.
+func readURL(addr string) (rueidis.ClientOption, error) {
+	opt, err := rueidis.ParseURL(addr)
+	if err == nil {
+		err = strictURL(addr)
+	}
+	return opt, err
 }
 
 // urlParams are the query parameters rueidis.ParseURL reads; it ignores any other.
@@ -197,11 +204,7 @@ func withScheme(addr string) string {
 
 // checkRedisURL returns why addr is not a Redis URL, or nil.
 func checkRedisURL(addr string) error {
-	_, err := rueidis.ParseURL(withScheme(addr))
-	if err == nil {
-		err = strictURL(withScheme(addr))
-	}
-	if err != nil {
+	if _, err := readURL(withScheme(addr)); err != nil {
 		var ue *url.Error // its text holds the URL, and so its password
 		if errors.As(err, &ue) {
 			err = ue.Err

@@ -184,40 +184,17 @@ func commandLineHint(argv []string) string {
 	return ""
 }
 
-// dial connects to Redis (dialRedis PINGs it). A signal while it dials ends distsync at
-// once, and so does --timeout, which counts the dial: a Redis that does not answer does not
-// keep distsync past it.
+// dial connects to Redis (dialRedis PINGs it). dialRedis returns as soon as waitCtx ends: a
+// signal while it dials ends distsync at once, and so does --timeout, which counts the dial.
 func (r *runner) dial() (rueidis.Client, int) {
-	type dialed struct {
-		c   rueidis.Client
-		err error
-	}
-	ch := make(chan dialed, 1)
-	go func() {
-		c, err := dialRedis(r.sigs.waitCtx, r.cfg.redisURL)
-		ch <- dialed{c, err}
-	}()
-	abandon := func() {
-		go func() {
-			if d := <-ch; d.c != nil {
-				d.c.Close()
-			}
-		}()
-	}
-	select {
-	case d := <-ch:
-		if d.err == nil {
-			return d.c, exitOK
-		}
-		if r.sigs.waitCtx.Err() == nil {
-			r.errorf("%v", d.err)
-			return nil, dialStatus(d.err)
-		}
-		abandon()
-	case <-r.sigs.waitCtx.Done():
-		abandon()
-	}
-	if errors.Is(context.Cause(r.sigs.waitCtx), errTimedOut) {
+	c, err := dialRedis(r.sigs.waitCtx, r.cfg.redisURL)
+	switch {
+	case err == nil:
+		return c, exitOK
+	case r.sigs.waitCtx.Err() == nil:
+		r.errorf("%v", err)
+		return nil, dialStatus(err)
+	case errors.Is(context.Cause(r.sigs.waitCtx), errTimedOut):
 		r.errorf("Redis at %s did not answer within --timeout %v", redacted(r.cfg.redisURL), r.cfg.timeout)
 		return nil, exitUnavailable
 	}

@@ -28,21 +28,28 @@ func (s slow) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis
 	return s.Client.DoMulti(ctx, multi...)
 }
 
-// Slowest reports the longest round trip of the commands sent in its window, pipelines
-// included, and forgets what Reset forgot.
-func TestSlowest(t *testing.T) {
-	const d = 20 * time.Millisecond
+// slowClient returns a counting client of an embedded Redis whose every call takes d more,
+// both closed when t ends.
+func slowClient(t *testing.T, d time.Duration) *counting.Client {
+	t.Helper()
 	srv, err := embedded.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	raw, err := srv.NewClient()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer raw.Close()
-	c := counting.New(slow{raw, d})
+	t.Cleanup(raw.Close)
+	return counting.New(slow{raw, d})
+}
+
+// Slowest reports the longest round trip of the commands sent in its window, pipelines
+// included, and forgets what Reset forgot.
+func TestSlowest(t *testing.T) {
+	const d = 20 * time.Millisecond
+	c := slowClient(t, d)
 	b := c.B()
 	before := time.Now()
 	c.Do(context.Background(), b.Ping().Build())
@@ -70,17 +77,7 @@ func TestSlowest(t *testing.T) {
 // trips overlap, and nothing for the time between them.
 func TestBusy(t *testing.T) {
 	const d = 30 * time.Millisecond
-	srv, err := embedded.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	raw, err := srv.NewClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	c := counting.New(slow{raw, d})
+	c := slowClient(t, d)
 	b := c.B()
 	before := time.Now()
 	c.Do(context.Background(), b.Ping().Build())
