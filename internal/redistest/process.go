@@ -65,7 +65,7 @@ func (p *Proc) Addr() string { return p.s.Addr() }
 // when tb ends.
 func (p *Proc) Client(tb testing.TB) rueidis.Client {
 	tb.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true, TLSConfig: clientTLS(p.Addr())})
+	c, err := rueidis.NewClient(lean(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true, TLSConfig: clientTLS(p.Addr())}))
 	if err != nil {
 		tb.Fatalf("rueidis.NewClient(%s): %v", p.Addr(), err)
 	}

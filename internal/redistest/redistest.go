@@ -256,9 +256,23 @@ func (b *Backend) ClientOption() rueidis.ClientOption {
 	if b.Name == Mini {
 		// As embedded.Server.ClientOption: miniredis has no client-side caching and no
 		// commands on a subscribed RESP3 connection, and it answers CLUSTER SLOTS.
-		return rueidis.ClientOption{InitAddress: b.Addrs(), DisableCache: true, AlwaysRESP2: true, ForceSingleClient: true}
+		return lean(rueidis.ClientOption{InitAddress: b.Addrs(), DisableCache: true, AlwaysRESP2: true, ForceSingleClient: true})
 	}
-	return rueidis.ClientOption{InitAddress: b.Addrs()}
+	// A standalone server is told to be one, as miniredis is: rueidis would find that out
+	// too, after it has tried it as a Cluster (a 16384-slot table allocated and dropped).
+	return lean(rueidis.ClientOption{InitAddress: b.Addrs(), ForceSingleClient: b.Name == Standalone})
+}
+
+// lean returns opt with the per-connection buffers a test needs. rueidis's defaults (two
+// 0.5 MiB buffers and a ring of 1024 pending commands on every connection) are made for
+// throughput; under -race a client with them costs ~8 ms of CPU to make, most of it writing
+// the buffers' race shadow, and the tests make thousands of clients (a fifth of a
+// primitive's test CPU). Nothing a test asserts depends on them: a command longer than the
+// buffer is written through it, and a full ring makes the next command wait its turn.
+func lean(opt rueidis.ClientOption) rueidis.ClientOption {
+	opt.ReadBufferEachConn, opt.WriteBufferEachConn = 1<<14, 1<<14
+	opt.RingScaleEachConn = 8
+	return opt
 }
 
 // Client returns a new rueidis client (one simulated pod), closed when the test ends. Its

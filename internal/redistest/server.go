@@ -264,7 +264,7 @@ func startCluster(t *TLS) (*Cluster, error) {
 func (c *Cluster) waitOK(limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for _, n := range c.Nodes {
-		cl, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{n.Addr()}, ForceSingleClient: true, DisableCache: true, TLSConfig: clientTLS(n.Addr())})
+		cl, err := rueidis.NewClient(lean(rueidis.ClientOption{InitAddress: []string{n.Addr()}, ForceSingleClient: true, DisableCache: true, TLSConfig: clientTLS(n.Addr())}))
 		if err != nil {
 			return err
 		}
@@ -281,7 +281,7 @@ func (c *Cluster) waitOK(limit time.Duration) error {
 		}
 		cl.Close()
 	}
-	cl, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs(), DisableCache: true, TLSConfig: clientTLS(c.Addrs()[0])})
+	cl, err := rueidis.NewClient(lean(rueidis.ClientOption{InitAddress: c.Addrs(), DisableCache: true, TLSConfig: clientTLS(c.Addrs()[0])}))
 	if err != nil {
 		return err
 	}

@@ -283,7 +283,7 @@ func StartTLSRedis(tb testing.TB, t *TLS, extra ...string) *Proc {
 // ClientOption returns the options of a client of the server: with its TLS configuration if
 // it speaks TLS only.
 func (p *Proc) ClientOption() rueidis.ClientOption {
-	return rueidis.ClientOption{InitAddress: []string{p.Addr()}, TLSConfig: clientTLS(p.Addr())}
+	return lean(rueidis.ClientOption{InitAddress: []string{p.Addr()}, TLSConfig: clientTLS(p.Addr())})
 }
 
 // StartTLSCluster starts a Redis Cluster of three masters for tb alone that speaks TLS only,
@@ -304,5 +304,5 @@ func StartTLSCluster(tb testing.TB, t *TLS) *Cluster {
 // ClientOption returns the options of a client of the cluster: with its TLS configuration if
 // it speaks TLS only.
 func (c *Cluster) ClientOption() rueidis.ClientOption {
-	return rueidis.ClientOption{InitAddress: c.Addrs(), TLSConfig: clientTLS(c.Addrs()[0])}
+	return lean(rueidis.ClientOption{InitAddress: c.Addrs(), TLSConfig: clientTLS(c.Addrs()[0])})
 }

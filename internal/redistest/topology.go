@@ -263,11 +263,11 @@ func (s *Sentinel) SentinelAddrs() []string { return addrs(s.sentinels) }
 // ClientOption returns the options of a rueidis client that finds the primary through the
 // Sentinels and follows their failovers, without client-side caching.
 func (s *Sentinel) ClientOption() rueidis.ClientOption {
-	return rueidis.ClientOption{
+	return lean(rueidis.ClientOption{
 		InitAddress:  s.SentinelAddrs(),
 		Sentinel:     rueidis.SentinelOption{MasterSet: sentinelMaster},
 		DisableCache: true,
-	}
+	})
 }
 
 // Client returns a new rueidis client through the Sentinels ([Sentinel.ClientOption]),
@@ -601,7 +601,7 @@ func (c *ReplicatedCluster) Addrs() []string { return addrs(c.live()) }
 // ClientOption returns the options of a rueidis cluster client seeded with [Addrs], without
 // client-side caching.
 func (c *ReplicatedCluster) ClientOption() rueidis.ClientOption {
-	return rueidis.ClientOption{InitAddress: c.Addrs(), DisableCache: true}
+	return lean(rueidis.ClientOption{InitAddress: c.Addrs(), DisableCache: true})
 }
 
 // Client returns a new rueidis cluster client ([ReplicatedCluster.ClientOption]), closed
