@@ -22,7 +22,7 @@ type config struct {
 	names   []string // lock: every NAME, name first (several with --also or --all)
 	argv    []string // CMD and its arguments (sh -c CMDLINE for -c)
 
-	redisURL     string
+	redis        redisTarget
 	prefix       string
 	ttl          time.Duration
 	timeout      time.Duration // < 0: wait until acquired; 0: try once
@@ -56,7 +56,7 @@ const shellPath = "/bin/sh"
 // to exit with, when distsync should not go on (a usage error, or help printed). Nothing has
 // been sent to Redis then.
 func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg config, status int, ok bool) {
-	cfg = config{command: command, redisURL: envRedis(), prefix: distsync.DefaultKeyPrefix, ttl: distsync.DefaultLeaseTTL,
+	cfg = config{command: command, redis: redisTarget{url: envRedis()}, prefix: distsync.DefaultKeyPrefix, ttl: distsync.DefaultLeaseTTL,
 		timeout: -1, conflictExit: defaultConflictExit, killGrace: defaultKillGrace, weight: 1, burst: 1, tokens: 1}
 	fs := runFlags(command, &cfg)
 	bad := func(format string, a ...any) (config, int, bool) {
@@ -92,10 +92,10 @@ func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg con
 		return bad("missing CMD: with --all, every argument before -- is a NAME: distsync lock --all %s -- CMD [ARGS...]", strings.Join(shownAll(names), " "))
 	case cfg.shellCmd == "" && len(argv) == 0:
 		return bad("missing CMD: distsync %s [flags] %s [--] CMD [ARGS...], or -c 'COMMAND LINE'", command, names[0])
-	case cfg.redisURL == "":
+	case cfg.redis.url == "":
 		return bad("no Redis: give --redis URL or set DISTSYNC_REDIS_URL (every machine must use the same Redis, so there is no default)")
-	case checkRedisURL(cfg.redisURL) != nil: // from DISTSYNC_REDIS_URL: --redis was checked
-		return bad("DISTSYNC_REDIS_URL: %v", checkRedisURL(cfg.redisURL))
+	case cfg.redis.check() != nil: // --redis was checked, not DISTSYNC_REDIS_URL, nor the TLS files
+		return bad("%v", redisProblem(cfg.redis))
 	case strings.ContainsAny(cfg.prefix, "{}"):
 		return bad("--prefix %s: must not contain '{' or '}'", shownValue(cfg.prefix))
 	case cfg.prefix == "":

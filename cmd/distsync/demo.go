@@ -25,7 +25,7 @@ import (
 )
 
 type demoConfig struct {
-	redisURL                 string
+	redis                    redisTarget
 	pods, goroutines, rounds int
 	hold                     time.Duration
 }
@@ -43,7 +43,7 @@ type demoRecord struct {
 var errKeysLeft = errors.New("could not delete the demo's keys")
 
 func demo(ctx context.Context, cfg demoConfig, out io.Writer) (err error) {
-	opt, where, stopServer, err := demoRedis(cfg.redisURL)
+	opt, where, stopServer, err := demoRedis(cfg.redis)
 	if err != nil {
 		return err
 	}
@@ -208,9 +208,9 @@ func (r *demoRun) round(ctx context.Context, m *mutex.Mutex, p, id int, hold tim
 
 // demoRedis returns client options for the Redis the demo uses: the URL given (a bare
 // host:port stands for redis://host:port), or an embedded one it starts (and stop stops).
-func demoRedis(url string) (opt rueidis.ClientOption, where string, stop func(), err error) {
-	if url != "" {
-		if opt, err = parseRedisURL(url); err != nil {
+func demoRedis(r redisTarget) (opt rueidis.ClientOption, where string, stop func(), err error) {
+	if r.url != "" {
+		if opt, err = r.options(); err != nil {
 			return opt, "", nil, fmt.Errorf("--redis: %w", err)
 		}
 		return opt, strings.Join(opt.InitAddress, ", "), func() {}, nil

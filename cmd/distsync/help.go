@@ -285,22 +285,23 @@ func badUsage(stderr io.Writer, command string, err error) int {
 }
 
 // redisFlag adds --redis, whose value must be a URL that rueidis reads (checked before
-// anything is sent).
-func redisFlag(fs *flagSet, p *string, help string) {
+// anything is sent), and the TLS flags.
+func redisFlag(fs *flagSet, r *redisTarget, help string) {
 	fs.add("redis", 0, "URL", help, func(v string) error {
 		if err := checkRedisURL(v); err != nil {
 			return err
 		}
-		*p = v
+		r.url = v
 		return nil
 	})
 	fs.defs[len(fs.defs)-1].shown = redacted
+	tlsFlags(fs, &r.tls)
 }
 
 // The flags of lock, sem and once.
 func runFlags(command string, cfg *config) *flagSet {
 	fs := &flagSet{command: command}
-	redisFlag(fs, &cfg.redisURL,
+	redisFlag(fs, &cfg.redis,
 		"the Redis every machine shares: redis://[user:pass@]host:port,\n"+
 			"rediss://... for TLS, unix://path, or host:port; Cluster nodes\n"+
 			"with ?addr=host:port&addr=... (default $DISTSYNC_REDIS_URL;\n"+
@@ -404,7 +405,7 @@ func inspectFlagSet(command string, f *inspectFlags) *flagSet {
 // The flags of demo.
 func demoFlags(cfg *demoConfig) *flagSet {
 	fs := &flagSet{command: "demo"}
-	redisFlag(fs, &cfg.redisURL, "a Redis URL or host:port (default $DISTSYNC_REDIS_URL, else an\nembedded Redis)")
+	redisFlag(fs, &cfg.redis, "a Redis URL or host:port (default $DISTSYNC_REDIS_URL, else an\nembedded Redis)")
 	fs.count(&cfg.pods, "pods", "simulated pods, each with its own Redis client (default 4)")
 	fs.count(&cfg.goroutines, "goroutines", "goroutines per pod (default 4)")
 	fs.count(&cfg.rounds, "rounds", "Lock/Unlock rounds per goroutine (default 25)")

@@ -25,8 +25,9 @@ import (
 
 // inspectFlags are the flags inspect and ls share (see inspectFlagSet).
 type inspectFlags struct {
-	redis, prefix, kind string
-	json, watch         bool
+	redis        redisTarget
+	prefix, kind string
+	json, watch  bool
 }
 
 // openInspect parses the flags, checks them and connects: it returns the Handle to read
@@ -35,7 +36,7 @@ type inspectFlags struct {
 // nil, completes the client's options once the flags are read.
 func openInspect(command string, args []string, stdout, stderr io.Writer, tune func(inspectFlags, *rueidis.ClientOption)) (
 	h *distsync.Handle, c rueidis.Client, closeAll func(), f inspectFlags, pos []string, status int, ok bool) {
-	f = inspectFlags{redis: envRedis(), prefix: distsync.DefaultKeyPrefix}
+	f = inspectFlags{redis: redisTarget{url: envRedis()}, prefix: distsync.DefaultKeyPrefix}
 	pos, rest, _, err := inspectFlagSet(command, &f).parse(args, -1)
 	pos = append(pos, rest...) // NAMEs after "--" too
 	fail := func(err error) (*distsync.Handle, rueidis.Client, func(), inspectFlags, []string, int, bool) {
@@ -53,10 +54,10 @@ func openInspect(command string, args []string, stdout, stderr io.Writer, tune f
 		return fail(usagef("empty NAME"))
 	case command == "ls" && len(pos) > 1:
 		return fail(usagef("one PATTERN at most, got %d", len(pos)))
-	case f.redis == "":
+	case f.redis.url == "":
 		return fail(usagef("no Redis: give --redis URL or set DISTSYNC_REDIS_URL"))
-	case checkRedisURL(f.redis) != nil: // from DISTSYNC_REDIS_URL: --redis was checked
-		return fail(usagef("DISTSYNC_REDIS_URL: %v", checkRedisURL(f.redis)))
+	case f.redis.check() != nil: // --redis was checked, not DISTSYNC_REDIS_URL, nor the TLS files
+		return fail(redisProblem(f.redis))
 	}
 	if err := keys.CheckPrefix(f.prefix); err != nil {
 		return fail(usagef("--prefix %s: %v", shownValue(f.prefix), err))

@@ -202,7 +202,7 @@ func version() string {
 
 // parseDemo reads the demo's flags.
 func parseDemo(args []string) (demoConfig, error) {
-	cfg := demoConfig{redisURL: envRedis(), pods: 4, goroutines: 4, rounds: 25, hold: defaultHold}
+	cfg := demoConfig{redis: redisTarget{url: envRedis()}, pods: 4, goroutines: 4, rounds: 25, hold: defaultHold}
 	pos, rest, _, err := demoFlags(&cfg).parse(args, -1)
 	pos = append(pos, rest...)
 	if err == nil && len(pos) > 0 {

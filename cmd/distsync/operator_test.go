@@ -402,6 +402,11 @@ func TestBadInputIsOneLineAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	bin, common, prefix, b, _ := cliSetup(t)
 	long := strings.Repeat("x", 65)
+	notPEM := filepath.Join(t.TempDir(), "not.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tlsURL := []string{"--redis", "rediss://127.0.0.1:1"}
 	for _, tc := range []struct {
 		args  []string
 		names string // what the error must name
@@ -449,6 +454,14 @@ func TestBadInputIsOneLineAndWritesNothing(t *testing.T) {
 		{args(common, "lock", "--redis", "redis://127.0.0.1:1?addr=127.0.0.1:99999", "n", "true"), "99999"},
 		{args(common, "lock", "--redis", "127.0.0.1:http", "n", "true"), "port"},
 		{[]string{"lock", "n", "true"}, "--redis"},
+		// TLS files: ignored by a plain connection, so refused with one; each must be usable.
+		{args(common, "lock", "--cacert", notPEM, "n", "true"), "rediss://"},
+		{args(common, "inspect", "--cert", notPEM, "--key", notPEM, "n"), "rediss://"},
+		{args(tlsURL, "lock", "--cert", notPEM, "n", "true"), "--key"},
+		{args(tlsURL, "lock", "--key", notPEM, "n", "true"), "--cert"},
+		{args(tlsURL, "lock", "--cacert", notPEM+".missing", "n", "true"), "--cacert"},
+		{args(tlsURL, "sem", "--size", "2", "--cacert", notPEM, "n", "true"), "--cacert"},
+		{args(tlsURL, "ls", "--cert", notPEM, "--key", notPEM), "--cert"},
 		{args(common, "sem", "n", "true"), "--size"},
 		{args(common, "sem", "--size", "0", "n", "true"), "--size"},
 		{args(common, "sem", "--size", "x", "n", "true"), "--size"},

@@ -34,16 +34,16 @@ var (
 // waiting at most 5 s (the handshake included) or until ctx ends, whichever is first, so that
 // a Redis that does not answer fails here rather than in the first command. Its error matches errNoRedis for an empty url and
 // errBadURL for one that does not parse.
-func dialRedis(ctx context.Context, addr string) (rueidis.Client, error) {
-	return dialRedisWith(ctx, addr, nil)
+func dialRedis(ctx context.Context, r redisTarget) (rueidis.Client, error) {
+	return dialRedisWith(ctx, r, nil)
 }
 
 // dialRedisWith is dialRedis with the client's options completed by tune, if not nil.
-func dialRedisWith(ctx context.Context, addr string, tune func(*rueidis.ClientOption)) (rueidis.Client, error) {
-	if addr == "" {
+func dialRedisWith(ctx context.Context, r redisTarget, tune func(*rueidis.ClientOption)) (rueidis.Client, error) {
+	if r.url == "" {
 		return nil, errNoRedis
 	}
-	opt, err := parseRedisURL(addr)
+	opt, err := r.options()
 	if err != nil {
 		return nil, err
 	}
@@ -64,12 +64,12 @@ func dialRedisWith(ctx context.Context, addr string, tune func(*rueidis.ClientOp
 	go func() {
 		c, err := rueidis.NewClient(opt)
 		if err != nil {
-			ch <- dialed{nil, fmt.Errorf("redis at %s: %w", where, err)}
+			ch <- dialed{nil, fmt.Errorf("redis at %s: %w%s", where, err, hinted(opt, err))}
 			return
 		}
 		if err := c.Do(pctx, c.B().Ping().Build()).Error(); err != nil {
 			c.Close()
-			ch <- dialed{nil, fmt.Errorf("redis at %s: ping: %w", where, err)}
+			ch <- dialed{nil, fmt.Errorf("redis at %s: ping: %w%s", where, err, hinted(opt, err))}
 			return
 		}
 		ch <- dialed{c, nil}
@@ -91,7 +91,19 @@ func dialRedisWith(ctx context.Context, addr string, tune func(*rueidis.ClientOp
 	}
 	// A server that accepts the connection and never answers (paused, overloaded, or not
 	// Redis): say so, and what bounded the wait, not a bare deadline.
-	return nil, fmt.Errorf("redis at %s accepted the connection but did not answer within %v", where, pingTimeout)
+	hint := ""
+	if opt.TLSConfig != nil {
+		hint = " (a plain Redis port does not answer TLS: use redis:// for one)"
+	}
+	return nil, fmt.Errorf("redis at %s accepted the connection but did not answer within %v%s", where, pingTimeout, hint)
+}
+
+// hinted returns tlsHint's hint for a connection that failed with err, as " (hint)", or "".
+func hinted(opt rueidis.ClientOption, err error) string {
+	if h := tlsHint(opt, err); h != "" {
+		return " (" + h + ")"
+	}
+	return ""
 }
 
 // parseRedisURL returns the client options of addr, a URL that rueidis.ParseURL reads or a

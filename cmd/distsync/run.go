@@ -187,7 +187,7 @@ func commandLineHint(argv []string) string {
 // dial connects to Redis (dialRedis PINGs it). dialRedis returns as soon as waitCtx ends: a
 // signal while it dials ends distsync at once, and so does --timeout, which counts the dial.
 func (r *runner) dial() (rueidis.Client, int) {
-	c, err := dialRedis(r.sigs.waitCtx, r.cfg.redisURL)
+	c, err := dialRedis(r.sigs.waitCtx, r.cfg.redis)
 	switch {
 	case err == nil:
 		return c, exitOK
@@ -195,7 +195,7 @@ func (r *runner) dial() (rueidis.Client, int) {
 		r.errorf("%v", err)
 		return nil, dialStatus(err)
 	case errors.Is(context.Cause(r.sigs.waitCtx), errTimedOut):
-		r.errorf("Redis at %s did not answer within --timeout %v", redacted(r.cfg.redisURL), r.cfg.timeout)
+		r.errorf("Redis at %s did not answer within --timeout %v", redacted(r.cfg.redis.url), r.cfg.timeout)
 		return nil, exitUnavailable
 	}
 	return nil, r.notAcquired("Redis", r.sigs.waitCtx.Err())

@@ -60,6 +60,47 @@ func TestCommandOverTLS(t *testing.T) {
 	}
 }
 
+// A Redis that wants a client certificate (tls-auth-clients yes) serves the command that gives
+// --cacert, --cert and --key, without SSL_CERT_FILE. A command that does not is refused with
+// a hint of what is missing: without --cert, a client certificate; without --cacert, the CA;
+// with redis:// to the TLS port, TLS.
+func TestCommandWithTLSFiles(t *testing.T) {
+	t.Parallel()
+	bin := cliBin(t, redistest.Open(t, redistest.Standalone))
+	certs := redistest.NewTLS(t, true)
+	srv := redistest.StartTLSRedis(t, certs)
+	common := []string{"--redis", "rediss://" + srv.Addr(), "--prefix", "tls.files:"}
+	ca := []string{"--cacert", certs.CA}
+	cert := []string{"--cert", certs.ClientCert, "--key", certs.ClientKey}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		status int
+		hint   string // what stderr must say
+	}{
+		{"every file", args(slices.Concat(common, ca, cert), "lock", "deploy", "--", "sh", "-c", `test -n "$DISTSYNC_TOKEN"`), 0, ""},
+		{"inspect with every file", args(slices.Concat(common, ca, cert), "inspect", "deploy"), 0, ""},
+		{"no --cert", args(slices.Concat(common, ca), "lock", "deploy", "--", "true"), exitUnavailable, "give --cert and --key"},
+		{"no --cacert", args(slices.Concat(common, cert), "lock", "deploy", "--", "true"), exitUnavailable, "give --cacert"},
+		{"redis://", args([]string{"--redis", "redis://" + srv.Addr()}, "lock", "deploy", "--", "true"), exitUnavailable, "use rediss://"},
+	} {
+		// The command gives Redis 5 s to answer the handshake, which a busy machine can take:
+		// then it says so, and the line is tried again, a few times.
+		for i := 0; ; i++ {
+			status, stdout, stderr := runCLI(t, bin, tc.args...)
+			if status == exitUnavailable && strings.Contains(stderr, "did not answer within") && i < 4 {
+				t.Logf("%s, attempt %d: %s", tc.name, i+1, strings.TrimSpace(stderr))
+				continue
+			}
+			if status != tc.status || !strings.Contains(stderr, tc.hint) {
+				t.Errorf("%s: distsync %s: status %d, stdout %q, stderr %q; want %d and %q said", tc.name,
+					strings.Join(tc.args, " "), status, stdout, stderr, tc.status, tc.hint)
+			}
+			break
+		}
+	}
+}
+
 // The command runs as the user of docs/acl.md's library, inspect and --watch lines, and the
 // server refuses it nothing: lock, sem and once, ls, inspect and inspect --watch.
 func TestCommandAsACLUser(t *testing.T) {
