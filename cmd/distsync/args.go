@@ -39,6 +39,7 @@ type config struct {
 	size, weight            int64    // sem
 	keep                    time.Duration
 	forget                  bool
+	hold                    bool // lock, sem --hold: no CMD; hold until stdin ends
 
 	// rate: the limit (--limit or --every), the burst and the tokens CMD takes.
 	limit      rate.Limit
@@ -86,6 +87,9 @@ func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg con
 	case cfg.forget && (len(argv) > 0 || cfg.shellCmd != ""):
 		return bad("--forget takes no CMD: distsync once --forget %s", names[0])
 	case cfg.forget:
+	case cfg.hold && (len(argv) > 0 || cfg.shellCmd != ""):
+		return bad("--hold takes no CMD: it holds %s until its standard input ends (see 'hold across shell lines' in docs/command.md)", shownValue(names[0]))
+	case cfg.hold:
 	case cfg.shellCmd != "" && len(argv) > 0:
 		return bad("both -c and CMD: -c %s runs instead of %s", shownValue(cfg.shellCmd), shownValue(argv[0]))
 	case cfg.shellCmd == "" && len(argv) == 0 && cfg.all:
@@ -126,6 +130,9 @@ func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg con
 		}
 	}
 	cfg.name, cfg.argv = names[0], argv
+	if cfg.hold {
+		return cfg, exitOK, true
+	}
 	if cfg.shellCmd != "" {
 		cfg.argv = []string{shellPath, "-c", cfg.shellCmd}
 	}

@@ -100,9 +100,18 @@ func start(t *testing.T, bin string, args ...string) *proc {
 // startEnv is start with env added to the process's environment.
 func startEnv(t *testing.T, env []string, bin string, args ...string) *proc {
 	t.Helper()
+	return startIn(t, env, nil, bin, args...)
+}
+
+// startIn is startEnv with stdin as the process's standard input (nil: /dev/null).
+func startIn(t *testing.T, env []string, stdin *os.File, bin string, args ...string) *proc {
+	t.Helper()
 	p := &proc{done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(cliEnv(), env...)
+	if stdin != nil {
+		p.cmd.Stdin = stdin
+	}
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {

@@ -356,6 +356,9 @@ func runFlags(command string, cfg *config) *flagSet {
 			})
 	}
 	fs.boolean(&cfg.quiet, "quiet", 0, "print no message of distsync's own, except errors that end\nit")
+	if command == "lock" || command == "sem" {
+		fs.boolean(&cfg.hold, "hold", 0, "run no CMD: once held, print the fencing token (a line per\nNAME), and hold until standard input ends (the script that\nreads the token closes it, or dies) or SIGINT, SIGTERM or SIGHUP;\nfor a claim across several lines of a script (coproc)")
+	}
 	switch command {
 	case "lock":
 		fs.add("also", 0, "NAME", "lock the mutex NAME too, with NAME and every other --also:\nall of them or none (package mutex's All); repeatable",

@@ -434,6 +434,10 @@ func TestBadInputIsOneLineAndWritesNothing(t *testing.T) {
 		{args(common, "lock"), "NAME"},
 		{args(common, "lock", "n"), "CMD"},
 		{args(common, "lock", "n", "-c", "true", "--", "false"), "-c"},
+		{args(common, "lock", "--hold", "n", "true"), "--hold"},
+		{args(common, "sem", "--size", "2", "--hold", "n", "-c", "true"), "--hold"},
+		{args(common, "once", "--hold", "k", "true"), "--hold"},
+		{args(common, "rate", "--limit", "1/s", "--hold", "n", "true"), "--hold"},
 		// Unsafe values: a name in every key and message, a claim kept for years after a
 		// SIGKILL, keys that cannot be told from others'.
 		{args(common, "lock", strings.Repeat("n", 1025), "true"), "NAME"},

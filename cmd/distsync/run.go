@@ -112,7 +112,12 @@ func (r *runner) notef(format string, a ...any) {
 }
 
 func (r *runner) run() int {
-	if !r.cfg.forget {
+	if r.cfg.hold {
+		if err := holdableInput(); err != nil {
+			r.errorf("--hold: %v", err)
+			return exitUsage
+		}
+	} else if !r.cfg.forget {
 		path, status, err := lookCommand(r.cfg.argv[0])
 		if err != nil {
 			r.errorf("%v%s", err, commandLineHint(r.cfg.argv))
@@ -293,6 +298,9 @@ func (r *runner) runClaim(c claim) int {
 	tokens := []int64{lease.Token()}
 	if c.tokens != nil {
 		tokens = c.tokens()
+	}
+	if r.cfg.hold {
+		return r.hold(c, lease, tokens)
 	}
 	ch, err := r.sigs.begin(func() (*child, error) { return startChild(r.spec(tokens, r.stdout)) }, false)
 	if err != nil {

@@ -139,6 +139,23 @@ func (r *router) begin(start func() (*child, error), abortOnTimeout bool) (*chil
 	return c, nil
 }
 
+// holding ends the wait for --hold, which has the claim: --timeout no longer applies, and a
+// signal that would have ended the wait ends the hold. It returns a channel closed when such
+// a signal comes (or came already), and a function that returns the signal then.
+func (r *router) holding() (<-chan struct{}, func() syscall.Signal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	return r.signalled, func() syscall.Signal {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		sig, _ := r.cause.(signalError)
+		return sig.sig
+	}
+}
+
 // childGone stops forwarding signals to the child, which has exited.
 func (r *router) childGone() {
 	r.mu.Lock()

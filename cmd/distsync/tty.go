@@ -116,3 +116,9 @@ func (t *terminal) resume(pgid int) {
 }
 
 func (t *terminal) close() { _ = t.f.Close() }
+
+// isTerminal reports whether fd is a terminal.
+func isTerminal(fd int) bool {
+	_, err := unix.IoctlGetWinsize(fd, unix.TIOCGWINSZ)
+	return err == nil
+}

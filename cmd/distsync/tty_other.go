@@ -16,3 +16,6 @@ func (t *terminal) jobStopped(pgid int) {}
 func (t *terminal) resume(pgid int)     {}
 func (t *terminal) close()              {}
 func ignoreTTOU()                       {}
+
+// isTerminal reports whether fd is a terminal: on these systems, distsync cannot tell.
+func isTerminal(fd int) bool { return false }
