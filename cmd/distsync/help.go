@@ -152,15 +152,17 @@ arguments, or no Redis given; 69 Redis could not be reached or answered with an 
 `},
 	"ls": {`Usage: distsync ls [flags] [PATTERN]
 
-Lists every primitive that has keys under the prefix and whose name matches PATTERN, a
-glob as Redis's SCAN takes it ('*', '?', '[a-z]', '[^a]', '\' quotes; default: every
-name), sorted by name: its kind, its name, who holds it (the identity of each holder's
-process, host:PID unless it named itself; a once group's leaders; "(with b, c)" after a
-mutex held as one of a set, with the set's other names) and how many wait, as
-lslocks(8) lists the locks of one machine. It SCANs every node (every master of a Redis
-Cluster), reads each primitive in one round trip, and writes nothing. With --json it
-prints [{"kind": KIND, "name": NAME, "held_by": [IDENTITY...], "waiting": N}, ...], and
-"with": [NAME...] for a mutex held as one of a set.
+Lists every primitive in use (held, waited for, a once result kept, pending wait group
+work, a rate limiter's bucket not full; with --all, idle ones too) under the prefix and
+whose name matches PATTERN, a glob as Redis's SCAN takes it ('*', '?', '[a-z]', '[^a]',
+'\' quotes; default: every name), sorted by name: its kind, its name, who holds it (the
+identity of each holder's process, host:PID unless it named itself; a once group's
+leaders; "(with b, c)" after a mutex held as one of a set, with the set's other names) and
+how many wait, as lslocks(8) lists the locks of one machine. It SCANs every node (every
+master of a Redis Cluster), reads each primitive in one round trip, and writes nothing.
+With --json it prints [{"kind": KIND, "name": NAME, "held_by": [IDENTITY...], "waiting":
+N}, ...], "with": [NAME...] for a mutex held as one of a set, and "idle": true for an idle
+one (--all).
 
 Flags:
 `, `
@@ -399,6 +401,9 @@ func inspectFlagSet(command string, f *inspectFlags) *flagSet {
 		return fmt.Errorf("not a kind (want one of %s)", strings.Join(inspect.Kinds(), ", "))
 	})
 	fs.boolean(&f.json, "json", 0, "print JSON, for scripts")
+	if command == "ls" {
+		fs.boolean(&f.all, "all", 'a', "list idle primitives too: nobody holds or waits, as a name that\nkeeps only its last fencing token (for a week after its last hold)")
+	}
 	if command == "inspect" {
 		fs.boolean(&f.watch, "watch", 0, "print the view again at every change of NAME, until interrupted")
 	}

@@ -28,6 +28,7 @@ type inspectFlags struct {
 	redis        redisTarget
 	prefix, kind string
 	json, watch  bool
+	all          bool // ls --all: idle primitives too
 }
 
 // openInspect parses the flags, checks them and connects: it returns the Handle to read
@@ -183,6 +184,9 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "distsync ls: %v\n", err)
 		return exitUnavailable
 	}
+	if !f.all {
+		out = slices.DeleteFunc(out, func(e entryJSON) bool { return e.Idle })
+	}
 	if f.json {
 		return writeJSON(stdout, stderr, out, true)
 	}
@@ -227,6 +231,7 @@ func lsHolders(ctx context.Context, h *distsync.Handle, es []inspect.Entry) ([]e
 				out[i].HeldBy = append(out[i].HeldBy, holderName(hd))
 			}
 			out[i].With = r.With
+			out[i].Idle = idleEntry(r)
 			for _, k := range r.Keys {
 				if k.Leader != nil {
 					out[i].HeldBy = append(out[i].HeldBy, holderName(*k.Leader))
@@ -237,6 +242,12 @@ func lsHolders(ctx context.Context, h *distsync.Handle, es []inspect.Entry) ([]e
 	wg.Wait()
 	return out, errors.Join(errs...)
 }
+
+// idleEntry reports whether ls leaves r out without --all: nobody holds or waits for it
+// (inspect.Report.Idle), and it is not a rate limiter that has a bucket in Redis (which it
+// keeps only while the bucket is not full). A name that keeps only its fencing token, for a
+// week after its last hold, is idle: it was listed for that week.
+func idleEntry(r inspect.Report) bool { return r.Idle() && r.Bucket == nil }
 
 // holderName names a hold for ls: its Handle's identity (host:PID unless the process named
 // itself), or, for a reentrant mutex, whose holds belong to an owner, the owner.

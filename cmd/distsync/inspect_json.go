@@ -105,6 +105,7 @@ type entryJSON struct {
 	HeldBy  []string `json:"held_by"` // holders' identities (a reentrant's: "owner OWNER")
 	Waiting int      `json:"waiting"`
 	With    []string `json:"with,omitempty"` // a mutex held as one of a set: the set's other names
+	Idle    bool     `json:"idle,omitempty"` // listed with --all only: nobody holds, waits or has a bucket (idleEntry)
 }
 
 func ms(d time.Duration) int64 {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -328,6 +329,32 @@ func TestLsCommand(t *testing.T) {
 			for _, e := range got {
 				if e.Kind != inspect.Reentrant && len(e.HeldBy) > 0 && e.HeldBy[0] != self {
 					t.Errorf("ls --json: %s held by %q, want %q", e.Kind, e.HeldBy, self)
+				}
+			}
+			// A mutex locked and unlocked keeps its fencing token only (for a week): idle, and
+			// listed with --all only, marked so.
+			idle, err := mutex.New(redistest.Handle(t, b.Client(t), distsync.WithKeyPrefix(prefix)), "idle")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := idle.Lock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := idle.Unlock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			for _, all := range []bool{false, true} {
+				a := []string{"--redis", url, "--prefix", prefix, "--json", "i*"}
+				if all {
+					a = append(a, "--all")
+				}
+				status, out, errOut := runInspectCmd(runLs, a...)
+				var got []entryJSON
+				if err := json.Unmarshal([]byte(out), &got); status != exitOK || err != nil {
+					t.Fatalf("ls %q: status %d, %v\n%s%s", a, status, err, out, errOut)
+				}
+				if want := []entryJSON{{Kind: inspect.Mutex, Name: "idle", HeldBy: []string{}, Idle: true}}; all && !reflect.DeepEqual(got, want) || !all && len(got) > 0 {
+					t.Errorf("ls %q = %+v; want the idle mutex with --all only", a, got)
 				}
 			}
 			status, out, _ = runInspectCmd(runLs, "--redis", url, "--prefix", prefix, "r*")
