@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/distsync/distsync"
 	"github.com/distsync/distsync/embedded"
 	"github.com/distsync/distsync/fair"
 	"github.com/distsync/distsync/inspect"
@@ -153,4 +154,64 @@ func ExampleBucket() {
 	// tokens now: 2 (exact: true)
 	// limit: one per 60 s, burst 5
 	// a reservation ahead: false
+}
+
+// Two processes lock two mutexes in opposite orders, each holding one and waiting for the
+// other's: Deadlocks names both, what each waits for and who holds it.
+func ExampleDeadlocks() {
+	srv, err := embedded.Start()
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	orders, _ := srv.NewHandle(distsync.WithIdentity("orders-pod"))
+	billing, _ := srv.NewHandle(distsync.WithIdentity("billing-pod"))
+	operator, _ := srv.NewHandle()
+
+	stock, _ := mutex.New(orders, "stock")
+	invoice, _ := mutex.New(billing, "invoice")
+	if err := stock.Lock(ctx); err != nil {
+		panic(err)
+	}
+	if err := invoice.Lock(ctx); err != nil {
+		panic(err)
+	}
+	done := make(chan error, 2)
+	for _, then := range []*mutex.Mutex{must(mutex.New(orders, "invoice")), must(mutex.New(billing, "stock"))} {
+		go func() { done <- then.Lock(ctx) }() // blocks: the other process holds it
+	}
+
+	var ds []inspect.Deadlock
+	for range 1000 { // until both wait, 10 s at most
+		if ds, err = inspect.Deadlocks(ctx, operator, ""); err != nil {
+			panic(err)
+		}
+		if len(ds) == 1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, d := range ds {
+		fmt.Println("deadlock of", len(d), "processes:")
+		for i, w := range d {
+			fmt.Printf("  %s waits for %s %q, held by %s\n", w.Identity, w.Kind, w.Name, d[(i+1)%len(d)].Identity)
+		}
+	}
+
+	cancel()
+	<-done
+	<-done
+	// Output:
+	// deadlock of 2 processes:
+	//   billing-pod waits for mutex "stock", held by orders-pod
+	//   orders-pod waits for mutex "invoice", held by billing-pod
+}
+
+// must returns v, or panics with err.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -14,6 +14,10 @@
 // lease long before it runs out, so Remaining goes up and down while the holder lives. Redis
 // does not keep when a hold was acquired, so neither does a Report; it keeps when a waiter
 // took its place in a queue, which [Waiter.Waited] gives.
+//
+// [Deadlocks] puts the holders and waiters of every name together and finds the cycles among
+// processes that nested Locks taken in different orders leave: A waits for what B holds, while
+// B waits for what A holds.
 package inspect
 
 import (
@@ -99,6 +103,11 @@ type Report struct {
 	// bucket would be full, and that has no settings stored, keeps nothing in Redis). A
 	// rate limiter has no holders and no queue: its callers wait on their own timers.
 	Bucket *Bucket
+
+	// maker is a reentrant mutex's: the Handle through which its owner took the hold, which
+	// Deadlocks takes for the holding process ("" if nobody holds). Holders leaves it out:
+	// an owner may re-enter from other processes.
+	maker string
 }
 
 // Idle reports whether nobody holds or waits for the primitive: no holder, no waiter, no

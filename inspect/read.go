@@ -118,6 +118,15 @@ func (r *Report) fill(rw row) error {
 			return bad()
 		}
 		r.With = others(set, r.Name)
+	case Reentrant:
+		if len(rw.extra) == 0 {
+			return nil // nobody holds, or a grant not taken up
+		}
+		id, err := rw.extra[0].ToString()
+		if err != nil || len(rw.extra) != 1 {
+			return bad()
+		}
+		r.maker = holdMaker(id)
 	case Semaphore:
 		if len(rw.extra) != 2 {
 			return bad()

@@ -122,6 +122,7 @@ Flags (anywhere before CMD; CMD starts after "--", or at the first argument afte
 that is not a flag):
 `, rateNotes},
 	"inspect": {`Usage: distsync inspect [flags] NAME...
+       distsync inspect [flags] --deadlocks [PATTERN]
 
 Prints what Redis has of each NAME, for every kind of primitive that has keys under it
 (` + strings.Join(inspect.Kinds(), ", ") + `):
@@ -144,6 +145,13 @@ With --json it prints one JSON array, an object per NAME:
   "next_ms"} (limit and burst null unless stored)}]}
 (with --watch, one such array per line, at every change). Durations are in ms; -1 means
 no expiry. Field names are lower snake case and stable.
+
+With --deadlocks it reads every primitive whose name matches PATTERN (default: every name)
+and reports each cycle of processes in which each waits for a name the next one holds, as
+nested locks taken in different orders leave them ("no deadlock" if none); a cycle is
+read twice, and reported only if its holds and waiters are still there. With --json:
+  [{"processes": [{"identity", "handle", "waits_for": {"kind", "name", "holder",
+  "token"}}]}]
 
 Flags:
 `, `
@@ -406,6 +414,7 @@ func inspectFlagSet(command string, f *inspectFlags) *flagSet {
 	}
 	if command == "inspect" {
 		fs.boolean(&f.watch, "watch", 0, "print the view again at every change of NAME, until interrupted")
+		fs.boolean(&f.deadlocks, "deadlocks", 0, "give no NAME, but an optional PATTERN (as ls's): report the cycles\nof processes each waiting for a name the next one holds (mutex,\nreentrant, rwmutex, fair, election), naming every process and name")
 	}
 	return fs
 }

@@ -29,6 +29,7 @@ type inspectFlags struct {
 	prefix, kind string
 	json, watch  bool
 	all          bool // ls --all: idle primitives too
+	deadlocks    bool // inspect --deadlocks [PATTERN]
 }
 
 // openInspect parses the flags, checks them and connects: it returns the Handle to read
@@ -49,6 +50,13 @@ func openInspect(command string, args []string, stdout, stderr io.Writer, tune f
 		return nil, nil, nil, f, nil, exitOK, false
 	case err != nil:
 		return fail(err)
+	case f.deadlocks && f.watch:
+		return fail(usagef("--deadlocks and --watch exclude one another"))
+	case f.deadlocks && f.kind != "":
+		return fail(usagef("--deadlocks reads the kinds whose waiters wait for holds (%s): give no --kind", strings.Join(inspect.DeadlockKinds(), ", ")))
+	case f.deadlocks && len(pos) > 1:
+		return fail(usagef("--deadlocks takes one PATTERN at most, got %d", len(pos)))
+	case f.deadlocks:
 	case command == "inspect" && len(pos) == 0:
 		return fail(usagef("missing NAME"))
 	case command == "inspect" && slices.Contains(pos, ""):
@@ -103,6 +111,9 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return status
 	}
 	defer closeAll()
+	if f.deadlocks {
+		return showDeadlocks(ctx, h, names, f.json, stdout, stderr)
+	}
 	show := func(stdout io.Writer) int {
 		var out []nameJSON
 		for _, name := range names {
@@ -241,6 +252,50 @@ func lsHolders(ctx context.Context, h *distsync.Handle, es []inspect.Entry) ([]e
 	}
 	wg.Wait()
 	return out, errors.Join(errs...)
+}
+
+// showDeadlocks prints the wait-for cycles among the processes that hold and wait for the
+// primitives whose names match the pattern in pos (every name if none): inspect --deadlocks.
+func showDeadlocks(ctx context.Context, h *distsync.Handle, pos []string, asJSON bool, stdout, stderr io.Writer) int {
+	pattern := ""
+	if len(pos) == 1 {
+		pattern = pos[0]
+	}
+	ds, err := inspect.Deadlocks(ctx, h, pattern)
+	if err != nil {
+		fmt.Fprintf(stderr, "distsync inspect: %v\n", err)
+		if errors.Is(err, distsync.ErrInvalid) {
+			return exitUsage
+		}
+		return exitUnavailable
+	}
+	if asJSON {
+		out := []deadlockJSON{}
+		for _, d := range ds {
+			out = append(out, toDeadlockJSON(d))
+		}
+		return writeJSON(stdout, stderr, out, true)
+	}
+	if len(ds) == 0 {
+		fmt.Fprintln(stdout, "no deadlock")
+	}
+	for _, d := range ds {
+		fmt.Fprintf(stdout, "deadlock of %d processes:\n", len(d))
+		for i, w := range d {
+			next := d[(i+1)%len(d)]
+			fmt.Fprintf(stdout, "  %s waits for %s %s, held by %s (token %d)\n",
+				processName(w.Identity, w.Handle), w.Kind, shown(w.Name), processName(next.Identity, next.Handle), w.Holder.Token)
+		}
+	}
+	return exitOK
+}
+
+// processName names a process of a deadlock: its identity, or its Handle if it has none.
+func processName(identity, handle string) string {
+	if identity != "" {
+		return identity
+	}
+	return "handle " + shown(handle)
 }
 
 // idleEntry reports whether ls leaves r out without --all: nobody holds or waits for it

@@ -99,6 +99,34 @@ type outcomeJSON struct {
 	Err   string `json:"err"`
 }
 
+// deadlockJSON is one cycle of inspect --deadlocks --json: each process waits for the name
+// that the next one holds, the last for one the first holds.
+type deadlockJSON struct {
+	Processes []waitJSON `json:"processes"`
+}
+
+type waitJSON struct {
+	Identity string `json:"identity"`
+	Handle   string `json:"handle"`
+	WaitsFor struct {
+		Kind   string `json:"kind"`
+		Name   string `json:"name"`
+		Holder string `json:"holder"` // the holding process's identity: the next entry's
+		Token  int64  `json:"token"`
+	} `json:"waits_for"`
+}
+
+func toDeadlockJSON(d inspect.Deadlock) deadlockJSON {
+	out := deadlockJSON{Processes: []waitJSON{}}
+	for i, w := range d {
+		next := d[(i+1)%len(d)]
+		p := waitJSON{Identity: w.Identity, Handle: w.Handle}
+		p.WaitsFor.Kind, p.WaitsFor.Name, p.WaitsFor.Holder, p.WaitsFor.Token = w.Kind, w.Name, processName(next.Identity, next.Handle), w.Holder.Token
+		out.Processes = append(out.Processes, p)
+	}
+	return out
+}
+
 type entryJSON struct {
 	Kind    string   `json:"kind"`
 	Name    string   `json:"name"`

@@ -34,6 +34,8 @@
 --            the first waiting writer if a writer holds, after it otherwise.
 --   fence    the last fencing token handed out, 0 if none is kept
 --   extra    semaphore: {size, in_use} (size 0 if Redis has none)
+--            reentrant: {maker}, the request id that made the hold ('<handle id>:<n>'), {}
+--              if nobody holds
 --            election: {term, rev, value} of the leader, {} if nobody leads
 --            waitgroup: {units, round, open, lost, err, r1, o1, r2, o2, ...}: the plain units,
 --              the round ('' if none), 1 if it is open, the open round's lost members and
@@ -161,7 +163,12 @@ end
 read.reentrant = function(k)
   local holders = {}
   hash_holders(holders, k[1])
-  return {holders, lock_queue(k[4], k[5], nil), fence_of(k[2]), {}}
+  local extra = {}
+  local maker = redis.call('HGET', k[1], 'a') -- the request id that made the hold: '<handle id>:<n>'
+  if maker then
+    extra[1] = maker
+  end
+  return {holders, lock_queue(k[4], k[5], nil), fence_of(k[2]), extra}
 end
 
 read.rwmutex = function(k)
