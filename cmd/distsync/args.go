@@ -31,6 +31,7 @@ type config struct {
 	killGrace    time.Duration
 	foreground   bool
 	quiet        bool
+	verbose      bool   // say what distsync does, on stderr
 	identity     string // "": the library's default, host:PID
 
 	fair, shared, exclusive bool     // lock
@@ -108,6 +109,8 @@ func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg con
 		return bad("--ttl %v: must be at least %v", cfg.ttl, distsync.MinLeaseTTL)
 	case cfg.ttl > maxTTL:
 		return bad("--ttl %v: at most %v (a distsync killed with SIGKILL keeps the claim that long)", cfg.ttl, maxTTL)
+	case cfg.quiet && cfg.verbose:
+		return bad("--quiet and --verbose (-v) exclude one another")
 	case command == "lock" && btoi(cfg.fair)+btoi(cfg.shared)+btoi(cfg.exclusive) > 1:
 		return bad("--fair, --shared (-s) and --exclusive (-x) exclude one another")
 	case command == "once" && cfg.timeout == 0 && !cfg.forget:

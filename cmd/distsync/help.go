@@ -366,6 +366,7 @@ func runFlags(command string, cfg *config) *flagSet {
 			})
 	}
 	fs.boolean(&cfg.quiet, "quiet", 0, "print no message of distsync's own, except errors that end\nit")
+	fs.boolean(&cfg.verbose, "verbose", 'v', "say on stderr what distsync does, each line with the time since\nit started: the Redis reached; for lock and sem, who holds the\nclaim, the token, CMD's PID and status, the release; and the\nlibrary's retries")
 	if command == "lock" || command == "sem" {
 		fs.boolean(&cfg.hold, "hold", 0, "run no CMD: once held, print the fencing token (a line per\nNAME), and hold until standard input ends (the script that\nreads the token closes it, or dies) or SIGINT, SIGTERM or SIGHUP;\nfor a claim across several lines of a script (coproc)")
 	}

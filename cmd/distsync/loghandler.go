@@ -23,15 +23,20 @@ type logHandler struct {
 	w     io.Writer
 	mu    *sync.Mutex
 	attrs []slog.Attr
+	// verbose (--verbose) prints every record of the Handle's logger, from Debug up; without
+	// it, only the warnings of once (shownLogPrefix).
+	verbose bool
 }
 
 // shownLogPrefix starts the messages of the Handle's logger that logHandler prints.
 const shownLogPrefix = "distsync: once: "
 
-func (h *logHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *logHandler) Enabled(_ context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn || h.verbose
+}
 
 func (h *logHandler) Handle(_ context.Context, rec slog.Record) error {
-	if !strings.HasPrefix(rec.Message, shownLogPrefix) {
+	if !h.verbose && !strings.HasPrefix(rec.Message, shownLogPrefix) {
 		return nil
 	}
 	var b strings.Builder
@@ -52,7 +57,7 @@ func (h *logHandler) Handle(_ context.Context, rec slog.Record) error {
 }
 
 func (h *logHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return &logHandler{w: h.w, mu: h.mu, attrs: append(append([]slog.Attr(nil), h.attrs...), attrs...)}
+	return &logHandler{w: h.w, mu: h.mu, attrs: append(append([]slog.Attr(nil), h.attrs...), attrs...), verbose: h.verbose}
 }
 
 func (h *logHandler) WithGroup(string) slog.Handler { return h }

@@ -435,6 +435,7 @@ func TestBadInputIsOneLineAndWritesNothing(t *testing.T) {
 		{args(common, "lock", "n"), "CMD"},
 		{args(common, "lock", "n", "-c", "true", "--", "false"), "-c"},
 		{args(common, "lock", "--hold", "n", "true"), "--hold"},
+		{args(common, "lock", "--quiet", "-v", "n", "true"), "--verbose"},
 		{args(common, "sem", "--size", "2", "--hold", "n", "-c", "true"), "--hold"},
 		{args(common, "once", "--hold", "k", "true"), "--hold"},
 		{args(common, "rate", "--limit", "1/s", "--hold", "n", "true"), "--hold"},

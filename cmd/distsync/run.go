@@ -85,7 +85,7 @@ func runCommand(command string, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return status
 	}
-	r := &runner{cfg: cfg, stdout: stdout, stderr: stderr}
+	r := &runner{cfg: cfg, stdout: stdout, stderr: stderr, began: time.Now()}
 	return r.run()
 }
 
@@ -97,11 +97,19 @@ type runner struct {
 	sigs           *router
 	tty            *terminal // distsync's controlling terminal, nil if none
 	deadline       time.Time // when --timeout runs out, if it is > 0
+	began          time.Time // when distsync started, for --verbose
 }
 
 // errorf reports an error that ends distsync: printed even with --quiet.
 func (r *runner) errorf(format string, a ...any) {
 	fmt.Fprintf(r.stderr, "distsync: "+format+"\n", a...)
+}
+
+// verbosef reports what --verbose adds, with the time since distsync began.
+func (r *runner) verbosef(format string, a ...any) {
+	if r.cfg.verbose {
+		r.errorf("%.3fs "+format, append([]any{time.Since(r.began).Seconds()}, a...)...)
+	}
 }
 
 // notef reports what --quiet silences.
@@ -141,12 +149,13 @@ func (r *runner) run() int {
 		return status
 	}
 	defer client.Close()
+	r.verbosef("connected to Redis at %s", redacted(r.cfg.redis.url))
 	opts := []distsync.Option{distsync.WithKeyPrefix(r.cfg.prefix), distsync.WithLeaseTTL(r.cfg.ttl)}
 	if r.cfg.identity != "" {
 		opts = append(opts, distsync.WithIdentity(r.cfg.identity))
 	}
 	if !r.cfg.quiet {
-		opts = append(opts, distsync.WithLogger(slog.New(&logHandler{w: r.stderr, mu: new(sync.Mutex)})))
+		opts = append(opts, distsync.WithLogger(slog.New(&logHandler{w: r.stderr, mu: new(sync.Mutex), verbose: r.cfg.verbose})))
 	}
 	h, err := distsync.New(client, opts...)
 	if err != nil {
@@ -215,6 +224,28 @@ type claim struct {
 	// tokens, if not nil, returns the token of each of several names held (lock --also),
 	// in the order of config.names; else the lease's token is the one name's.
 	tokens func() []int64
+	// holders, if not nil, reads who holds the claim now, for --verbose.
+	holders func(ctx context.Context) ([]distsync.Holder, error)
+}
+
+// heldBy returns, for --verbose (if verbose), who holds c now: " (held by host:PID, ...)",
+// " (free)", or "" if that cannot be read (for several names, or an error).
+func (c claim) heldBy(ctx context.Context, verbose bool) string {
+	if !verbose || c.holders == nil {
+		return ""
+	}
+	hs, err := c.holders(ctx)
+	if err != nil {
+		return ""
+	}
+	if len(hs) == 0 {
+		return " (free)"
+	}
+	var by []string
+	for _, hd := range hs {
+		by = append(by, holderName(hd))
+	}
+	return " (held by " + strings.Join(by, ", ") + ")"
 }
 
 func (r *runner) newClaim(h *distsync.Handle) (claim, error) {
@@ -226,25 +257,25 @@ func (r *runner) newClaim(h *distsync.Handle) (claim, error) {
 		return claim{what: fmt.Sprintf("semaphore %q", name),
 			acquire: func(ctx context.Context) (*distsync.Lease, error) { return s.AcquireLease(ctx, n) },
 			try:     func(ctx context.Context) (*distsync.Lease, bool, error) { return s.TryAcquireLease(ctx, n) },
-			release: func(ctx context.Context) error { return s.Release(ctx, n) }}, err
+			release: func(ctx context.Context) error { return s.Release(ctx, n) }, holders: s.Holders}, err
 	case r.cfg.fair:
 		m, err := fair.New(h, name)
 		return claim{what: fmt.Sprintf("fair lock %q", name),
-			acquire: m.LockLease, try: m.TryLockLease, release: m.Unlock}, err
+			acquire: m.LockLease, try: m.TryLockLease, release: m.Unlock, holders: m.Holders}, err
 	case r.cfg.shared:
 		m, err := rwmutex.New(h, name)
 		return claim{what: fmt.Sprintf("read-write lock %q (shared)", name),
-			acquire: m.RLockLease, try: m.TryRLockLease, release: m.RUnlock}, err
+			acquire: m.RLockLease, try: m.TryRLockLease, release: m.RUnlock, holders: m.Holders}, err
 	case r.cfg.exclusive:
 		m, err := rwmutex.New(h, name)
 		return claim{what: fmt.Sprintf("read-write lock %q (exclusive)", name),
-			acquire: m.LockLease, try: m.TryLockLease, release: m.Unlock}, err
+			acquire: m.LockLease, try: m.TryLockLease, release: m.Unlock, holders: m.Holders}, err
 	case len(r.cfg.names) > 1:
 		return r.newAll(h)
 	default:
 		m, err := mutex.New(h, name)
 		return claim{what: fmt.Sprintf("mutex %q", name),
-			acquire: m.LockLease, try: m.TryLockLease, release: m.Unlock}, err
+			acquire: m.LockLease, try: m.TryLockLease, release: m.Unlock, holders: m.Holders}, err
 	}
 }
 
@@ -282,6 +313,7 @@ func (r *runner) runClaim(c claim) int {
 		lease *distsync.Lease
 		err   error
 	)
+	r.verbosef("taking %s%s", c.what, c.heldBy(r.sigs.waitCtx, r.cfg.verbose))
 	if r.cfg.timeout == 0 {
 		var ok bool
 		lease, ok, err = c.try(r.sigs.waitCtx)
@@ -299,6 +331,7 @@ func (r *runner) runClaim(c claim) int {
 	if c.tokens != nil {
 		tokens = c.tokens()
 	}
+	r.verbosef("took %s, fencing token %s", c.what, joinInts(tokens))
 	if r.cfg.hold {
 		return r.hold(c, lease, tokens)
 	}
@@ -312,7 +345,9 @@ func (r *runner) runClaim(c claim) int {
 		r.errorf("%s: %v", r.cfg.argv[0], err)
 		return startStatus(err)
 	}
+	r.verbosef("started %s (pid %d)", r.cfg.argv[0], ch.pid())
 	status, lost, _ := r.supervise(ch, lease, c.what)
+	r.verbosef("the command exited with %s", describeStatus(status))
 	if lost != nil {
 		// supervise said why. A lease lost at its deadline (Redis unreachable) may still be
 		// this process's in Redis: the release gives it back if so, and reports the loss.
@@ -350,7 +385,20 @@ var errClosedByRedis = errors.New("the Redis server closed the connection")
 func (r *runner) release(c claim) error {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	return c.release(ctx)
+	err := c.release(ctx)
+	if err == nil {
+		r.verbosef("released %s", c.what)
+	}
+	return err
+}
+
+// joinInts prints ns separated by ", ".
+func joinInts(ns []int64) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.FormatInt(n, 10)
+	}
+	return strings.Join(s, ", ")
 }
 
 // spec is how to start CMD under a claim whose fencing tokens are tokens: one, or, for lock's
