@@ -343,6 +343,11 @@ func TestLossWhenRedisIsUnreachable(t *testing.T) {
 			if !errors.Is(lease.Err(), distsync.ErrLost) {
 				t.Fatalf("lease ended with %v, want ErrLost", lease.Err())
 			}
+			// The loss says why no renewal got through: the last one's failure (unless the
+			// machine stalled past the deadline before any renewal was tried: then again).
+			if why := lease.Err().Error(); !strings.Contains(why, "the last one failed: ") {
+				return fmt.Errorf("the loss %q does not say how the last renewal failed", why)
+			}
 			// The deadline counts from the sending of the last renewal that got through, before
 			// the cut (a cut is clean): the lease cannot have lasted longer than that.
 			deadline := lease.Deadline()

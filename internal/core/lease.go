@@ -103,6 +103,7 @@ type Lease struct {
 	first    *scripts.Call // sent instead of extend.lua for the next renewal, then cleared
 	inflight bool
 	refused  error // Redis's refusal of the last renewal, if it refused it (not Transient)
+	failed   error // the last renewal's error if it was Transient (Redis unreachable, say)
 
 	obs      atomic.Pointer[Acquire] // the observed call that took the hold (Acquire.Done)
 	logged   atomic.Bool             // its loss was logged
@@ -314,10 +315,15 @@ func (l *Lease) expire() {
 
 // errDeadline is the loss of a lease whose deadline passed before a renewal succeeded, with
 // Redis's refusal of the last one if it refused it (an ACL without a command the renewal
-// script calls): the holder is told why. Called with the renewer's mutex.
+// script calls), or the last one's failure (a refused connection): the holder is told why.
+// The failure is told in words only, so that the loss matches no error of the network or of
+// a context. Called with the renewer's mutex.
 func (l *Lease) errDeadline() error {
-	if l.refused != nil {
+	switch {
+	case l.refused != nil:
 		return fmt.Errorf("%w: its deadline passed before a renewal succeeded; Redis refused the last one: %w", ErrLost, l.refused)
+	case l.failed != nil:
+		return fmt.Errorf("%w: its deadline passed before a renewal succeeded; the last one failed: %v", ErrLost, l.failed)
 	}
 	return lost("its deadline passed before a renewal succeeded")
 }

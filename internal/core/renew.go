@@ -177,7 +177,7 @@ func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 		period := l.spec.TTL / RenewDivisor
 		switch {
 		case err == nil && ok == 1:
-			l.refused = nil
+			l.refused, l.failed = nil, nil
 			l.next = sent.Add(period)
 			l.deadline = sent.Add(l.spec.TTL - Drift(l.spec.TTL))
 			l.first = nil
@@ -196,13 +196,13 @@ func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 			// at Warn the first time in a row, and named by the loss if it lasts.
 			l.next = now.Add(min(max(period/6, 10*time.Millisecond), time.Second))
 			if Transient(err) {
-				l.refused = nil
+				l.refused, l.failed = nil, err
 				r.h.Log().Debug("distsync: renewal failed, will retry", "key", l.spec.Key, "err", err)
 			} else {
 				if l.refused == nil {
 					r.h.Log().Warn("distsync: renewal refused by Redis, will retry until the lease's deadline", "key", l.spec.Key, "err", err)
 				}
-				l.refused = err
+				l.refused, l.failed = err, nil
 			}
 			if r.h.Observed() {
 				renewed, failed = append(renewed, l), append(failed, err)
