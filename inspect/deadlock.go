@@ -40,18 +40,23 @@ func DeadlockKinds() []string { return slices.Clone(deadlockKinds) }
 // primitives under the Handle's key prefix whose names match pattern (a glob as [List]
 // takes it; "" matches every name), of the kinds of [DeadlockKinds]: process A waits for a
 // name that B holds, while B waits for one that A holds (or C does, which waits for one that
-// A holds...), as nested Locks taken in different orders leave them. Each cycle is reported
-// once, with every process and name in it. A process is a Handle: Wait.Handle, and, for a
-// reentrant mutex's hold, the Handle through which its owner took it.
+// A holds...), as nested Locks taken in different orders leave them. A process is a Handle:
+// Wait.Handle, and, for a reentrant mutex's hold, the Handle through which its owner took
+// it (though the owner may since have re-entered from another process, and the first let go
+// of its count). Each group of processes that wait on one another is reported by one cycle
+// through it, the shortest through the process whose Handle sorts first: other cycles
+// through the same processes are not listed. A reader that a rwmutex's last writer admitted
+// waits for nothing; a semaphore's waiter is not followed (another holder may serve it).
 //
-// On success it returns the cycles that it found in a read of every primitive and found again
-// in a second read of the primitives of the cycle, with the same holds and the same waiters
-// (nil if none): the first read is not one snapshot, and a cycle put together from states
-// of different moments is dropped by the second. A cycle among processes is a deadlock when
-// each process waits in the code that holds, as nested Locks do; a process that holds in
-// one goroutine and waits in another is a process-level cycle that ends when that goroutine
-// releases. It reports no process waiting for itself. It costs what List costs, and a round
-// trip per primitive; it writes nothing. On failure it returns List's and Inspect's errors.
+// On success it returns, sorted by their first Handle, the cycles of a second read of the
+// primitives of each group found in a first read of every primitive, each of whose waits the
+// first read saw too, with the same waiter behind the same hold (nil if none): the first
+// read is not one snapshot, and a cycle put together from states of different moments is
+// dropped by the second. A cycle among processes is a deadlock when each process waits in
+// the code that holds, as nested Locks do; a process that holds in one goroutine and waits
+// in another is a process-level cycle that ends when that goroutine releases. It reports no
+// process waiting for itself. It costs what List costs and a round trip per primitive; it
+// writes nothing. On failure it returns List's and Inspect's errors.
 func Deadlocks(ctx context.Context, h *distsync.Handle, pattern string) ([]Deadlock, error) {
 	es, err := List(ctx, h, pattern)
 	if err != nil {
@@ -67,16 +72,23 @@ func Deadlocks(ctx context.Context, h *distsync.Handle, pattern string) ([]Deadl
 	if err != nil {
 		return nil, err
 	}
+	first := waitsOf(rs)
 	var out []Deadlock
-	for _, cycle := range cycles(waitsOf(rs)) {
-		again, err := inspectAll(ctx, h, entriesOf(cycle))
+	for _, group := range groups(first) {
+		// The group's primitives again: a cycle of the second read, each of whose waits the
+		// first read saw too.
+		again, err := inspectAll(ctx, h, entriesOf(first, group))
 		if err != nil {
 			return nil, err
 		}
-		if confirmed(cycle, waitsOf(again)) {
-			out = append(out, cycle)
+		second := within(waitsOf(again), group)
+		for _, g := range groups(second) {
+			if d := cycleIn(second, g); confirmed(d, first) {
+				out = append(out, d)
+			}
 		}
 	}
+	slices.SortFunc(out, func(a, b Deadlock) int { return cmp.Compare(a[0].Handle, b[0].Handle) })
 	return out, nil
 }
 
@@ -118,7 +130,7 @@ func waitsOf(rs []Report) map[string][]edge {
 	out := make(map[string][]edge)
 	for _, r := range rs {
 		for _, w := range r.Queue {
-			if w.Handle == "" {
+			if w.Handle == "" || w.Admitted { // an admitted reader waits for no hold
 				continue
 			}
 			for _, hd := range r.Holders {
@@ -137,9 +149,9 @@ func waitsOf(rs []Report) map[string][]edge {
 	return out
 }
 
-// cycles returns one cycle through each strongly connected group of two processes or more in
-// g (Tarjan's algorithm), each starting at its smallest Handle, sorted.
-func cycles(g map[string][]edge) []Deadlock {
+// groups returns the strongly connected groups of two processes or more in g: the processes
+// that each wait, directly or through others, for every other (Tarjan's algorithm).
+func groups(g map[string][]edge) [][]string {
 	nodes := make([]string, 0, len(g))
 	for n := range g {
 		nodes = append(nodes, n)
@@ -148,7 +160,7 @@ func cycles(g map[string][]edge) []Deadlock {
 	index, low := map[string]int{}, map[string]int{}
 	onStack := map[string]bool{}
 	var stack []string
-	var groups [][]string
+	var found [][]string
 	var visit func(n string)
 	visit = func(n string) {
 		index[n], low[n] = len(index), len(index)
@@ -174,7 +186,7 @@ func cycles(g map[string][]edge) []Deadlock {
 				}
 			}
 			if len(group) > 1 {
-				groups = append(groups, group)
+				found = append(found, group)
 			}
 		}
 	}
@@ -183,11 +195,19 @@ func cycles(g map[string][]edge) []Deadlock {
 			visit(n)
 		}
 	}
-	var out []Deadlock
-	for _, group := range groups {
-		out = append(out, cycleIn(g, group))
+	return found
+}
+
+// within returns the waits of g between processes of group.
+func within(g map[string][]edge, group []string) map[string][]edge {
+	out := make(map[string][]edge)
+	for _, n := range group {
+		for _, e := range g[n] {
+			if slices.Contains(group, e.to) {
+				out[n] = append(out[n], e)
+			}
+		}
 	}
-	slices.SortFunc(out, func(a, b Deadlock) int { return cmp.Compare(a[0].Handle, b[0].Handle) })
 	return out
 }
 
@@ -225,20 +245,23 @@ func cycleIn(g map[string][]edge, group []string) Deadlock {
 	panic(fmt.Sprintf("inspect: no cycle in a strongly connected group %v", group)) // not reached
 }
 
-// entriesOf returns the primitives of d's waits.
-func entriesOf(d Deadlock) []Entry {
+// entriesOf returns the primitives of the waits in g between processes of group.
+func entriesOf(g map[string][]edge, group []string) []Entry {
 	var out []Entry
-	for _, w := range d {
-		e := Entry{Kind: w.Kind, Name: w.Name}
-		if !slices.Contains(out, e) {
-			out = append(out, e)
+	for _, es := range within(g, group) {
+		for _, w := range es {
+			e := Entry{Kind: w.Kind, Name: w.Name}
+			if !slices.Contains(out, e) {
+				out = append(out, e)
+			}
 		}
 	}
 	return out
 }
 
 // confirmed reports whether every wait of d is in g too: the same waiter behind the same
-// hold (owner and token).
+// hold (owner and token). A mutex's waiter id is its process's, so a process that gave up
+// and waited again behind the same hold counts as the same wait.
 func confirmed(d Deadlock, g map[string][]edge) bool {
 	for _, w := range d {
 		if !slices.ContainsFunc(g[w.Handle], func(e edge) bool {
@@ -251,8 +274,8 @@ func confirmed(d Deadlock, g map[string][]edge) bool {
 	return true
 }
 
-// holdMaker returns the Handle (and its identity) of the request id that made a reentrant
-// hold, "" if there is none.
+// holdMaker returns the Handle of the request id that made a reentrant hold, "" if it names
+// none.
 func holdMaker(id string) string {
 	h, _ := core.Whose(id)
 	return h

@@ -78,6 +78,7 @@ func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg con
 	if command == "once" {
 		noun = "KEY"
 	}
+	cmdless := cfg.forget || cfg.hold
 	switch {
 	case len(names) == 0:
 		return bad("missing %s", noun)
@@ -87,16 +88,18 @@ func parseArgs(command string, args []string, stdout, stderr io.Writer) (cfg con
 		return bad("%s of %d bytes: at most %d (every key and message of the claim carries it)", noun, len(names[0]), maxName)
 	case cfg.forget && (len(argv) > 0 || cfg.shellCmd != ""):
 		return bad("--forget takes no CMD: distsync once --forget %s", names[0])
-	case cfg.forget:
 	case cfg.hold && (len(argv) > 0 || cfg.shellCmd != ""):
-		return bad("--hold takes no CMD: it holds %s until its standard input ends (see 'hold across shell lines' in docs/command.md)", shownValue(names[0]))
-	case cfg.hold:
+		return bad("--hold takes no CMD: it holds %s until its standard input ends (see \"Holding across lines\" in docs/command.md)", shownValue(names[0]))
+	case cmdless:
+		// --forget and --hold run no CMD: the checks below the CMD's are theirs too.
 	case cfg.shellCmd != "" && len(argv) > 0:
 		return bad("both -c and CMD: -c %s runs instead of %s", shownValue(cfg.shellCmd), shownValue(argv[0]))
 	case cfg.shellCmd == "" && len(argv) == 0 && cfg.all:
 		return bad("missing CMD: with --all, every argument before -- is a NAME: distsync lock --all %s -- CMD [ARGS...]", strings.Join(shownAll(names), " "))
 	case cfg.shellCmd == "" && len(argv) == 0:
 		return bad("missing CMD: distsync %s [flags] %s [--] CMD [ARGS...], or -c 'COMMAND LINE'", command, names[0])
+	}
+	switch {
 	case cfg.redis.url == "":
 		return bad("no Redis: give --redis URL or set DISTSYNC_REDIS_URL (every machine must use the same Redis, so there is no default)")
 	case cfg.redis.check() != nil: // --redis was checked, not DISTSYNC_REDIS_URL, nor the TLS files

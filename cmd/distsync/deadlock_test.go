@@ -27,7 +27,16 @@ func TestInspectDeadlocks(t *testing.T) {
 	url := "redis://" + b.Addrs()[0]
 	ctx, cancel := context.WithCancel(context.Background())
 	var blocked sync.WaitGroup
-	t.Cleanup(func() { cancel(); blocked.Wait() })
+	t.Cleanup(func() {
+		cancel()
+		done := make(chan struct{})
+		go func() { blocked.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Errorf("a blocked Lock did not return within 30s of its context's end")
+		}
+	})
 	pod := func(name string) *distsync.Handle {
 		return redistest.Handle(t, b.Client(t), distsync.WithKeyPrefix(prefix), distsync.WithIdentity(name))
 	}

@@ -147,9 +147,10 @@ With --json it prints one JSON array, an object per NAME:
 no expiry. Field names are lower snake case and stable.
 
 With --deadlocks it reads every primitive whose name matches PATTERN (default: every name)
-and reports each cycle of processes in which each waits for a name the next one holds, as
-nested locks taken in different orders leave them ("no deadlock" if none); a cycle is
-read twice, and reported only if its holds and waiters are still there. With --json:
+and reports, for each group of processes that wait on one another, a cycle in which each
+waits for a name the next one holds, as nested locks taken in different orders leave them
+("no deadlock" if none); a cycle is read twice, and reported only if its holds and waiters
+are still there. With --json:
   [{"processes": [{"identity", "handle", "waits_for": {"kind", "name", "holder",
   "token"}}]}]
 
@@ -415,7 +416,7 @@ func inspectFlagSet(command string, f *inspectFlags) *flagSet {
 	}
 	if command == "inspect" {
 		fs.boolean(&f.watch, "watch", 0, "print the view again at every change of NAME, until interrupted")
-		fs.boolean(&f.deadlocks, "deadlocks", 0, "give no NAME, but an optional PATTERN (as ls's): report the cycles\nof processes each waiting for a name the next one holds (mutex,\nreentrant, rwmutex, fair, election), naming every process and name")
+		fs.boolean(&f.deadlocks, "deadlocks", 0, "give no NAME, but an optional PATTERN (as ls's): report a cycle\nof processes each waiting for a name the next one holds (mutex,\nreentrant, rwmutex, fair, election) per group of processes that\nwait on one another")
 	}
 	return fs
 }

@@ -16,10 +16,12 @@ import (
 	"github.com/distsync/distsync"
 )
 
-// holdableInput returns why distsync's standard input cannot end a --hold, or nil. The hold
-// lasts until the input ends: the script that reads the token closes the pipe, or dies. An
-// input that ends at once, /dev/null (a background job's in a shell without job control) or
-// a regular file, would release the claim as soon as it is taken.
+// holdableInput returns why distsync's standard input would end a --hold at once, or would
+// never be read, or nil. The hold lasts until the input ends: the script that reads the token
+// closes the pipe, or dies. An input that ends at once, /dev/null (a background job's in a
+// shell without job control) or a regular file, would release the claim as soon as it is
+// taken; a terminal that distsync is not in the foreground of would stop it when it reads
+// (SIGTTIN), and a stopped distsync renews nothing.
 func holdableInput() error {
 	var st unix.Stat_t
 	if err := unix.Fstat(0, &st); err != nil {
@@ -29,8 +31,11 @@ func holdableInput() error {
 	case unix.S_IFIFO, unix.S_IFSOCK:
 		return nil
 	case unix.S_IFCHR:
-		if isTerminal(0) {
+		switch fg, ok := foregroundOf(0); {
+		case ok && fg:
 			return nil // a terminal: Ctrl-D releases
+		case ok:
+			return errors.New("standard input is a terminal that distsync is not in the foreground of (a background job): reading it would stop distsync, and its claim with it; run it as a coprocess (bash: coproc)")
 		}
 	}
 	return errors.New("standard input is not a pipe or a terminal, so it would end at once and release the claim: run distsync as a coprocess (bash: coproc), whose input the script keeps open while it needs the claim")
@@ -42,6 +47,12 @@ func holdableInput() error {
 // script learns of it when it waits for distsync.
 func (r *runner) hold(c claim, lease *distsync.Lease, tokens []int64) int {
 	signalled, caught := r.sigs.holding()
+	select {
+	case <-signalled: // since the claim was taken: no token for the script, which is being ended
+		_ = r.release(c)
+		return bySignal(caught())
+	default:
+	}
 	var lines strings.Builder
 	for _, t := range tokens {
 		fmt.Fprintf(&lines, "%d\n", t)
@@ -59,6 +70,12 @@ func (r *runner) hold(c claim, lease *distsync.Lease, tokens []int64) int {
 	}()
 	select {
 	case <-ended:
+		select {
+		case <-signalled: // both: the signal says more of what ended the script
+			_ = r.release(c)
+			return bySignal(caught())
+		default:
+		}
 	case <-signalled:
 		_ = r.release(c)
 		return bySignal(caught())

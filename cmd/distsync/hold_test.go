@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,15 +29,18 @@ func TestHoldAcrossScriptLines(t *testing.T) {
 	bin, common, _, _, dir := cliSetup(t)
 	script := `
 coproc HOLD { "$BIN" lock --hold $COMMON deploy; }
-read -r token <&"${HOLD[0]}" || exit 90
+pid=$HOLD_PID in=${HOLD[1]}
+read -t 30 -r token <&"${HOLD[0]}" || exit 90
 echo "$token" > "$DIR/token"
 "$BIN" lock -n $COMMON deploy -- true; echo $? > "$DIR/second"
 "$BIN" inspect $COMMON deploy > "$DIR/inspect"
-exec {HOLD[1]}>&-
-wait "$HOLD_PID"; echo $? > "$DIR/hold"
+exec {in}>&-
+wait "$pid"; echo $? > "$DIR/hold"
 "$BIN" lock -n $COMMON deploy -- true; echo $? > "$DIR/after"
 `
-	cmd := exec.Command("bash", "-c", script)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*cliLimit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
 	cmd.Env = append(cliEnv(), "BIN="+bin, "COMMON="+strings.Join(common, " "), "DIR="+dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("the script: %v\n%s", err, out)
@@ -82,10 +86,13 @@ func TestHoldEnds(t *testing.T) {
 		t.Parallel()
 		pidFile := filepath.Join(dir, "hold.pid")
 		script := `coproc HOLD { "$BIN" lock --hold $COMMON killed; }
-read -r token <&"${HOLD[0]}" || exit 90
-echo "$HOLD_PID" > "$PIDF"
+pid=$HOLD_PID
+read -t 30 -r token <&"${HOLD[0]}" || exit 90
+echo "$pid" > "$PIDF"
 kill -KILL $$`
-		cmd := exec.Command("bash", "-c", script)
+		ctx, cancel := context.WithTimeout(context.Background(), cliLimit)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", "-c", script)
 		cmd.Env = append(cliEnv(), "BIN="+bin, "COMMON="+strings.Join(common, " "), "PIDF="+pidFile)
 		_ = cmd.Run() // killed
 		pid := waitPID(t, pidFile)

@@ -56,10 +56,9 @@ func openInspect(command string, args []string, stdout, stderr io.Writer, tune f
 		return fail(usagef("--deadlocks reads the kinds whose waiters wait for holds (%s): give no --kind", strings.Join(inspect.DeadlockKinds(), ", ")))
 	case f.deadlocks && len(pos) > 1:
 		return fail(usagef("--deadlocks takes one PATTERN at most, got %d", len(pos)))
-	case f.deadlocks:
-	case command == "inspect" && len(pos) == 0:
+	case command == "inspect" && !f.deadlocks && len(pos) == 0:
 		return fail(usagef("missing NAME"))
-	case command == "inspect" && slices.Contains(pos, ""):
+	case command == "inspect" && !f.deadlocks && slices.Contains(pos, ""):
 		return fail(usagef("empty NAME"))
 	case command == "ls" && len(pos) > 1:
 		return fail(usagef("one PATTERN at most, got %d", len(pos)))

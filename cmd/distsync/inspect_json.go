@@ -111,7 +111,7 @@ type waitJSON struct {
 	WaitsFor struct {
 		Kind   string `json:"kind"`
 		Name   string `json:"name"`
-		Holder string `json:"holder"` // the holding process's identity: the next entry's
+		Holder string `json:"holder"` // the holding process's identity ("handle ID" if it has none): the next entry's
 		Token  int64  `json:"token"`
 	} `json:"waits_for"`
 }

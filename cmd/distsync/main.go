@@ -205,8 +205,14 @@ func parseDemo(args []string) (demoConfig, error) {
 	cfg := demoConfig{redis: redisTarget{url: envRedis()}, pods: 4, goroutines: 4, rounds: 25, hold: defaultHold}
 	pos, rest, _, err := demoFlags(&cfg).parse(args, -1)
 	pos = append(pos, rest...)
-	if err == nil && len(pos) > 0 {
+	switch {
+	case err != nil:
+	case len(pos) > 0:
 		err = usagef("unexpected argument %s", shownValue(pos[0]))
+	case cfg.redis.url == "" && cfg.redis.tls.given():
+		err = usagef("%s: give --redis rediss://…, whose server they are for (the embedded Redis speaks no TLS)", cfg.redis.tls.flags())
+	case cfg.redis.url != "" && cfg.redis.check() != nil:
+		err = redisProblem(cfg.redis)
 	}
 	return cfg, err
 }

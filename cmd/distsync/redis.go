@@ -27,13 +27,14 @@ var (
 	errBadURL  = errors.New("bad Redis URL")
 )
 
-// dialRedis returns a client of the Redis at url, which the caller closes. url is a URL that
+// dialRedis returns a client of the Redis r names, which the caller closes. r.url is a URL that
 // rueidis.ParseURL reads (redis://[user:password@]host:port[/db], rediss:// for TLS,
 // unix://path; more Redis Cluster nodes with ?addr=host:port&addr=...), or a bare host:port.
 // rueidis finds out by itself whether it talks to a Redis Cluster. dialRedis PINGs Redis,
 // waiting at most 5 s (the handshake included) or until ctx ends, whichever is first, so that
-// a Redis that does not answer fails here rather than in the first command. Its error matches errNoRedis for an empty url and
-// errBadURL for one that does not parse.
+// a Redis that does not answer fails here rather than in the first command. Its error matches
+// errNoRedis for an empty URL, and errBadURL for one that does not parse or TLS files that
+// cannot be used.
 func dialRedis(ctx context.Context, r redisTarget) (rueidis.Client, error) {
 	return dialRedisWith(ctx, r, nil)
 }

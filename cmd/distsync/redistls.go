@@ -48,7 +48,7 @@ func (r redisTarget) check() error {
 	if !r.tls.given() {
 		return nil
 	}
-	if !strings.HasPrefix(withScheme(r.url), "rediss://") {
+	if scheme, _, _ := strings.Cut(withScheme(r.url), "://"); !strings.EqualFold(scheme, "rediss") && !strings.EqualFold(scheme, "valkeys") {
 		return fmt.Errorf("%s gives TLS files, but the URL is not rediss:// (TLS): use rediss://host:port", r.tls.flags())
 	}
 	_, err := r.tls.config()
@@ -126,7 +126,7 @@ func tlsHint(opt rueidis.ClientOption, err error) string {
 	reset := strings.Contains(msg, "connection reset by peer") || strings.Contains(msg, "EOF") ||
 		strings.Contains(msg, "broken pipe")
 	switch {
-	case opt.TLSConfig == nil && reset:
+	case opt.TLSConfig == nil && reset && !strings.HasPrefix(strings.Join(opt.InitAddress, ""), "/"):
 		return "the server closed the connection: if it speaks TLS only, use rediss://"
 	case opt.TLSConfig != nil && strings.Contains(msg, "first record does not look like a TLS handshake"):
 		return "the server does not speak TLS: use redis:// for a plain port"

@@ -148,6 +148,7 @@ func (r *router) holding() (<-chan struct{}, func() syscall.Signal) {
 	if r.timer != nil {
 		r.timer.Stop()
 	}
+	r.waiting = false // a timer that fired already ends nothing now
 	return r.signalled, func() syscall.Signal {
 		r.mu.Lock()
 		defer r.mu.Unlock()

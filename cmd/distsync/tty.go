@@ -117,8 +117,12 @@ func (t *terminal) resume(pgid int) {
 
 func (t *terminal) close() { _ = t.f.Close() }
 
-// isTerminal reports whether fd is a terminal.
-func isTerminal(fd int) bool {
-	_, err := unix.IoctlGetWinsize(fd, unix.TIOCGWINSZ)
-	return err == nil
+// foregroundOf reports, if fd is a terminal (ok), whether distsync's process group is its
+// foreground group.
+func foregroundOf(fd int) (fg, ok bool) {
+	pg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP)
+	if err != nil {
+		return false, false
+	}
+	return pg == unix.Getpgrp(), true
 }

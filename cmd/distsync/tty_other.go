@@ -17,5 +17,6 @@ func (t *terminal) resume(pgid int)     {}
 func (t *terminal) close()              {}
 func ignoreTTOU()                       {}
 
-// isTerminal reports whether fd is a terminal: on these systems, distsync cannot tell.
-func isTerminal(fd int) bool { return false }
+// foregroundOf reports, if fd is a terminal (ok), whether distsync is in its foreground: on
+// these systems, distsync cannot tell (ok is false).
+func foregroundOf(fd int) (fg, ok bool) { return false, false }
